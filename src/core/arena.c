@@ -1,0 +1,162 @@
+/* arena.c - bump allocator; see arena.h for the invariants. */
+#include "arena.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+
+#define ALIGN 64
+
+struct block {
+    struct block *next;
+    char *mem;        /* backend memory (or host for host blocks) */
+    size_t size, used;
+};
+
+struct arena {
+    const struct backend *be;
+    size_t block_size;
+    struct block *data;   /* backend blocks, first is current */
+    struct block *host;   /* host blocks for descriptors and scratch */
+    size_t used, peak;
+    cbx_status status;
+    char msg[ERR_MAX];
+};
+
+static void free_blocks(struct block *b, const struct backend *be)
+{
+    while (b) {
+        struct block *n = b->next;
+        if (be) backend_buf_free(be, b->mem); else free(b->mem);
+        free(b);
+        b = n;
+    }
+}
+
+struct arena *arena_create(const struct backend *be, size_t block_size)
+{
+    struct arena *a = calloc(1, sizeof *a);
+    if (!a) return NULL;
+    a->be = be;
+    a->block_size = block_size ? block_size : (size_t)64 << 20;
+    return a;
+}
+
+void arena_free(struct arena *a)
+{
+    if (!a) return;
+    free_blocks(a->data, a->be);
+    free_blocks(a->host, NULL);
+    free(a);
+}
+
+void arena_reset(struct arena *a)
+{
+    for (struct block *b = a->data; b; b = b->next) b->used = 0;
+    for (struct block *b = a->host; b; b = b->next) b->used = 0;
+    a->used = 0;
+    a->status = CBX_OK;
+    a->msg[0] = 0;
+}
+
+const struct backend *arena_backend(const struct arena *a) { return a->be; }
+
+cbx_status arena_fail(struct arena *a, cbx_status s, const char *fmt, ...)
+{
+    if (a->status == CBX_OK) {
+        a->status = s;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(a->msg, sizeof a->msg, fmt, ap);
+        va_end(ap);
+    }
+    return s;
+}
+
+cbx_status arena_status(const struct arena *a) { return a->status; }
+const char *arena_errmsg(const struct arena *a) { return a->msg; }
+size_t arena_used(const struct arena *a) { return a->used; }
+size_t arena_peak(const struct arena *a) { return a->peak; }
+
+/* First fit over the block list; a new block when none has room. */
+static void *bump(struct arena *a, struct block **list, size_t n, bool host)
+{
+    if (a->status != CBX_OK) return NULL;
+    size_t need = (n + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+    if (need == 0) need = ALIGN;
+    for (struct block *b = *list; b; b = b->next) {
+        if (b->size - b->used >= need) {
+            void *p = b->mem + b->used;
+            b->used += need;
+            if (!host) {
+                a->used += need;
+                if (a->used > a->peak) a->peak = a->used;
+            }
+            return p;
+        }
+    }
+    size_t bs = host ? ((size_t)1 << 20) : a->block_size;
+    if (bs < need) bs = need;
+    struct block *b = calloc(1, sizeof *b);
+    if (b) {
+        if (host || !a->be) b->mem = aligned_alloc(ALIGN, bs);
+        else b->mem = backend_buf_alloc(a->be, bs);
+    }
+    if (!b || !b->mem) {
+        free(b);
+        arena_fail(a, CBX_ERR_NOMEM, "out of memory allocating %zu bytes of %s arena memory",
+                   bs, host ? "host" : "backend");
+        return NULL;
+    }
+    b->size = bs;
+    b->used = need;
+    b->next = *list;
+    *list = b;
+    if (!host) {
+        a->used += need;
+        if (a->used > a->peak) a->peak = a->used;
+    }
+    return b->mem;
+}
+
+void *arena_alloc(struct arena *a, size_t n)
+{
+    if (!a->be || a->be->host) return bump(a, &a->host, n, false);
+    return bump(a, &a->data, n, false);
+}
+
+void *arena_alloc_host(struct arena *a, size_t n) { return bump(a, &a->host, n, true); }
+
+struct tensor *arena_desc(struct arena *a, const struct tensor *t)
+{
+    struct tensor *d = bump(a, &a->host, sizeof *d, true);
+    if (d) *d = *t;
+    return d;
+}
+
+struct tensor *arena_tensor(struct arena *a, enum dtype type, int ndim, const int64_t *ne)
+{
+    if (a->status != CBX_OK) return NULL;
+    if (ndim < 0 || ndim > TENSOR_MAX_DIMS || !dtype_traits(type)) {
+        arena_fail(a, CBX_ERR_INTERNAL, "arena_tensor: bad ndim %d or type %d", ndim, (int)type);
+        return NULL;
+    }
+    for (int d = 0; d < ndim; d++)
+        if (ne[d] < 0) {
+            arena_fail(a, CBX_ERR_INTERNAL, "arena_tensor: negative dimension %lld",
+                       (long long)ne[d]);
+            return NULL;
+        }
+    struct tensor t = tensor_make(type, ndim, ne, NULL, a->be);
+    if (ndim > 0 && dtype_row_size(type, ne[ndim - 1]) == 0 && ne[ndim - 1] != 0) {
+        arena_fail(a, CBX_ERR_INTERNAL, "arena_tensor: row of %lld is not whole %s blocks",
+                   (long long)ne[ndim - 1], dtype_name(type));
+        return NULL;
+    }
+    t.data = arena_alloc(a, tensor_nbytes(&t));
+    if (!t.data) return NULL;
+    return arena_desc(a, &t);
+}

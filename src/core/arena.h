@@ -1,0 +1,52 @@
+/* arena.h - per-stage bump allocator for activations, with a sticky error.
+ *
+ * Invariants:
+ *  1. Memory comes in blocks obtained from the arena's backend; allocation
+ *     bumps a pointer (64-byte aligned) and never moves earlier tensors.
+ *  2. Nothing is freed one by one: arena_reset() makes every tensor of the
+ *     arena invalid at once and keeps the blocks for reuse.
+ *  3. The first failure (out of memory, a shape error reported by an op)
+ *     is kept with its message; every later allocation returns NULL, so a
+ *     chain of ops can be checked once at its end (arena_status()).
+ * Tensor descriptors themselves live in host memory owned by the arena,
+ * even when the data lives on a device.
+ * Thread safety: one thread at a time per arena. */
+#ifndef CBX_ARENA_H
+#define CBX_ARENA_H
+
+#include <stddef.h>
+
+#include "error.h"
+#include "tensor.h"
+
+struct arena;
+struct backend;
+
+/* block_size: bytes per data block (grown when a request is larger).
+ * NULL on allocation failure. */
+struct arena *arena_create(const struct backend *be, size_t block_size);
+void arena_free(struct arena *a); /* no-op on NULL */
+void arena_reset(struct arena *a);  /* also clears the sticky error */
+const struct backend *arena_backend(const struct arena *a);
+
+/* A new contiguous tensor of the arena's backend; NULL after a failure.
+ * Arena-owned. Contents are uninitialised. */
+struct tensor *arena_tensor(struct arena *a, enum dtype type, int ndim,
+                            const int64_t *ne);
+/* A descriptor only (for views); copies *t. Arena-owned. */
+struct tensor *arena_desc(struct arena *a, const struct tensor *t);
+/* Raw backend memory (scratch for kernels); NULL after a failure. */
+void *arena_alloc(struct arena *a, size_t nbytes);
+/* Host memory (for kernels' host-side scratch and descriptors). */
+void *arena_alloc_host(struct arena *a, size_t nbytes);
+
+/* Record a failure (the first one wins); returns s. */
+cbx_status arena_fail(struct arena *a, cbx_status s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+cbx_status arena_status(const struct arena *a);
+const char *arena_errmsg(const struct arena *a); /* "" when none */
+/* Bytes handed out since the last reset, and the high-water mark. */
+size_t arena_used(const struct arena *a);
+size_t arena_peak(const struct arena *a);
+
+#endif

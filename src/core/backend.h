@@ -1,0 +1,125 @@
+/* backend.h - what a compute backend provides: memory and kernels.
+ *
+ * The op layer (ops_*.c) validates operands and allocates results; a
+ * kernel only computes `out` from its inputs. Every kernel receives the
+ * arena so it can take scratch memory (arena_alloc) and report a failure
+ * (arena_fail). A NULL kernel pointer means "not supported by this
+ * backend"; the op then fails with CBX_ERR_UNSUPPORTED.
+ *
+ * Backends here: "cpu" (threaded, SIMD, BLAS) and "ref" (naive scalar
+ * loops, single thread: the reference every cpu kernel is tested against,
+ * and a second backend proving that model code is backend-agnostic).
+ * Both hold data in host memory. */
+#ifndef CBX_BACKEND_H
+#define CBX_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "ops.h"
+
+struct threadpool;
+
+struct kernels {
+    /* ops_shape.c / ops_elementwise.c */
+    void (*cpy)(struct arena *a, struct tensor *out, const struct tensor *x);
+    void (*fill)(struct arena *a, struct tensor *out, float v);
+    void (*binary)(struct arena *a, struct tensor *out, const struct tensor *x,
+                   const struct tensor *y, enum binop op);
+    void (*unary)(struct arena *a, struct tensor *out, const struct tensor *x,
+                  enum unop op, float p0, float p1);
+    void (*snake)(struct arena *a, struct tensor *out, const struct tensor *x,
+                  const struct tensor *alpha);
+    void (*reduce)(struct arena *a, struct tensor *out, const struct tensor *x,
+                   enum redop op);
+    void (*cumsum)(struct arena *a, struct tensor *out, const struct tensor *x);
+    void (*get_rows)(struct arena *a, struct tensor *out, const struct tensor *table,
+                     const struct tensor *ids);
+    /* ops_linear.c */
+    void (*linear)(struct arena *a, struct tensor *out, const struct tensor *x,
+                   const struct tensor *w, const struct tensor *b);
+    void (*matmul)(struct arena *a, struct tensor *out, const struct tensor *x,
+                   const struct tensor *y);
+    /* ops_conv.c */
+    void (*conv1d)(struct arena *a, struct tensor *out, const struct tensor *x,
+                   const struct tensor *w, const struct tensor *b,
+                   const struct conv1d_params *p);
+    void (*conv_transpose1d)(struct arena *a, struct tensor *out, const struct tensor *x,
+                             const struct tensor *w, const struct tensor *b,
+                             const struct conv_transpose1d_params *p);
+    void (*pad1d)(struct arena *a, struct tensor *out, const struct tensor *x,
+                  int left, int right, enum pad_mode mode, float value);
+    void (*upsample_nearest)(struct arena *a, struct tensor *out,
+                             const struct tensor *x, int factor);
+    void (*lstm)(struct arena *a, struct tensor *out, struct tensor *h_n,
+                 struct tensor *c_n, const struct tensor *x,
+                 const struct tensor *w_ih, const struct tensor *w_hh,
+                 const struct tensor *b_ih, const struct tensor *b_hh,
+                 const struct tensor *h0, const struct tensor *c0);
+    /* ops_nn.c */
+    void (*layer_norm)(struct arena *a, struct tensor *out, const struct tensor *x,
+                       const struct tensor *g, const struct tensor *b, float eps);
+    void (*rms_norm)(struct arena *a, struct tensor *out, const struct tensor *x,
+                     const struct tensor *g, float eps);
+    void (*group_norm)(struct arena *a, struct tensor *out, const struct tensor *x,
+                       int n_groups, const struct tensor *g, const struct tensor *b,
+                       float eps);
+    void (*channel_affine)(struct arena *a, struct tensor *out, const struct tensor *x,
+                           int dim, const struct tensor *scale,
+                           const struct tensor *shift);
+    void (*softmax)(struct arena *a, struct tensor *out, const struct tensor *x,
+                    float scale);
+    void (*attention)(struct arena *a, struct tensor *out, const struct tensor *q,
+                      const struct tensor *k, const struct tensor *v,
+                      const struct tensor *bias, const struct attn_params *p);
+    void (*rope)(struct arena *a, struct tensor *out, const struct tensor *x,
+                 const struct tensor *pos, const struct rope_params *p);
+    /* ops_spectral.c */
+    void (*stft)(struct arena *a, struct tensor *out, const struct tensor *x,
+                 const struct tensor *window, const struct stft_params *p);
+    void (*istft)(struct arena *a, struct tensor *out, const struct tensor *spec,
+                  const struct tensor *window, const struct stft_params *p);
+};
+
+struct backend {
+    const char *name;
+    bool host;                  /* data pointers are host-addressable */
+    struct threadpool *tp;      /* cpu backend's pool (NULL otherwise) */
+    void *(*buf_alloc)(const struct backend *be, size_t n);
+    void (*buf_free)(const struct backend *be, void *p);
+    /* explicit transfers; host backends use memcpy */
+    void (*to_host)(const struct backend *be, void *dst, const void *src, size_t n);
+    void (*from_host)(const struct backend *be, void *dst, const void *src, size_t n);
+    struct kernels k;
+};
+
+static inline void *backend_buf_alloc(const struct backend *be, size_t n)
+{
+    return be->buf_alloc(be, n);
+}
+static inline void backend_buf_free(const struct backend *be, void *p)
+{
+    if (p) be->buf_free(be, p);
+}
+
+/* The cpu backend with n_threads (0 = all online CPUs); NULL on failure.
+ * Free with backend_cpu_free. */
+struct backend *backend_cpu_create(int n_threads);
+void backend_cpu_free(struct backend *be);
+/* The reference backend (static, single-threaded, never freed). */
+const struct backend *backend_ref(void);
+
+/* Registration of each kernel group, one function per source file pair
+ * (src/core/cpu/<group>.c, src/core/ref/<group>.c). */
+void cpu_register_elementwise(struct kernels *k);
+void cpu_register_linear(struct kernels *k);
+void cpu_register_conv(struct kernels *k);
+void cpu_register_nn(struct kernels *k);
+void cpu_register_spectral(struct kernels *k);
+void ref_register_elementwise(struct kernels *k);
+void ref_register_linear(struct kernels *k);
+void ref_register_conv(struct kernels *k);
+void ref_register_nn(struct kernels *k);
+void ref_register_spectral(struct kernels *k);
+
+#endif

@@ -1,0 +1,201 @@
+/* ops.h - the operations model code is written in.
+ *
+ * Every op takes the stage arena first, checks its operands, allocates its
+ * result in the arena (arena-owned, contiguous, on the arena's backend) and
+ * runs the kernel of the arena's backend. Model code never touches
+ * activation memory itself, so the same code runs on every backend (cpu,
+ * ref, cuda).
+ *
+ * Errors: an op given a NULL operand returns NULL without doing anything;
+ * an op whose operands do not fit records the problem in the arena
+ * (arena_fail) and returns NULL. A chain of ops is therefore checked once,
+ * at its end, with arena_status(a).
+ *
+ * Shapes are outermost first (PyTorch order). "x[..., K]" means any number
+ * of leading dimensions. Operands may be strided views unless an op says
+ * "contiguous"; weights are read in place in any listed type.
+ * Thread safety: one thread at a time per arena. */
+#ifndef CBX_OPS_H
+#define CBX_OPS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "arena.h"
+#include "tensor.h"
+
+/* ---- transfers and structure (ops_shape.c) ---------------------------- */
+
+/* A new tensor on the arena's backend holding a copy of host data. */
+struct tensor *op_from_host(struct arena *a, enum dtype type, int ndim,
+                            const int64_t *ne, const void *host);
+/* Copy t (any backend, any strides) into contiguous host memory dst of
+ * tensor_nbytes(t) bytes. Explicit device->host transfer. */
+cbx_status tensor_to_host(const struct tensor *t, void *dst);
+/* F32 tensor filled with a constant. */
+struct tensor *op_fill(struct arena *a, int ndim, const int64_t *ne, float v);
+
+/* Views share data with x (no copy). */
+struct tensor *op_slice(struct arena *a, const struct tensor *x, int dim,
+                        int64_t start, int64_t len);
+struct tensor *op_reshape(struct arena *a, const struct tensor *x, int ndim,
+                          const int64_t *ne); /* x contiguous */
+struct tensor *op_transpose(struct arena *a, const struct tensor *x, int d0, int d1);
+/* out dim i = x dim perm[i] */
+struct tensor *op_permute(struct arena *a, const struct tensor *x, const int *perm);
+/* Contiguous copy of x (same type). */
+struct tensor *op_cont(struct arena *a, const struct tensor *x);
+/* Contiguous copy converted to type (F32/F16/BF16/I32 among each other;
+ * block types from/to F32 for contiguous rows). */
+struct tensor *op_cast(struct arena *a, const struct tensor *x, enum dtype type);
+/* Copy src into dst (same shape, any strides), e.g. into a KV-cache view. */
+cbx_status op_copy_into(struct arena *a, struct tensor *dst, const struct tensor *src);
+/* Concatenate along dim; all other dims equal. */
+struct tensor *op_concat(struct arena *a, const struct tensor *x,
+                         const struct tensor *y, int dim);
+
+/* ---- elementwise (ops_elementwise.c) ---------------------------------- */
+
+enum binop { BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV };
+/* x op y with y broadcast to x (numpy rules, dims aligned on the right,
+ * y's dims 1 or equal). F32. */
+struct tensor *op_binary(struct arena *a, const struct tensor *x,
+                         const struct tensor *y, enum binop op);
+struct tensor *op_add(struct arena *a, const struct tensor *x, const struct tensor *y);
+struct tensor *op_mul(struct arena *a, const struct tensor *x, const struct tensor *y);
+
+enum unop {
+    UN_GELU,      /* erf form (torch default) */
+    UN_GELU_TANH, /* tanh approximation (GPT-2 "gelu_new") */
+    UN_SILU, UN_MISH, UN_ELU /* p0 = alpha */, UN_LEAKY_RELU /* p0 = slope */,
+    UN_RELU, UN_TANH, UN_SIGMOID, UN_SOFTPLUS /* torch: beta 1, threshold 20 */,
+    UN_EXP, UN_LOG, UN_SIN, UN_COS, UN_ABS, UN_SQRT, UN_SQR, UN_NEG,
+    UN_SCALE      /* p0 * x + p1 */,
+    UN_CLAMP      /* min(max(x, p0), p1) */,
+};
+struct tensor *op_unary(struct arena *a, const struct tensor *x, enum unop op,
+                        float p0, float p1);
+struct tensor *op_scale(struct arena *a, const struct tensor *x, float s);
+/* Snake (BigVGAN/HiFT): x + 1/(alpha + 1e-9) * sin(alpha * x)^2,
+ * x[B, C, T] or [C, T], alpha[C] per channel (linear scale). */
+struct tensor *op_snake(struct arena *a, const struct tensor *x, const struct tensor *alpha);
+/* Reductions over the innermost dim, keeping it as size 1. */
+enum redop { RED_SUM, RED_MEAN, RED_MAX };
+struct tensor *op_reduce(struct arena *a, const struct tensor *x, enum redop op);
+/* Inclusive cumulative sum over the innermost dim (float32 accumulate as
+ * torch.cumsum on CPU). */
+struct tensor *op_cumsum(struct arena *a, const struct tensor *x);
+/* Rows of table[N, D] (any weight type) at ids[n] (I32 or I64) -> [n, D]
+ * F32 (ids may be [B, n] -> [B, n, D]). Out-of-range ids fail. */
+struct tensor *op_get_rows(struct arena *a, const struct tensor *table,
+                           const struct tensor *ids);
+
+/* ---- linear algebra (ops_linear.c) ------------------------------------ */
+
+/* y[..., N] = x[..., K] @ w[N, K]^T + b[N]. w in F32/F16/BF16/Q8_0/Q4_0/
+ * Q4_1/Q5_0/Q5_1 (upstream [out, in] layout), b F32 or NULL, x F32.
+ * One row: matrix-vector kernel; several rows: batched GEMM. */
+struct tensor *op_linear(struct arena *a, const struct tensor *x,
+                         const struct tensor *w, const struct tensor *b);
+/* out[..., M, N] = x[..., M, K] @ y[..., K, N], F32, batch dims broadcast. */
+struct tensor *op_matmul(struct arena *a, const struct tensor *x, const struct tensor *y);
+
+/* ---- convolution and resampling (ops_conv.c) -------------------------- */
+
+enum pad_mode { PAD_ZERO, PAD_REFLECT, PAD_REPLICATE };
+
+struct conv1d_params {
+    int stride, dilation, groups;
+    int pad_left, pad_right; /* causal conv: pad_left = dilation*(k-1), right 0 */
+    enum pad_mode pad_mode;
+};
+/* x[B, Cin, T] or [Cin, T]; w[Cout, Cin/groups, K]; b[Cout] or NULL. */
+struct tensor *op_conv1d(struct arena *a, const struct tensor *x,
+                         const struct tensor *w, const struct tensor *b,
+                         const struct conv1d_params *p);
+struct conv_transpose1d_params {
+    int stride, padding, output_padding, dilation, groups; /* PyTorch's */
+};
+/* x[B, Cin, T] or [Cin, T]; w[Cin, Cout/groups, K]; b[Cout] or NULL.
+ * T_out = (T-1)*stride - 2*padding + dilation*(K-1) + output_padding + 1. */
+struct tensor *op_conv_transpose1d(struct arena *a, const struct tensor *x,
+                                   const struct tensor *w, const struct tensor *b,
+                                   const struct conv_transpose1d_params *p);
+/* Pad the innermost dim. Reflect needs pad < T (as torch). */
+struct tensor *op_pad1d(struct arena *a, const struct tensor *x, int left,
+                        int right, enum pad_mode mode, float value);
+/* Nearest-neighbour upsampling of the innermost dim by an integer factor. */
+struct tensor *op_upsample_nearest(struct arena *a, const struct tensor *x, int factor);
+/* One unidirectional LSTM layer (torch.nn.LSTM gate order i, f, g, o).
+ * x[B, T, In]; w_ih[4H, In]; w_hh[4H, H]; b_ih, b_hh [4H] (or NULL);
+ * h0, c0 [B, H] or NULL (zeros). Output [B, T, H]; final states written to
+ * *h_n / *c_n when not NULL ([B, H], arena-owned). */
+struct tensor *op_lstm(struct arena *a, const struct tensor *x,
+                       const struct tensor *w_ih, const struct tensor *w_hh,
+                       const struct tensor *b_ih, const struct tensor *b_hh,
+                       const struct tensor *h0, const struct tensor *c0,
+                       struct tensor **h_n, struct tensor **c_n);
+
+/* ---- normalisation, softmax, attention, rotary (ops_nn.c) ------------- */
+
+/* Over the innermost dim; g, b [D] or NULL. */
+struct tensor *op_layer_norm(struct arena *a, const struct tensor *x,
+                             const struct tensor *g, const struct tensor *b, float eps);
+struct tensor *op_rms_norm(struct arena *a, const struct tensor *x,
+                           const struct tensor *g, float eps);
+/* x[B, C, T] (or [C, T]); groups of C/G channels; g, b [C] or NULL. */
+struct tensor *op_group_norm(struct arena *a, const struct tensor *x, int n_groups,
+                             const struct tensor *g, const struct tensor *b, float eps);
+/* Per-channel affine x * scale[c] + shift[c] over dim `dim` (batch norm in
+ * eval mode, folded at load: scale = g/sqrt(var+eps), shift = b - mean*scale). */
+struct tensor *op_channel_affine(struct arena *a, const struct tensor *x, int dim,
+                                 const struct tensor *scale, const struct tensor *shift);
+/* Softmax over the innermost dim: softmax(x * scale). */
+struct tensor *op_softmax(struct arena *a, const struct tensor *x, float scale);
+
+struct attn_params {
+    float scale;  /* usually 1/sqrt(D) */
+    bool causal;  /* query i (absolute position Tk-Tq+i) sees keys <= it */
+};
+/* Fused scaled-dot-product attention.
+ * q[B, Hq, Tq, D]; k, v [B, Hk, Tk, D] with Hq % Hk == 0 (grouped-query:
+ * head h reads kv head h / (Hq/Hk)); views with any strides (e.g. a
+ * permuted [B, T, H, D] projection or a KV-cache prefix). bias (or NULL) is
+ * added to the scaled scores and broadcasts as [B or 1, Hq or 1, Tq, Tk]
+ * (relative-position scores, -inf masks). Output [B, Hq, Tq, D]. */
+struct tensor *op_attention(struct arena *a, const struct tensor *q,
+                            const struct tensor *k, const struct tensor *v,
+                            const struct tensor *bias, const struct attn_params *p);
+
+struct rope_params {
+    float theta;            /* base, e.g. 10000 or 500000 */
+    int n_dims;             /* rotated dims (<= D), NeoX half split */
+    /* Llama-3 frequency scaling; factor 0 disables it. */
+    float factor, low_freq_factor, high_freq_factor;
+    int original_max_pos;
+};
+/* Rotary embedding, NeoX/HF layout (rotate_half on the two halves).
+ * x[B, H, T, D]; pos I32 [T] absolute positions. */
+struct tensor *op_rope(struct arena *a, const struct tensor *x,
+                       const struct tensor *pos, const struct rope_params *p);
+
+/* ---- spectral (ops_spectral.c) ---------------------------------------- */
+
+struct stft_params {
+    int n_fft, hop, win_length; /* window of win_length centred in n_fft */
+    bool center;                /* pad n_fft/2 each side with pad_mode */
+    enum pad_mode pad_mode;     /* torch.stft default: reflect */
+    bool normalized;            /* multiply by 1/sqrt(n_fft) */
+};
+/* torch.stft(x, return_complex=True, onesided=True) as real/imag pairs:
+ * x[B, L] or [L]; window [win_length] (NULL = rectangular);
+ * out [B, n_fft/2+1, frames, 2]. */
+struct tensor *op_stft(struct arena *a, const struct tensor *x,
+                       const struct tensor *window, const struct stft_params *p);
+/* torch.istft: spec[B, n_fft/2+1, frames, 2] -> [B, length] (length <= 0:
+ * the natural length), with window-square normalisation (as torch). */
+struct tensor *op_istft(struct arena *a, const struct tensor *spec,
+                        const struct tensor *window, const struct stft_params *p,
+                        int64_t length);
+
+#endif

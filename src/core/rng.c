@@ -1,0 +1,74 @@
+/* rng.c - shared run-time RNG; see rng.h and shared/spec/rng.md. */
+#include "rng.h"
+
+#include <math.h>
+#include <string.h>
+
+#define GOLDEN 0x9E3779B97F4A7C15ull
+
+uint64_t rng_fnv1a64(const void *bytes, size_t n)
+{
+    const unsigned char *p = bytes;
+    uint64_t h = 0xCBF29CE484222325ull;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001B3ull;
+    }
+    return h;
+}
+
+uint32_t rng_m24(uint64_t key, uint64_t i)
+{
+    uint64_t z = key + (i + 1) * GOLDEN;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z = z ^ (z >> 31);
+    return (uint32_t)(z >> 40);
+}
+
+void rng_stream_init(struct rng_stream *s, const char *name, uint64_t seed)
+{
+    s->key = rng_fnv1a64(name, strlen(name)) ^ seed;
+    s->counter = 0;
+}
+
+uint32_t rng_next_m24(struct rng_stream *s) { return rng_m24(s->key, s->counter++); }
+
+float rng_uniform(struct rng_stream *s) { return (float)rng_next_m24(s) * 0x1p-24f; }
+
+void rng_uniform_fill(struct rng_stream *s, float *dst, size_t n)
+{
+    for (size_t i = 0; i < n; i++) dst[i] = rng_uniform(s);
+}
+
+float rng_gaussian(struct rng_stream *s)
+{
+    uint32_t a = rng_next_m24(s), b = rng_next_m24(s);
+    double u1 = (double)(16777216u - a) * 0x1p-24;
+    double u2 = (double)b * 0x1p-24;
+    double g = sqrt(-2.0 * log(u1)) * cos(2.0 * 3.141592653589793 * u2);
+    return (float)g;
+}
+
+void rng_gaussian_fill(struct rng_stream *s, float *dst, size_t n)
+{
+    for (size_t i = 0; i < n; i++) dst[i] = rng_gaussian(s);
+}
+
+int64_t rng_categorical(struct rng_stream *s, const float *probs, int64_t n)
+{
+    float u = rng_uniform(s);
+    double total = 0.0;
+    int64_t last_pos = -1;
+    for (int64_t i = 0; i < n; i++) {
+        total += (double)probs[i];
+        if (probs[i] > 0) last_pos = i;
+    }
+    if (last_pos < 0) return -1;
+    double target = (double)u * total, c = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        c += (double)probs[i];
+        if (c > target) return i;
+    }
+    return last_pos;
+}

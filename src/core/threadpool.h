@@ -1,0 +1,35 @@
+/* threadpool.h - persistent worker threads with a blocking parallel-for.
+ *
+ * Invariants:
+ *  1. Workers are created once and sleep on a condition variable between
+ *     jobs; a job is dispatched to all of them at once.
+ *  2. tp_parallel_for returns only after every index in [0, n) has been
+ *     processed exactly once; the calling thread works too.
+ *  3. One job at a time per pool: calls from several threads on the same
+ *     pool are serialised by a mutex. A nested call from inside a job runs
+ *     serially on the calling worker (no deadlock).
+ * Thread safety: a pool may be shared; jobs are serialised. */
+#ifndef CBX_THREADPOOL_H
+#define CBX_THREADPOOL_H
+
+#include <stdint.h>
+
+struct threadpool;
+
+/* fn(ctx, begin, end, thread_index) processes indices [begin, end). */
+typedef void (*tp_fn)(void *ctx, int64_t begin, int64_t end, int ith);
+
+/* n_threads total, including the caller (>= 1). NULL on failure. */
+struct threadpool *tp_create(int n_threads);
+void tp_free(struct threadpool *tp); /* no-op on NULL */
+int tp_n_threads(const struct threadpool *tp);
+
+/* Split [0, n) into chunks of at least `grain` indices and run fn on them.
+ * tp may be NULL (runs serially on the caller). */
+void tp_parallel_for(struct threadpool *tp, int64_t n, int64_t grain,
+                     tp_fn fn, void *ctx);
+
+/* Number of online CPUs (>= 1). */
+int tp_default_threads(void);
+
+#endif

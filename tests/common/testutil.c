@@ -1,0 +1,83 @@
+/* testutil.c - see testutil.h. */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/rng.h"
+
+int test_failures, test_checks;
+
+void test_check(bool ok, const char *file, int line, const char *fmt, ...)
+{
+    test_checks++;
+    if (ok) return;
+    test_failures++;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "FAIL %s:%d: ", file, line);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+double rel_error(const float *got, const float *want, size_t n, double *max_abs)
+{
+    double ma = 0, mw = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - (double)want[i]);
+        if (!(d <= ma)) ma = d; /* NaN propagates */
+        double w = fabs((double)want[i]);
+        if (w > mw) mw = w;
+    }
+    if (max_abs) *max_abs = ma;
+    return mw > 0 ? ma / mw : ma;
+}
+
+bool check_close(const char *what, const float *got, const float *want, size_t n,
+                 double atol, double rtol)
+{
+    double ma, rel = rel_error(got, want, n, &ma);
+    bool ok = (rel <= rtol) || (ma <= atol);
+    printf("%-48s n=%-9zu max_abs=%.3e rel=%.3e tol(abs %.1e, rel %.1e) %s\n", what, n,
+           ma, rel, atol, rtol, ok ? "PASS" : "FAIL");
+    test_check(ok, __FILE__, __LINE__, "%s: max_abs %.3e rel %.3e", what, ma, rel);
+    return ok;
+}
+
+void fill_uniform(float *dst, size_t n, float lo, float hi, uint64_t seed)
+{
+    struct rng_stream s;
+    rng_stream_init(&s, "test", seed);
+    for (size_t i = 0; i < n; i++) dst[i] = lo + (hi - lo) * rng_uniform(&s);
+}
+
+const char *test_data(const char *rel)
+{
+    static char buf[4096];
+    snprintf(buf, sizeof buf, "%s/%s", CBX_TEST_DATA, rel);
+    return buf;
+}
+
+const char *test_tmpdir(const char *tag)
+{
+    static char buf[4096];
+    snprintf(buf, sizeof buf, "%s/test-tmp/%s-%d", CBX_BINARY_DIR, tag, (int)getpid());
+    char cmd[8400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", buf, buf);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "cannot create %s\n", buf);
+        exit(2);
+    }
+    return buf;
+}
+
+int test_summary(void)
+{
+    printf("%d checks, %d failed\n", test_checks, test_failures);
+    return test_failures ? 1 : 0;
+}

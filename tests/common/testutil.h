@@ -1,0 +1,38 @@
+/* testutil.h - shared helpers for the test programs.
+ *
+ * Checks print one line each (what, measured error, tolerance, verdict) and
+ * count failures; main() ends with `return test_summary();`, which prints a
+ * total and returns non-zero when any check failed. */
+#ifndef CBX_TESTUTIL_H
+#define CBX_TESTUTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/tensor.h"
+
+extern int test_failures, test_checks;
+
+#define CHECK(cond, ...) test_check((cond), __FILE__, __LINE__, __VA_ARGS__)
+void test_check(bool ok, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Compare n floats: max abs error, and rel = max abs error / max |want|.
+ * Passes when rel <= rtol or max abs <= atol. Prints one line. */
+bool check_close(const char *what, const float *got, const float *want, size_t n,
+                 double atol, double rtol);
+/* Same, but only reports (returns the rel error) without counting. */
+double rel_error(const float *got, const float *want, size_t n, double *max_abs);
+
+/* Deterministic uniform values in [lo, hi) (shared RNG, stream "test"). */
+void fill_uniform(float *dst, size_t n, float lo, float hi, uint64_t seed);
+
+/* Path into tests/data (static buffer per call: copy if kept). */
+const char *test_data(const char *rel);
+/* A fresh empty directory under the build tree; static buffer. */
+const char *test_tmpdir(const char *tag);
+
+int test_summary(void);
+
+#endif

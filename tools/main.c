@@ -1,0 +1,39 @@
+/* main.c - the `chatterbox` command line: git-style subcommands.
+ * Each subcommand lives in tools/cmd_<name>.c and is listed here. */
+#include <stdio.h>
+#include <string.h>
+
+#include "chatterbox.h"
+#include "cli.h"
+
+static const struct cli_command commands[] = {
+    {"synth", "write a synthetic Hugging Face model directory", cmd_synth},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: chatterbox [--help] [--version] <command> [<args>]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\nRun 'chatterbox <command> --help' for a command's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
+        printf("chatterbox %s\n", cbx_version());
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "chatterbox: unknown command '%s' (see 'chatterbox --help')\n", argv[1]);
+    return 2;
+}
