@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# test.sh - set up, build and run the whole test suite (the README's test
+# command; .ci/run calls it). Two passes:
+#   1. Release build (gcc): every test, benchmarks built.
+#   2. clang with AddressSanitizer + UndefinedBehaviorSanitizer: the unit
+#      tests and the libFuzzer targets (bounded time each).
+# Fails loudly: any build error or failing test stops with a non-zero exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=${JOBS:-$(nproc)}
+
+bash scripts/setup.sh
+
+echo "== pass 1: release build, all tests"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j "$JOBS"
+ctest --test-dir build --output-on-failure -j "$JOBS" --timeout 1200
+
+echo "== pass 2: ASan + UBSan (clang), unit tests and fuzz targets"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+      -DCBX_SANITIZE=ON -DCBX_FUZZ=ON -DCBX_BENCH=OFF >/dev/null
+cmake --build build-asan -j "$JOBS"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-asan --output-on-failure -j "$JOBS" --timeout 1200 -LE slow
