@@ -41,6 +41,9 @@ struct tensor *op_slice(struct arena *a, const struct tensor *x, int dim,
 struct tensor *op_reshape(struct arena *a, const struct tensor *x, int ndim,
                           const int64_t *ne); /* x contiguous */
 struct tensor *op_transpose(struct arena *a, const struct tensor *x, int d0, int d1);
+/* Split dim into (n_outer, ne[dim] / n_outer); valid for any strides, e.g.
+ * a [B, T, 3D] projection sliced to [B, T, D] and split into [B, T, H, Dh]. */
+struct tensor *op_split_dim(struct arena *a, const struct tensor *x, int dim, int64_t n_outer);
 /* out dim i = x dim perm[i] */
 struct tensor *op_permute(struct arena *a, const struct tensor *x, const int *perm);
 /* Contiguous copy of x (same type). */

@@ -122,6 +122,30 @@ struct tensor *op_transpose(struct arena *a, const struct tensor *x, int d0, int
     return op_permute(a, x, perm);
 }
 
+struct tensor *op_split_dim(struct arena *a, const struct tensor *x, int dim, int64_t n_outer)
+{
+    if (!x) return NULL;
+    if (dim < 0) dim += x->ndim;
+    if (bad_dim(a, x, dim, "op_split_dim")) return NULL;
+    if (x->ndim == TENSOR_MAX_DIMS || n_outer <= 0 || x->ne[dim] % n_outer ||
+        (dim == x->ndim - 1 && dtype_traits(x->type)->quantized)) {
+        arena_fail(a, CBX_ERR_INTERNAL, "op_split_dim: cannot split dim %d of size %lld into %lld",
+                   dim, (long long)x->ne[dim], (long long)n_outer);
+        return NULL;
+    }
+    struct tensor v = *x;
+    for (int d = x->ndim; d > dim + 1; d--) {
+        v.ne[d] = x->ne[d - 1];
+        v.nb[d] = x->nb[d - 1];
+    }
+    v.ndim = x->ndim + 1;
+    v.ne[dim] = n_outer;
+    v.ne[dim + 1] = x->ne[dim] / n_outer;
+    v.nb[dim + 1] = x->nb[dim];
+    v.nb[dim] = x->nb[dim] * v.ne[dim + 1];
+    return arena_desc(a, &v);
+}
+
 struct tensor *op_cast(struct arena *a, const struct tensor *x, enum dtype type)
 {
     if (!x) return NULL;
