@@ -1,4 +1,37 @@
-/* common.h - shared helpers of the benchmark programs. */
+/* common.h - shared helpers of the benchmark programs: options, timing,
+ * statistics and the JSON-lines output of STYLE.md "Benchmark output"
+ * (one object per line on stdout, human summary on stderr). */
 #ifndef CBX_BENCH_COMMON_H
 #define CBX_BENCH_COMMON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct bench_opts {
+    int threads;         /* --threads N (default: online CPUs) */
+    int reps;            /* --reps N: timed repetitions after one warm-up */
+    const char *filter;  /* --filter S: run cases whose name contains S */
+    size_t mem_mib;      /* --mem MiB: working set of bandwidth-bound cases */
+};
+
+/* Parse argv; prints usage and returns false on a bad option or --help. */
+bool bench_parse(int argc, char **argv, struct bench_opts *o, int default_reps);
+bool bench_selected(const struct bench_opts *o, const char *name);
+
+double bench_now(void); /* monotonic seconds */
+
+struct bench_stats { double median, p10, p90; };
+/* Order statistics of v[0..n) (sorted in place). */
+struct bench_stats bench_stats(double *v, int n);
+
+/* One JSON line; baseline may be NULL (then no ratio). */
+void bench_emit(const char *bench, const char *type, const int64_t *shape, int ndim,
+                int threads, int reps, const char *unit, struct bench_stats s,
+                const char *baseline, double baseline_median);
+
+/* Short commit id: CBX_GIT_COMMIT at build time, else $CBX_COMMIT, else
+ * "unknown". */
+const char *bench_commit(void);
+
 #endif

@@ -1,0 +1,376 @@
+/* bench_kernels.c - linear-algebra kernels of the cpu backend against the
+ * machine's own limits, measured in the same run:
+ *
+ *   copy         STREAM-like copy of two --mem MiB buffers on --threads
+ *                threads; GB/s counts bytes read + bytes written (STREAM
+ *                convention). The baseline of every bandwidth figure.
+ *   fma_peak     independent FMA chains on every thread (GFLOP/s), the
+ *                baseline of the sgemm figures.
+ *   matvec       op_linear with one row of x (the T3 decode step) at the
+ *                T3 / Llama shapes [N, K], F32/F16/Q8_0/Q4_0 weights. The
+ *                weights cycle through enough copies to fill --mem MiB so
+ *                they come from DRAM as in a real decode step (the whole
+ *                model is far larger than the caches); GB/s = weight bytes
+ *                read per second, ratio = that / copy GB/s.
+ *   matvec_hot   the same with one copy (cache-resident): the kernels'
+ *                compute ceiling.
+ *   linear_rows  a few rows of x through the dot path and through the
+ *                dequantise + sgemm path (weight GB/s), to place the
+ *                switch-over (linear_dot_max_rows).
+ *   sgemm        op_linear with many rows (CFM-like: M = 602 or 1204
+ *                frames), F32 weights straight to OpenBLAS, F16/Q8_0
+ *                dequantised per tile; GFLOP/s and ratio to fma_peak.
+ * Every figure is the median over --reps timed repetitions after one
+ * untimed warm-up; p10/p90 are of the same samples. */
+#include <immintrin.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "core/backend.h"
+#include "core/cpu/linear_kernels.h"
+#include "core/cpu_features.h"
+#include "core/quant.h"
+#include "core/threadpool.h"
+
+static struct bench_opts opt;
+static struct backend *cpu;
+static struct arena *ar;
+static double copy_gbs, peak_gflops;
+
+/* ---- baselines --------------------------------------------------------- */
+
+struct copy_job { char *dst; const char *src; size_t n; int parts; };
+
+static void copy_part(void *ctx, int64_t b, int64_t e, int ith)
+{
+    (void)ith;
+    const struct copy_job *j = ctx;
+    size_t per = j->n / (size_t)j->parts;
+    for (int64_t p = b; p < e; p++) {
+        size_t off = (size_t)p * per, len = p == j->parts - 1 ? j->n - off : per;
+        memcpy(j->dst + off, j->src + off, len);
+    }
+}
+
+static void bench_copy(void)
+{
+    size_t n = opt.mem_mib << 20;
+    char *src = aligned_alloc(64, n), *dst = aligned_alloc(64, n);
+    double *v = calloc((size_t)opt.reps, sizeof *v);
+    if (!src || !dst || !v) { fprintf(stderr, "copy: out of memory\n"); goto cleanup; }
+    memset(src, 1, n);
+    memset(dst, 2, n); /* fault every page in before timing */
+    struct copy_job j = {dst, src, n, opt.threads};
+    for (int r = -1; r < opt.reps; r++) {
+        double t0 = bench_now();
+        tp_parallel_for(cpu->tp, opt.threads, 1, copy_part, &j);
+        double t = bench_now() - t0;
+        if (r >= 0) v[r] = 2.0 * (double)n / t * 1e-9;
+    }
+    struct bench_stats s = bench_stats(v, opt.reps);
+    copy_gbs = s.median;
+    int64_t shape[1] = {(int64_t)n};
+    bench_emit("copy", "u8", shape, 1, opt.threads, opt.reps, "GB/s", s, NULL, 0);
+    fprintf(stderr, "copy %zu MiB: %.1f GB/s (read+write), p10 %.1f p90 %.1f\n", opt.mem_mib,
+            s.median, s.p10, s.p90);
+cleanup:
+    free(src);
+    free(dst);
+    free(v);
+}
+
+#define FMA_CHAINS 12
+#define FMA_ITERS 2000000
+
+__attribute__((target("avx512f"))) static double fma_avx512(void)
+{
+    __m512 a[FMA_CHAINS], m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+    for (int i = 0; i < FMA_CHAINS; i++) a[i] = _mm512_set1_ps((float)i);
+    for (int it = 0; it < FMA_ITERS; it++)
+        for (int i = 0; i < FMA_CHAINS; i++) a[i] = _mm512_fmadd_ps(a[i], m, c);
+    __m512 s = a[0];
+    for (int i = 1; i < FMA_CHAINS; i++) s = _mm512_add_ps(s, a[i]);
+    volatile float sink = _mm512_reduce_add_ps(s);
+    (void)sink;
+    return (double)FMA_ITERS * FMA_CHAINS * 16 * 2;
+}
+
+__attribute__((target("avx2,fma"))) static double fma_avx2(void)
+{
+    __m256 a[FMA_CHAINS], m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+    for (int i = 0; i < FMA_CHAINS; i++) a[i] = _mm256_set1_ps((float)i);
+    for (int it = 0; it < FMA_ITERS; it++)
+        for (int i = 0; i < FMA_CHAINS; i++) a[i] = _mm256_fmadd_ps(a[i], m, c);
+    float out[8];
+    __m256 s = a[0];
+    for (int i = 1; i < FMA_CHAINS; i++) s = _mm256_add_ps(s, a[i]);
+    _mm256_storeu_ps(out, s);
+    volatile float sink = out[0];
+    (void)sink;
+    return (double)FMA_ITERS * FMA_CHAINS * 8 * 2;
+}
+
+static void fma_part(void *ctx, int64_t b, int64_t e, int ith)
+{
+    (void)ith;
+    double *flops = ctx;
+    for (int64_t i = b; i < e; i++)
+        flops[i] = cpu_level() >= CPU_AVX512 ? fma_avx512() : cpu_level() >= CPU_AVX2 ? fma_avx2() : 0;
+}
+
+static void bench_fma_peak(void)
+{
+    int reps = opt.reps < 5 ? opt.reps : 5; /* long and very stable */
+    double v[5], *flops = calloc((size_t)opt.threads, sizeof *flops);
+    if (!flops) return;
+    for (int r = -1; r < reps; r++) {
+        double t0 = bench_now();
+        tp_parallel_for(cpu->tp, opt.threads, 1, fma_part, flops);
+        double t = bench_now() - t0, total = 0;
+        for (int i = 0; i < opt.threads; i++) total += flops[i];
+        if (r >= 0) v[r] = total / t * 1e-9;
+    }
+    struct bench_stats s = bench_stats(v, reps);
+    peak_gflops = s.median;
+    int64_t shape[1] = {FMA_CHAINS};
+    bench_emit("fma_peak", cpu_level_name(cpu_level()), shape, 1, opt.threads, reps, "GFLOP/s",
+               s, NULL, 0);
+    fprintf(stderr, "fma peak (%s): %.1f GFLOP/s\n", cpu_level_name(cpu_level()), s.median);
+    free(flops);
+}
+
+/* ---- weights ------------------------------------------------------------ */
+
+static void fill_random(float *x, size_t n, uint32_t seed)
+{
+    uint32_t s = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        x[i] = (float)((int32_t)(s >> 8) - (1 << 23)) * (1.0f / (1 << 23)) * 0.05f;
+    }
+}
+
+/* `copies` back-to-back copies of one random [n, k] matrix of type t. */
+static void *make_weights(enum dtype t, int64_t n, int64_t k, int64_t copies, size_t *bytes)
+{
+    size_t row = dtype_row_size(t, k), sz = row * (size_t)n;
+    char *w = aligned_alloc(64, (sz * (size_t)copies + 63) & ~(size_t)63);
+    float *f = malloc((size_t)k * sizeof *f);
+    if (!w || !f) { free(w); free(f); return NULL; }
+    for (int64_t r = 0; r < n; r++) {
+        fill_random(f, (size_t)k, (uint32_t)r);
+        quantize_row(t, f, w + (size_t)r * row, k);
+    }
+    for (int64_t c = 1; c < copies; c++) memcpy(w + (size_t)c * sz, w, sz);
+    free(f);
+    *bytes = sz;
+    return w;
+}
+
+/* Median weight GB/s of op_linear over x[m, k] with `copies` weights. */
+static struct bench_stats time_linear(enum dtype t, int64_t m, int64_t n, int64_t k,
+                                      int64_t copies, const char *w, size_t wbytes,
+                                      const float *xv, double *per_call_us)
+{
+    double *v = calloc((size_t)opt.reps, sizeof *v), *us = calloc((size_t)opt.reps, sizeof *us);
+    struct bench_stats s = {0, 0, 0};
+    *per_call_us = 0;
+    if (!v || !us) goto cleanup;
+    int64_t xne[2] = {m, k}, wne[2] = {n, k};
+    struct tensor x = tensor_make(TYPE_F32, 2, xne, (void *)xv, NULL);
+    for (int r = -1; r < opt.reps; r++) {
+        double t0 = bench_now();
+        for (int64_t c = 0; c < copies; c++) {
+            struct tensor wt = tensor_make(t, 2, wne, (char *)w + (size_t)c * wbytes, NULL);
+            arena_reset(ar);
+            if (!op_linear(ar, &x, &wt, NULL)) {
+                fprintf(stderr, "op_linear: %s\n", arena_errmsg(ar));
+                goto cleanup;
+            }
+        }
+        double dt = bench_now() - t0;
+        if (r >= 0) {
+            v[r] = (double)wbytes * (double)copies / dt * 1e-9;
+            us[r] = dt / (double)copies * 1e6;
+        }
+    }
+    s = bench_stats(v, opt.reps);
+    *per_call_us = bench_stats(us, opt.reps).median;
+cleanup:
+    free(v);
+    free(us);
+    return s;
+}
+
+/* ---- matrix-vector ------------------------------------------------------ */
+
+static const struct { int64_t n, k; const char *what; } mv_shapes[] = {
+    {1024, 1024, "T3 attn (q,k,v,o) [1024,1024]"},
+    {4096, 1024, "T3 mlp up / Llama gate,up [4096,1024]"},
+    {1024, 4096, "T3 mlp down / Llama down [1024,4096]"},
+    {6563, 1024, "T3 speech head [6563,1024]"},
+};
+static const enum dtype mv_types[] = {TYPE_F32, TYPE_F16, TYPE_Q8_0, TYPE_Q4_0};
+
+static void bench_matvec(bool hot)
+{
+    const char *name = hot ? "matvec_hot" : "matvec";
+    for (size_t ti = 0; ti < sizeof mv_types / sizeof mv_types[0]; ti++) {
+        enum dtype t = mv_types[ti];
+        char sel[64];
+        snprintf(sel, sizeof sel, "%s/%s", name, dtype_name(t));
+        if (!bench_selected(&opt, sel)) continue;
+        for (size_t si = 0; si < sizeof mv_shapes / sizeof mv_shapes[0]; si++) {
+            int64_t n = mv_shapes[si].n, k = mv_shapes[si].k;
+            size_t one = dtype_row_size(t, k) * (size_t)n;
+            int64_t copies = hot ? 1 : (int64_t)(((opt.mem_mib << 20) + one - 1) / one);
+            size_t wbytes;
+            char *w = make_weights(t, n, k, copies, &wbytes);
+            float *x = malloc((size_t)k * sizeof *x);
+            if (!w || !x) { fprintf(stderr, "%s: out of memory\n", name); free(w); free(x); return; }
+            fill_random(x, (size_t)k, 7);
+            /* hot: repeat the one matrix enough times for a measurable sample */
+            int64_t loops = hot ? (int64_t)((64u << 20) / wbytes) + 1 : copies;
+            double us;
+            struct bench_stats s;
+            if (hot) {
+                /* reuse the copies loop with a stride of 0 by timing `loops` calls */
+                double *v = calloc((size_t)opt.reps, sizeof *v), *u = calloc((size_t)opt.reps, sizeof *u);
+                int64_t xne[2] = {1, k}, wne[2] = {n, k};
+                struct tensor xt = tensor_make(TYPE_F32, 2, xne, x, NULL);
+                struct tensor wt = tensor_make(t, 2, wne, w, NULL);
+                for (int r = -1; v && u && r < opt.reps; r++) {
+                    double t0 = bench_now();
+                    for (int64_t c = 0; c < loops; c++) {
+                        arena_reset(ar);
+                        op_linear(ar, &xt, &wt, NULL);
+                    }
+                    double dt = bench_now() - t0;
+                    if (r >= 0) {
+                        v[r] = (double)wbytes * (double)loops / dt * 1e-9;
+                        u[r] = dt / (double)loops * 1e6;
+                    }
+                }
+                s = v ? bench_stats(v, opt.reps) : (struct bench_stats){0, 0, 0};
+                us = u ? bench_stats(u, opt.reps).median : 0;
+                free(v);
+                free(u);
+            } else {
+                s = time_linear(t, 1, n, k, copies, w, wbytes, x, &us);
+            }
+            int64_t shape[2] = {n, k};
+            bench_emit(name, dtype_name(t), shape, 2, opt.threads, opt.reps, "GB/s", s, "copy",
+                       copy_gbs);
+            fprintf(stderr, "%-10s %-5s %-40s %7.1f us  %6.1f GB/s  %4.0f%% of copy\n", name,
+                    dtype_name(t), mv_shapes[si].what, us, s.median,
+                    copy_gbs > 0 ? 100 * s.median / copy_gbs : 0);
+            free(w);
+            free(x);
+        }
+    }
+}
+
+/* ---- rows: dot path vs sgemm path --------------------------------------- */
+
+static void bench_rows(void)
+{
+    const enum dtype types[] = {TYPE_Q4_0, TYPE_F16};
+    const int64_t rows[] = {1, 2, 4, 8, 16};
+    const int64_t n = 4096, k = 1024;
+    for (size_t ti = 0; ti < 2; ti++) {
+        enum dtype t = types[ti];
+        char sel[64];
+        snprintf(sel, sizeof sel, "linear_rows/%s", dtype_name(t));
+        if (!bench_selected(&opt, sel)) continue;
+        size_t one = dtype_row_size(t, k) * (size_t)n;
+        int64_t copies = (int64_t)(((opt.mem_mib << 20) / 4 + one - 1) / one);
+        size_t wbytes;
+        char *w = make_weights(t, n, k, copies, &wbytes);
+        float *x = malloc((size_t)(16 * k) * sizeof *x);
+        if (!w || !x) { free(w); free(x); return; }
+        fill_random(x, (size_t)(16 * k), 9);
+        int saved = linear_dot_max_rows;
+        for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
+            double us[2];
+            struct bench_stats s[2];
+            for (int path = 0; path < 2; path++) {
+                linear_dot_max_rows = path == 0 ? 1 << 30 : 0;
+                s[path] = time_linear(t, rows[ri], n, k, copies, w, wbytes, x, &us[path]);
+                char ty[32];
+                snprintf(ty, sizeof ty, "%s:%s", dtype_name(t), path == 0 ? "dot" : "gemm");
+                int64_t shape[3] = {rows[ri], n, k};
+                bench_emit("linear_rows", ty, shape, 3, opt.threads, opt.reps, "GB/s", s[path],
+                           "copy", copy_gbs);
+            }
+            fprintf(stderr, "linear_rows %-5s m=%-3lld [%lld,%lld]: dot %8.1f us, dequant+sgemm %8.1f us -> %s\n",
+                    dtype_name(t), (long long)rows[ri], (long long)n, (long long)k, us[0], us[1],
+                    us[0] <= us[1] ? "dot" : "gemm");
+        }
+        linear_dot_max_rows = saved;
+        free(w);
+        free(x);
+    }
+}
+
+/* ---- sgemm --------------------------------------------------------------- */
+
+static void bench_sgemm(void)
+{
+    static const int64_t shapes[][3] = { /* M (frames), K, N */
+        {1204, 256, 256}, {1204, 256, 1024}, {1204, 1024, 256}, {1204, 512, 512},
+        {1204, 1024, 1024}, {602, 256, 1024}, {602, 1024, 256}, {602, 512, 512},
+    };
+    const enum dtype types[] = {TYPE_F32, TYPE_F16, TYPE_Q8_0};
+    for (size_t ti = 0; ti < 3; ti++) {
+        enum dtype t = types[ti];
+        char sel[64];
+        snprintf(sel, sizeof sel, "sgemm/%s", dtype_name(t));
+        if (!bench_selected(&opt, sel)) continue;
+        if (peak_gflops == 0) bench_fma_peak();
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            int64_t m = shapes[si][0], k = shapes[si][1], n = shapes[si][2];
+            size_t wbytes;
+            char *w = make_weights(t, n, k, 1, &wbytes);
+            float *x = malloc((size_t)(m * k) * sizeof *x);
+            if (!w || !x) { free(w); free(x); return; }
+            fill_random(x, (size_t)(m * k), 11);
+            double us;
+            struct bench_stats s = time_linear(t, m, n, k, 1, w, wbytes, x, &us);
+            /* convert weight GB/s samples to GFLOP/s: flops per weight byte */
+            double f = 2.0 * (double)(m * n * k) / (double)wbytes;
+            s.median *= f; s.p10 *= f; s.p90 *= f;
+            int64_t shape[3] = {m, k, n};
+            bench_emit("sgemm", dtype_name(t), shape, 3, opt.threads, opt.reps, "GFLOP/s", s,
+                       "fma_peak", peak_gflops);
+            fprintf(stderr, "sgemm %-5s M=%-5lld K=%-5lld N=%-5lld %8.0f us  %6.1f GFLOP/s  %4.0f%% of peak\n",
+                    dtype_name(t), (long long)m, (long long)k, (long long)n, us, s.median,
+                    peak_gflops > 0 ? 100 * s.median / peak_gflops : 0);
+            free(w);
+            free(x);
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (!bench_parse(argc, argv, &opt, 20)) return 2;
+    cpu = backend_cpu_create(opt.threads);
+    ar = cpu ? arena_create(cpu, 0) : NULL;
+    if (!ar) {
+        fprintf(stderr, "bench_kernels: cannot create the cpu backend\n");
+        backend_cpu_free(cpu);
+        return 1;
+    }
+    fprintf(stderr, "bench_kernels: %d threads, %d reps, cpu level %s, working set %zu MiB\n",
+            opt.threads, opt.reps, cpu_level_name(cpu_level()), opt.mem_mib);
+    bench_copy(); /* always: the baseline of the bandwidth figures */
+    bench_matvec(false);
+    bench_matvec(true);
+    bench_rows();
+    bench_sgemm();
+    arena_free(ar);
+    backend_cpu_free(cpu);
+    return 0;
+}

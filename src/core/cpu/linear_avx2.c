@@ -1,0 +1,178 @@
+/* linear_avx2.c - AVX2 + FMA + F16C row dot products (see linear_kernels.h).
+ *
+ * Quantised blocks: the 32 weight quants are widened to signed bytes, then
+ * multiplied with the Q8 activation bytes by maddubs (u8 x i8 -> pairs of
+ * i16) after moving the weight sign onto the activation (|w| * sign(x, w),
+ * which cannot saturate: 2 * 127 * 127 < 32767), summed to 8 i32 lanes,
+ * converted and scaled by d_w * d_x per block. Integer block sums are
+ * exact, so results differ from the generic kernels only by float
+ * reassociation. Functions carry their own target attribute; the file is
+ * compiled for the baseline ISA and only called after cpu_level() says
+ * AVX2 is there. */
+#include "linear_x86.h"
+
+#define TGT TGT_AVX2
+
+/* signed w bytes . signed x bytes -> 8 float lanes (|w| <= 127) */
+TGT static inline __m256 dot_ss(__m256i w, __m256i x)
+{
+    __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+
+/* unsigned w bytes (< 128) . signed x bytes -> 8 float lanes */
+TGT static inline __m256 dot_us(__m256i w, __m256i x)
+{
+    __m256i p = _mm256_maddubs_epi16(w, x);
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+
+TGT static float dot_q4_0(const void *vw, const void *vx, int64_t n)
+{
+    const struct block_q4_0 *w = vw;
+    const struct block_q8_0 *x = vx;
+    const int64_t nb = n / QK;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    const __m256i eight = _mm256_set1_epi8(8);
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        __m256i w0 = _mm256_sub_epi8(nibbles(w[i].qs), eight);
+        __m256i w1 = _mm256_sub_epi8(nibbles(w[i + 1].qs), eight);
+        __m256i x0 = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        __m256i x1 = _mm256_loadu_si256((const __m256i *)x[i + 1].qs);
+        acc0 = _mm256_fmadd_ps(dot_ss(w0, x0), _mm256_set1_ps(h2f(w[i].d) * h2f(x[i].d)), acc0);
+        acc1 = _mm256_fmadd_ps(dot_ss(w1, x1),
+                               _mm256_set1_ps(h2f(w[i + 1].d) * h2f(x[i + 1].d)), acc1);
+    }
+    for (; i < nb; i++) {
+        __m256i w0 = _mm256_sub_epi8(nibbles(w[i].qs), eight);
+        __m256i x0 = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        acc0 = _mm256_fmadd_ps(dot_ss(w0, x0), _mm256_set1_ps(h2f(w[i].d) * h2f(x[i].d)), acc0);
+    }
+    return hsum8(_mm256_add_ps(acc0, acc1));
+}
+
+TGT static float dot_q4_1(const void *vw, const void *vx, int64_t n)
+{
+    const struct block_q4_1 *w = vw;
+    const struct block_q8_1 *x = vx;
+    const int64_t nb = n / QK;
+    __m256 acc = _mm256_setzero_ps();
+    float summs = 0;
+    for (int64_t i = 0; i < nb; i++) {
+        __m256i x0 = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        acc = _mm256_fmadd_ps(dot_us(nibbles(w[i].qs), x0),
+                              _mm256_set1_ps(h2f(w[i].d) * h2f(x[i].d)), acc);
+        summs += h2f(w[i].m) * h2f(x[i].s);
+    }
+    return hsum8(acc) + summs;
+}
+
+TGT static float dot_q5_0(const void *vw, const void *vx, int64_t n)
+{
+    const struct block_q5_0 *w = vw;
+    const struct block_q8_0 *x = vx;
+    const int64_t nb = n / QK;
+    __m256 acc = _mm256_setzero_ps();
+    const __m256i f0 = _mm256_set1_epi8((char)0xf0);
+    for (int64_t i = 0; i < nb; i++) {
+        /* q - 16 as a signed byte: the nibble, with 0xf0 or-ed in where the
+         * fifth bit is clear (nibble - 16), left alone where it is set */
+        __m256i hi = _mm256_andnot_si256(bits_to_bytes(w[i].qh), f0);
+        __m256i w0 = _mm256_or_si256(nibbles(w[i].qs), hi);
+        __m256i x0 = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        acc = _mm256_fmadd_ps(dot_ss(w0, x0), _mm256_set1_ps(h2f(w[i].d) * h2f(x[i].d)), acc);
+    }
+    return hsum8(acc);
+}
+
+TGT static float dot_q5_1(const void *vw, const void *vx, int64_t n)
+{
+    const struct block_q5_1 *w = vw;
+    const struct block_q8_1 *x = vx;
+    const int64_t nb = n / QK;
+    __m256 acc = _mm256_setzero_ps();
+    float summs = 0;
+    const __m256i b4 = _mm256_set1_epi8(0x10);
+    for (int64_t i = 0; i < nb; i++) {
+        __m256i hi = _mm256_and_si256(bits_to_bytes(w[i].qh), b4);
+        __m256i w0 = _mm256_or_si256(nibbles(w[i].qs), hi);
+        __m256i x0 = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        acc = _mm256_fmadd_ps(dot_us(w0, x0), _mm256_set1_ps(h2f(w[i].d) * h2f(x[i].d)), acc);
+        summs += h2f(w[i].m) * h2f(x[i].s);
+    }
+    return hsum8(acc) + summs;
+}
+
+TGT static float dot_q8_0(const void *vw, const void *vx, int64_t n)
+{
+    const struct block_q8_0 *w = vw;
+    const struct block_q8_0 *x = vx;
+    const int64_t nb = n / QK;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        __m256i w0 = _mm256_loadu_si256((const __m256i *)w[i].qs);
+        __m256i w1 = _mm256_loadu_si256((const __m256i *)w[i + 1].qs);
+        __m256i x0 = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        __m256i x1 = _mm256_loadu_si256((const __m256i *)x[i + 1].qs);
+        acc0 = _mm256_fmadd_ps(dot_ss(w0, x0), _mm256_set1_ps(h2f(w[i].d) * h2f(x[i].d)), acc0);
+        acc1 = _mm256_fmadd_ps(dot_ss(w1, x1),
+                               _mm256_set1_ps(h2f(w[i + 1].d) * h2f(x[i + 1].d)), acc1);
+    }
+    for (; i < nb; i++) {
+        __m256i w0 = _mm256_loadu_si256((const __m256i *)w[i].qs);
+        __m256i x0 = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        acc0 = _mm256_fmadd_ps(dot_ss(w0, x0), _mm256_set1_ps(h2f(w[i].d) * h2f(x[i].d)), acc0);
+    }
+    return hsum8(_mm256_add_ps(acc0, acc1));
+}
+
+/* Float rows: 32 elements per step in four accumulators, scalar tail. */
+#define FLOAT_DOT(name, LOAD8, SCALAR)                                          \
+    TGT static float name(const void *vw, const void *vx, int64_t n)           \
+    {                                                                          \
+        const uint8_t *wb = vw;                                                \
+        const float *x = vx;                                                   \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;            \
+        int64_t i = 0;                                                         \
+        for (; i + 32 <= n; i += 32) {                                         \
+            a0 = _mm256_fmadd_ps(LOAD8(i), _mm256_loadu_ps(x + i), a0);        \
+            a1 = _mm256_fmadd_ps(LOAD8(i + 8), _mm256_loadu_ps(x + i + 8), a1); \
+            a2 = _mm256_fmadd_ps(LOAD8(i + 16), _mm256_loadu_ps(x + i + 16), a2); \
+            a3 = _mm256_fmadd_ps(LOAD8(i + 24), _mm256_loadu_ps(x + i + 24), a3); \
+        }                                                                      \
+        for (; i + 8 <= n; i += 8)                                             \
+            a0 = _mm256_fmadd_ps(LOAD8(i), _mm256_loadu_ps(x + i), a0);        \
+        float s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3))); \
+        for (; i < n; i++) s += SCALAR(i) * x[i];                              \
+        return s;                                                              \
+    }
+
+#define LOAD_F32(i) _mm256_loadu_ps((const float *)wb + (i))
+#define SCALAR_F32(i) ((const float *)wb)[i]
+#define LOAD_F16(i) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wb + 2 * (i))))
+#define SCALAR_F16(i) h2f(((const uint16_t *)wb)[i])
+#define LOAD_BF16(i)                                                            \
+    _mm256_castsi256_ps(_mm256_slli_epi32(                                      \
+        _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(wb + 2 * (i)))), 16))
+#define SCALAR_BF16(i) bf16_to_f32(((const uint16_t *)wb)[i])
+
+FLOAT_DOT(dot_f32, LOAD_F32, SCALAR_F32)
+FLOAT_DOT(dot_f16, LOAD_F16, SCALAR_F16)
+FLOAT_DOT(dot_bf16, LOAD_BF16, SCALAR_BF16)
+
+vec_dot_fn linear_dot_avx2(enum dtype t)
+{
+    switch (t) {
+    case TYPE_F32: return dot_f32;
+    case TYPE_F16: return dot_f16;
+    case TYPE_BF16: return dot_bf16;
+    case TYPE_Q4_0: return dot_q4_0;
+    case TYPE_Q4_1: return dot_q4_1;
+    case TYPE_Q5_0: return dot_q5_0;
+    case TYPE_Q5_1: return dot_q5_1;
+    case TYPE_Q8_0: return dot_q8_0;
+    default: return NULL;
+    }
+}

@@ -1,0 +1,39 @@
+/* cpu_features.h - run-time x86 feature detection and the SIMD level the
+ * cpu kernels use.
+ *
+ * Detection reads cpuid and, for the AVX and AVX-512 register state, the
+ * OS-enabled bits of XCR0 (xgetbv): a CPU flag without OS support counts
+ * as absent. Levels are nested: CPU_AVX2 needs avx2+fma+f16c, CPU_AVX512
+ * additionally avx512f/bw/vl and avx512_vnni. The level in use is the
+ * detected one, lowered by the environment variable CBX_CPU=generic|avx2|
+ * avx512 (read once) or by cpu_set_level() (tests and benchmarks force a
+ * lower path to compare it); it can never be raised above what the CPU
+ * supports.
+ * Thread safety: any thread, concurrently (cpu_set_level races only with
+ * kernels already running, which keep the level they started with). */
+#ifndef CBX_CPU_FEATURES_H
+#define CBX_CPU_FEATURES_H
+
+#include <stdbool.h>
+
+struct cpu_features {
+    bool avx, avx2, fma, f16c;
+    bool avx512f, avx512bw, avx512vl, avx512_vnni, avx512_bf16;
+    bool avx_vnni;
+};
+
+enum cpu_level { CPU_GENERIC = 0, CPU_AVX2 = 1, CPU_AVX512 = 2 };
+
+/* Detected once; borrowed, static. */
+const struct cpu_features *cpu_features(void);
+/* Highest level the CPU and OS support. */
+enum cpu_level cpu_level_detected(void);
+/* Level in use now (detected, capped by CBX_CPU and cpu_set_level). */
+enum cpu_level cpu_level(void);
+/* Cap the level (CPU_AVX512 = no cap beyond CBX_CPU); returns the level
+ * in use afterwards. */
+enum cpu_level cpu_set_level(enum cpu_level cap);
+/* "generic", "avx2", "avx512". */
+const char *cpu_level_name(enum cpu_level l);
+
+#endif

@@ -1,0 +1,80 @@
+/* ops_linear.c - linear algebra ops (see ops.h): operand checks, result
+ * allocation, dispatch to the backend's linear / matmul kernel. */
+#include "backend.h"
+
+static bool linear_weight_type(enum dtype t)
+{
+    switch (t) {
+    case TYPE_F32: case TYPE_F16: case TYPE_BF16: case TYPE_Q8_0:
+    case TYPE_Q4_0: case TYPE_Q4_1: case TYPE_Q5_0: case TYPE_Q5_1:
+        return true;
+    default:
+        return false;
+    }
+}
+
+struct tensor *op_linear(struct arena *a, const struct tensor *x,
+                         const struct tensor *w, const struct tensor *b)
+{
+    if (!x || !w) return NULL;
+    const struct backend *be = arena_backend(a);
+    if (!be->k.linear) {
+        arena_fail(a, CBX_ERR_UNSUPPORTED, "linear: backend %s has no kernel", be->name);
+        return NULL;
+    }
+    char s1[64], s2[64], s3[64];
+    const int64_t k = x->ndim ? x->ne[x->ndim - 1] : 0;
+    /* weight rows must be contiguous inside (blocks or elements packed) */
+    bool w_ok = w->ndim == 2 && linear_weight_type(w->type) && w->ne[1] == k &&
+                (dtype_traits(w->type)->quantized || w->ne[1] <= 1 ||
+                 w->nb[1] == (int64_t)dtype_traits(w->type)->size);
+    if (x->type != TYPE_F32 || x->ndim < 1 || !w_ok ||
+        (b && (b->type != TYPE_F32 || b->ndim != 1 || b->ne[0] != w->ne[0]))) {
+        arena_fail(a, CBX_ERR_INTERNAL, "op_linear: x %s %s, w %s %s%s%s%s%s",
+                   dtype_name(x->type), tensor_shape_str(x, s1, sizeof s1),
+                   dtype_name(w->type), tensor_shape_str(w, s2, sizeof s2),
+                   b ? ", b " : "", b ? dtype_name(b->type) : "", b ? " " : "",
+                   b ? tensor_shape_str(b, s3, sizeof s3) : "");
+        return NULL;
+    }
+    int64_t ne[TENSOR_MAX_DIMS];
+    for (int d = 0; d < x->ndim; d++) ne[d] = x->ne[d];
+    ne[x->ndim - 1] = w->ne[0];
+    struct tensor *out = arena_tensor(a, TYPE_F32, x->ndim, ne);
+    if (!out) return NULL;
+    be->k.linear(a, out, x, w, b);
+    return arena_status(a) == CBX_OK ? out : NULL;
+}
+
+struct tensor *op_matmul(struct arena *a, const struct tensor *x, const struct tensor *y)
+{
+    if (!x || !y) return NULL;
+    const struct backend *be = arena_backend(a);
+    if (!be->k.matmul) {
+        arena_fail(a, CBX_ERR_UNSUPPORTED, "matmul: backend %s has no kernel", be->name);
+        return NULL;
+    }
+    char s1[64], s2[64];
+    bool ok = x->type == TYPE_F32 && y->type == TYPE_F32 && x->ndim >= 2 && y->ndim >= 2 &&
+              x->ne[x->ndim - 1] == y->ne[y->ndim - 2];
+    int nd = x->ndim > y->ndim ? x->ndim : y->ndim;
+    int64_t ne[TENSOR_MAX_DIMS];
+    for (int d = 0; ok && d < nd - 2; d++) { /* numpy broadcast of batch dims */
+        int dx = d - (nd - x->ndim), dy = d - (nd - y->ndim);
+        int64_t nx = dx >= 0 ? x->ne[dx] : 1, ny = dy >= 0 ? y->ne[dy] : 1;
+        if (nx != ny && nx != 1 && ny != 1) ok = false;
+        ne[d] = nx == 1 ? ny : nx;
+    }
+    if (!ok) {
+        arena_fail(a, CBX_ERR_INTERNAL, "op_matmul: x %s %s @ y %s %s", dtype_name(x->type),
+                   tensor_shape_str(x, s1, sizeof s1), dtype_name(y->type),
+                   tensor_shape_str(y, s2, sizeof s2));
+        return NULL;
+    }
+    ne[nd - 2] = x->ne[x->ndim - 2];
+    ne[nd - 1] = y->ne[y->ndim - 1];
+    struct tensor *out = arena_tensor(a, TYPE_F32, nd, ne);
+    if (!out) return NULL;
+    be->k.matmul(a, out, x, y);
+    return arena_status(a) == CBX_OK ? out : NULL;
+}

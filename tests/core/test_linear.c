@@ -1,0 +1,360 @@
+/* test_linear.c - op_linear and op_matmul: the cpu backend at every SIMD
+ * level this CPU has (generic, avx2, avx512) against the ref backend and
+ * against its own generic level, on random data with odd sizes (K not a
+ * multiple of 64, N odd), strided and transposed x views, with and without
+ * bias, one row (dot path) and many rows (sgemm path).
+ *
+ * Bound for cpu vs ref, per output y[m, n]: the cpu dot path multiplies
+ * the quantised activation x^ = deq(q8(x)) (Q8_0/Q8_1, as ggml), the ref
+ * the exact x, both with the same dequantised weights w^, so
+ *   |y_cpu - y_ref| <= sum_i |w^_i| |x_i - x^_i|             (x rounding)
+ *                      + sum_blocks |m_b| |s_b - d_b sum q|   (Q8_1 s in fp16)
+ *                      + 1e-5 sum_i |w^_i x_i|                (float sums)
+ * and the check passes when every element is within it (the printed
+ * ratio is the worst err / bound). SIMD levels against generic differ
+ * only in float summation order: 1e-5 sum |w^ x^|. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/backend.h"
+#include "core/cpu_features.h"
+#include "core/quant.h"
+#include "testutil.h"
+
+static struct backend *cpu;
+static struct arena *ac, *ar;
+
+/* The x layouts exercised: how the [M, K] logical matrix sits in memory. */
+enum layout { L_CONTIG, L_ROWPAD, L_3D_GAP, L_TRANSPOSED, L_COUNT };
+static const char *layout_name[] = {"contiguous", "row-padded", "3d-gapped", "transposed"};
+
+/* Build x as a view of `buf` (allocated here, freed by the caller) holding
+ * the values xc[M*K] in the given layout. */
+static struct tensor make_x(enum layout l, const float *xc, int64_t m, int64_t k, float **buf)
+{
+    struct tensor t;
+    memset(&t, 0, sizeof t);
+    t.type = TYPE_F32;
+    size_t cap = (size_t)((m + 2) * (k + 5)) * 2;
+    float *b = calloc(cap, sizeof *b);
+    *buf = b;
+    if (!b) return t;
+    t.data = b;
+    switch (l) {
+    case L_CONTIG:
+        t.ndim = 2; t.ne[0] = m; t.ne[1] = k; t.nb[1] = 4; t.nb[0] = 4 * k;
+        break;
+    case L_ROWPAD:
+        t.ndim = 2; t.ne[0] = m; t.ne[1] = k; t.nb[1] = 4; t.nb[0] = 4 * (k + 5);
+        break;
+    case L_3D_GAP: /* [m, 1, k] with a gap between... use [g, m/g, k] when m even */
+        if (m % 2 == 0) {
+            t.ndim = 3; t.ne[0] = 2; t.ne[1] = m / 2; t.ne[2] = k;
+            t.nb[2] = 4; t.nb[1] = 4 * k; t.nb[0] = 4 * k * (m / 2 + 1);
+        } else {
+            t.ndim = 3; t.ne[0] = m; t.ne[1] = 1; t.ne[2] = k;
+            t.nb[2] = 4; t.nb[1] = 4 * k; t.nb[0] = 4 * (k + 3);
+        }
+        break;
+    case L_TRANSPOSED:
+        t.ndim = 2; t.ne[0] = m; t.ne[1] = k; t.nb[0] = 4; t.nb[1] = 4 * m;
+        break;
+    default: break;
+    }
+    for (int64_t r = 0; r < m; r++) {
+        int64_t off = 0, q = r;
+        for (int d = t.ndim - 2; d >= 0; d--) {
+            off += (q % t.ne[d]) * t.nb[d];
+            q /= t.ne[d];
+        }
+        for (int64_t i = 0; i < k; i++)
+            memcpy((char *)b + off + i * t.nb[t.ndim - 1], xc + r * k + i, 4);
+    }
+    return t;
+}
+
+static void run_linear(struct arena *a, const struct tensor *x, const struct tensor *w,
+                       const struct tensor *b, float *dst, size_t n)
+{
+    arena_reset(a);
+    struct tensor *y = op_linear(a, x, w, b);
+    if (!y) {
+        CHECK(0, "op_linear failed: %s", arena_errmsg(a));
+        memset(dst, 0, n * sizeof *dst);
+        return;
+    }
+    CHECK(tensor_nelements(y) == (int64_t)n, "op_linear output size");
+    memcpy(dst, y->data, n * sizeof *dst);
+}
+
+static double worst_ratio[32];
+
+static void linear_case(enum dtype wt, int64_t m, int64_t k, int64_t n, enum layout lay,
+                        bool bias, uint64_t seed)
+{
+    int vt = quant_vec_dot_type(wt);
+    size_t wrow = dtype_row_size(wt, k), xrow = dtype_row_size((enum dtype)vt, k);
+    float *wf = malloc((size_t)(n * k) * sizeof *wf), *wd = malloc((size_t)(n * k) * sizeof *wd);
+    float *xc = malloc((size_t)(m * k) * sizeof *xc), *xd = malloc((size_t)(m * k) * sizeof *xd);
+    float *bb = malloc((size_t)n * 2 * sizeof *bb);
+    char *wq = malloc(wrow * (size_t)n), *xq = malloc(xrow * (size_t)m);
+    float *yr = malloc((size_t)(m * n) * sizeof *yr), *yg = malloc((size_t)(m * n) * sizeof *yg);
+    float *yc = malloc((size_t)(m * n) * sizeof *yc), *xbuf = NULL;
+    double *bound = malloc((size_t)(m * n) * sizeof *bound), *mag = malloc((size_t)(m * n) * sizeof *mag);
+    if (!wf || !wd || !xc || !xd || !bb || !wq || !xq || !yr || !yg || !yc || !bound || !mag) {
+        CHECK(0, "alloc");
+        goto cleanup;
+    }
+    fill_uniform(wf, (size_t)(n * k), -1.0f, 1.0f, seed);
+    for (int64_t i = 0; i < n * k; i += 97) wf[i] *= 8.0f; /* some outliers */
+    fill_uniform(xc, (size_t)(m * k), -3.0f, 3.0f, seed + 1);
+    fill_uniform(bb, (size_t)n * 2, -1.0f, 1.0f, seed + 2);
+    for (int64_t r = 0; r < n; r++) {
+        quantize_row(wt, wf + r * k, wq + r * wrow, k);
+        dequantize_row(wt, wq + r * wrow, wd + r * k, k);
+    }
+    for (int64_t r = 0; r < m; r++) {
+        quantize_row((enum dtype)vt, xc + r * k, xq + r * xrow, k);
+        dequantize_row((enum dtype)vt, xq + r * xrow, xd + r * k, k);
+    }
+    int64_t wne[2] = {n, k}, bne[1] = {n};
+    struct tensor w = tensor_make(wt, 2, wne, wq, NULL);
+    struct tensor b = tensor_make(TYPE_F32, 1, bne, bb, NULL);
+    b.nb[0] = 8; /* strided bias view: every other value */
+    struct tensor x = make_x(lay, xc, m, k, &xbuf);
+    if (!xbuf) { CHECK(0, "alloc"); goto cleanup; }
+    const struct tensor *bp = bias ? &b : NULL;
+    bool dot_path = m <= 4;
+
+    /* per-output bound (see the header comment) */
+    const size_t wbs = dtype_traits(wt)->size;
+    for (int64_t r = 0; r < m; r++) {
+        for (int64_t o = 0; o < n; o++) {
+            double bd = 0, mg = 0, mq = 0;
+            for (int64_t i = 0; i < k; i++) {
+                double wv = fabs(wd[o * k + i]);
+                bd += wv * fabs((double)xc[r * k + i] - xd[r * k + i]);
+                mg += wv * fabs(xc[r * k + i]);
+                mq += wv * fabs(xd[r * k + i]);
+            }
+            if (vt == TYPE_Q8_1) {
+                for (int64_t blk = 0; blk < k / QK; blk++) {
+                    uint16_t mh;
+                    memcpy(&mh, wq + o * wrow + blk * wbs + 2, 2);
+                    const struct block_q8_1 *xb = (const struct block_q8_1 *)(xq + r * xrow) + blk;
+                    double sq = 0;
+                    for (int j = 0; j < QK; j++) sq += xb->qs[j];
+                    bd += fabs(fp16_to_f32(mh)) *
+                          fabs(fp16_to_f32(xb->s) - (double)fp16_to_f32(xb->d) * sq);
+                }
+            }
+            bound[r * n + o] = (dot_path ? bd : 0) + 1e-5 * (mg + (bias ? 1 : 0)) + 1e-30;
+            mag[r * n + o] = 1e-5 * (mq + (bias ? 1 : 0)) + 1e-30;
+        }
+    }
+
+    run_linear(ar, &x, &w, bp, yr, (size_t)(m * n));
+    enum cpu_level top = cpu_level_detected();
+    for (int l = CPU_GENERIC; l <= (int)top; l++) {
+        cpu_set_level((enum cpu_level)l);
+        run_linear(ac, &x, &w, bp, yc, (size_t)(m * n));
+        if (l == CPU_GENERIC) memcpy(yg, yc, (size_t)(m * n) * sizeof *yg);
+        double worst = 0, worst_g = 0;
+        for (int64_t i = 0; i < m * n; i++) {
+            double e = fabs((double)yc[i] - yr[i]) / bound[i];
+            double eg = fabs((double)yc[i] - yg[i]) / mag[i];
+            if (!(e <= worst)) worst = e;
+            if (!(eg <= worst_g)) worst_g = eg;
+        }
+        if (worst > worst_ratio[wt]) worst_ratio[wt] = worst;
+        CHECK(worst <= 1.0, "linear %s [%lld,%lld]x[%lld,%lld]^T %s %s %s: cpu vs ref err/bound %.3f",
+              dtype_name(wt), (long long)m, (long long)k, (long long)n, (long long)k,
+              layout_name[lay], bias ? "bias" : "no-bias", cpu_level_name((enum cpu_level)l), worst);
+        CHECK(worst_g <= 1.0, "linear %s m=%lld k=%lld n=%lld %s %s: vs generic err/tol %.3f",
+              dtype_name(wt), (long long)m, (long long)k, (long long)n, layout_name[lay],
+              cpu_level_name((enum cpu_level)l), worst_g);
+    }
+    cpu_set_level(CPU_AVX512);
+cleanup:
+    free(wf); free(wd); free(xc); free(xd); free(bb); free(wq); free(xq);
+    free(yr); free(yg); free(yc); free(xbuf); free(bound); free(mag);
+}
+
+static void test_linear_hand(void)
+{
+    /* y = x @ w^T + b with x = [1, 2, 3], w = [[1, 0, 0], [0, 1, 1]], b = [0.5, -1] */
+    float xv[3] = {1, 2, 3}, wv[6] = {1, 0, 0, 0, 1, 1}, bv[2] = {0.5f, -1};
+    int64_t xne[1] = {3}, wne[2] = {2, 3}, bne[1] = {2};
+    struct tensor x = tensor_make(TYPE_F32, 1, xne, xv, NULL);
+    struct tensor w = tensor_make(TYPE_F32, 2, wne, wv, NULL);
+    struct tensor b = tensor_make(TYPE_F32, 1, bne, bv, NULL);
+    struct arena *as[2] = {ar, ac};
+    for (int i = 0; i < 2; i++) {
+        arena_reset(as[i]);
+        struct tensor *y = op_linear(as[i], &x, &w, &b);
+        CHECK(y && y->ndim == 1 && y->ne[0] == 2 && ((float *)y->data)[0] == 1.5f &&
+              ((float *)y->data)[1] == 4.0f, "%s: hand linear [1.5, 4]",
+              arena_backend(as[i])->name);
+    }
+    /* q8_0 weights holding integers (amax 127 -> d = 1) times integer x:
+     * every step is exact, y = sum w x computed in integers here */
+    float wq[64], xq[64];
+    for (int i = 0; i < 64; i++) {
+        wq[i] = (float)((i * 37) % 255 - 127);
+        xq[i] = (float)((i * 11) % 21 - 10);
+    }
+    wq[0] = 127; wq[32] = -127; /* scale 1 in both blocks */
+    xq[5] = 127; xq[40] = -127; /* and in x's blocks */
+    struct block_q8_0 blk[2];
+    quantize_row(TYPE_Q8_0, wq, blk, 64);
+    long want = 0;
+    for (int i = 0; i < 64; i++) want += (long)wq[i] * (long)xq[i];
+    int64_t x2ne[1] = {64}, w2ne[2] = {1, 64};
+    struct tensor x2 = tensor_make(TYPE_F32, 1, x2ne, xq, NULL);
+    struct tensor w2 = tensor_make(TYPE_Q8_0, 2, w2ne, blk, NULL);
+    for (int i = 0; i < 2; i++) {
+        for (int l = CPU_GENERIC; l <= (int)cpu_level_detected(); l++) {
+            cpu_set_level((enum cpu_level)l);
+            arena_reset(as[i]);
+            struct tensor *y = op_linear(as[i], &x2, &w2, NULL);
+            CHECK(y && ((float *)y->data)[0] == (float)want, "%s %s: exact q8_0 dot %g want %ld",
+                  arena_backend(as[i])->name, cpu_level_name((enum cpu_level)l),
+                  y ? (double)((float *)y->data)[0] : 0.0, want);
+        }
+    }
+    cpu_set_level(CPU_AVX512);
+}
+
+static void test_linear_errors(void)
+{
+    float buf[64] = {0};
+    int64_t xne[2] = {2, 32}, wne[2] = {3, 31}, w2ne[2] = {3, 32}, bne[1] = {4};
+    struct tensor x = tensor_make(TYPE_F32, 2, xne, buf, NULL);
+    struct tensor w = tensor_make(TYPE_F32, 2, wne, buf, NULL);
+    arena_reset(ac);
+    CHECK(!op_linear(ac, &x, &w, NULL) && arena_status(ac) != CBX_OK, "K mismatch fails: %s",
+          arena_errmsg(ac));
+    struct tensor wi = tensor_make(TYPE_I32, 2, w2ne, buf, NULL);
+    arena_reset(ac);
+    CHECK(!op_linear(ac, &x, &wi, NULL) && arena_status(ac) != CBX_OK, "I32 weight fails: %s",
+          arena_errmsg(ac));
+    struct tensor w2 = tensor_make(TYPE_F32, 2, w2ne, buf, NULL);
+    struct tensor b = tensor_make(TYPE_F32, 1, bne, buf, NULL);
+    arena_reset(ac);
+    CHECK(!op_linear(ac, &x, &w2, &b) && arena_status(ac) != CBX_OK, "bias size fails: %s",
+          arena_errmsg(ac));
+    arena_reset(ac);
+    CHECK(!op_linear(ac, NULL, &w2, NULL) && arena_status(ac) == CBX_OK, "NULL x -> NULL, no error");
+    int64_t yne[2] = {31, 4};
+    struct tensor y = tensor_make(TYPE_F32, 2, yne, buf, NULL);
+    arena_reset(ac);
+    CHECK(!op_matmul(ac, &x, &y) && arena_status(ac) != CBX_OK, "matmul K mismatch fails: %s",
+          arena_errmsg(ac));
+    int64_t x3[3] = {2, 2, 4}, y3[3] = {3, 4, 2};
+    struct tensor xb = tensor_make(TYPE_F32, 3, x3, buf, NULL), yb = tensor_make(TYPE_F32, 3, y3, buf, NULL);
+    arena_reset(ac);
+    CHECK(!op_matmul(ac, &xb, &yb) && arena_status(ac) != CBX_OK, "matmul batch 2 vs 3 fails: %s",
+          arena_errmsg(ac));
+}
+
+/* A view over fresh memory of an [.., r, c] operand with the given layout
+ * of its last two dims: 0 row-major, 1 transposed, 2 neither dim unit. */
+static struct tensor mat_view(int ndim, const int64_t *ne, int lay, float **buf, uint64_t seed)
+{
+    int64_t r = ne[ndim - 2], c = ne[ndim - 1], batch = 1;
+    for (int d = 0; d < ndim - 2; d++) batch *= ne[d];
+    size_t cap = (size_t)(batch * r * c) * 2 + 8;
+    float *b = calloc(cap, sizeof *b);
+    *buf = b;
+    struct tensor t = tensor_make(TYPE_F32, ndim, ne, b, NULL);
+    if (!b) return t;
+    fill_uniform(b, cap, -1.0f, 1.0f, seed);
+    int64_t es = lay == 2 ? 8 : 4; /* element stride */
+    if (lay == 1) { t.nb[ndim - 2] = es; t.nb[ndim - 1] = es * r; }
+    else { t.nb[ndim - 1] = es; t.nb[ndim - 2] = es * c; }
+    int64_t s = r * c * es;
+    for (int d = ndim - 3; d >= 0; d--) { t.nb[d] = s; s *= ne[d]; }
+    return t;
+}
+
+static void test_matmul(void)
+{
+    struct { int nx, ny; int64_t xne[4], yne[4]; } cases[] = {
+        {2, 2, {5, 33}, {33, 7}},
+        {4, 3, {2, 3, 5, 33}, {3, 33, 7}},
+        {3, 3, {4, 1, 65}, {4, 65, 1}},
+        {3, 2, {3, 17, 9}, {9, 130}},
+        {2, 4, {70, 64}, {2, 1, 64, 71}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        for (int lx = 0; lx < 3; lx++) {
+            for (int ly = 0; ly < 3; ly++) {
+                float *bx = NULL, *by = NULL;
+                struct tensor x = mat_view(cases[c].nx, cases[c].xne, lx, &bx, 100 + c);
+                struct tensor y = mat_view(cases[c].ny, cases[c].yne, ly, &by, 200 + c);
+                if (!bx || !by) { CHECK(0, "alloc"); free(bx); free(by); return; }
+                arena_reset(ar);
+                arena_reset(ac);
+                struct tensor *zr = op_matmul(ar, &x, &y), *zc = op_matmul(ac, &x, &y);
+                char what[96], s1[64], s2[64];
+                snprintf(what, sizeof what, "matmul %s(%d) @ %s(%d)", tensor_shape_str(&x, s1, sizeof s1),
+                         lx, tensor_shape_str(&y, s2, sizeof s2), ly);
+                if (!zr || !zc || !tensor_same_shape(zr, zc)) {
+                    CHECK(0, "%s failed: %s %s", what, arena_errmsg(ar), arena_errmsg(ac));
+                } else {
+                    check_close(what, zc->data, zr->data, (size_t)tensor_nelements(zr), 1e-5, 1e-5);
+                }
+                free(bx);
+                free(by);
+            }
+        }
+    }
+    /* hand: [[1, 2], [3, 4]] @ [[5], [6]] = [[17], [39]] */
+    float xv[4] = {1, 2, 3, 4}, yv[2] = {5, 6};
+    int64_t xne[2] = {2, 2}, yne[2] = {2, 1};
+    struct tensor x = tensor_make(TYPE_F32, 2, xne, xv, NULL), y = tensor_make(TYPE_F32, 2, yne, yv, NULL);
+    struct arena *as[2] = {ar, ac};
+    for (int i = 0; i < 2; i++) {
+        arena_reset(as[i]);
+        struct tensor *z = op_matmul(as[i], &x, &y);
+        CHECK(z && ((float *)z->data)[0] == 17 && ((float *)z->data)[1] == 39, "%s: hand matmul",
+              arena_backend(as[i])->name);
+    }
+}
+
+int main(void)
+{
+    cpu = backend_cpu_create(2);
+    ac = cpu ? arena_create(cpu, 0) : NULL;
+    ar = arena_create(backend_ref(), 0);
+    if (!cpu || !ac || !ar) {
+        CHECK(0, "backend/arena creation");
+        return test_summary();
+    }
+    printf("cpu level detected: %s (CBX_CPU=%s)\n", cpu_level_name(cpu_level_detected()),
+           getenv("CBX_CPU") ? getenv("CBX_CPU") : "unset");
+    test_linear_hand();
+    test_linear_errors();
+    const enum dtype types[] = {TYPE_F32, TYPE_F16, TYPE_BF16, TYPE_Q8_0,
+                                TYPE_Q4_0, TYPE_Q4_1, TYPE_Q5_0, TYPE_Q5_1};
+    struct { int64_t m, k, n; } shapes[] = {
+        {1, 1056, 67}, {1, 32, 1}, {3, 96, 131}, {1, 4096, 33}, {6, 1056, 67}, {37, 160, 45},
+    };
+    uint64_t seed = 1000;
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int lay = 0; lay < L_COUNT; lay++)
+                for (int bias = 0; bias < 2; bias++)
+                    linear_case(types[t], shapes[s].m, shapes[s].k, shapes[s].n,
+                                (enum layout)lay, bias, seed++);
+        printf("linear %-5s all shapes/layouts/levels: worst cpu-vs-ref err/bound %.3f\n",
+               dtype_name(types[t]), worst_ratio[types[t]]);
+    }
+    test_matmul();
+    arena_free(ac);
+    arena_free(ar);
+    backend_cpu_free(cpu);
+    return test_summary();
+}
