@@ -1,7 +1,544 @@
-/* conv.c - cpu kernels of the conv group (see ops.h). */
+/* conv.c - cpu kernels of the conv group (see ops.h): conv1d,
+ * conv_transpose1d, pad1d, upsample_nearest, lstm.
+ *
+ * conv1d: im2col of a chunk of output columns into arena scratch, then one
+ *   cblas_sgemm per (batch, group, chunk): out[Cout_g, n] = W_g[Cout_g,
+ *   Cin_g*K] @ cols[Cin_g*K, n]. A 1x1 unpadded stride-1 conv reads x in
+ *   place; depthwise convs (Cin/groups == 1) use a direct threaded loop.
+ * conv_transpose1d: cols[Cout_g*K, n] = W_g^T @ x_g (sgemm), then col2im
+ *   overlap-add into the output rows (threaded over output channels, so
+ *   no two threads write one row).
+ * lstm: the input projection of all time steps is one sgemm; each step
+ *   adds h_{t-1} @ W_hh^T (sgemm, or sgemv for one sequence).
+ * Time is processed in chunks so scratch stays bounded (CHUNK_FLOATS)
+ * however long the signal is. Results differ from the ref kernels only by
+ * float summation order. */
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
 #include "../backend.h"
+#include "../threadpool.h"
+
+/* im2col / col2im scratch per chunk: 2M floats (8 MiB). */
+#define CHUNK_FLOATS ((int64_t)1 << 21)
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* Grain so that one task touches about 32k floats. */
+static int64_t grain_for(int64_t per_item)
+{
+    return max64(1, ((int64_t)1 << 15) / max64(1, per_item));
+}
+
+static struct threadpool *pool(struct arena *a) { return arena_backend(a)->tp; }
+
+/* ---- helpers ------------------------------------------------------------ */
+
+/* Pointer to row r (index over all dims but the innermost) of t. */
+static char *row_ptr(const struct tensor *t, int64_t r)
+{
+    char *p = t->data;
+    for (int d = t->ndim - 2; d >= 0; d--) {
+        p += (r % t->ne[d]) * t->nb[d];
+        r /= t->ne[d];
+    }
+    return p;
+}
+
+/* w as contiguous F32: w itself when it already is, else a converted copy
+ * in arena scratch (NULL after an arena failure). */
+static const float *weights_f32(struct arena *a, const struct tensor *w)
+{
+    if (w->type == TYPE_F32 && tensor_is_contiguous(w)) return w->data;
+    int64_t n = w->ndim ? w->ne[w->ndim - 1] : 1, rows = tensor_nrows(w);
+    float *dst = arena_alloc(a, (size_t)(n * rows) * sizeof *dst);
+    if (!dst) return NULL;
+    int64_t es = w->ndim ? w->nb[w->ndim - 1] : 0;
+    for (int64_t r = 0; r < rows; r++) {
+        const char *src = row_ptr(w, r);
+        float *o = dst + r * n;
+        for (int64_t j = 0; j < n; j++) {
+            const char *p = src + j * es;
+            switch (w->type) {
+            case TYPE_F16: o[j] = fp16_to_f32(*(const uint16_t *)p); break;
+            case TYPE_BF16: o[j] = bf16_to_f32(*(const uint16_t *)p); break;
+            default: o[j] = *(const float *)p; break;
+            }
+        }
+    }
+    return dst;
+}
+
+/* Source index for padded position pos of a length-T signal, or -1 where
+ * the padding is a constant. */
+static int64_t pad_index(int64_t pos, int64_t T, enum pad_mode mode)
+{
+    if (pos >= 0 && pos < T) return pos;
+    if (mode == PAD_REFLECT) return pos < 0 ? -pos : 2 * (T - 1) - pos;
+    if (mode == PAD_REPLICATE) return pos < 0 ? 0 : T - 1;
+    return -1;
+}
+
+/* dst[j] = xpad[pos0 + j*step], j in [0, n), where xpad is the row src
+ * (length T, element stride es floats) padded on both sides by mode
+ * (constant value for PAD_ZERO). In-range runs are copied without
+ * per-element tests. */
+static void fetch_row(float *dst, const float *src, int64_t es, int64_t T, int64_t pos0,
+                      int64_t step, int64_t n, enum pad_mode mode, float value)
+{
+    int64_t jlo = pos0 >= 0 ? 0 : (-pos0 + step - 1) / step;
+    int64_t jhi = T - 1 - pos0 < 0 ? 0 : (T - 1 - pos0) / step + 1;
+    jlo = min64(jlo, n);
+    jhi = max64(jlo, min64(jhi, n));
+    for (int64_t j = 0; j < jlo; j++) {
+        int64_t s = pad_index(pos0 + j * step, T, mode);
+        dst[j] = s < 0 ? value : src[s * es];
+    }
+    if (es == 1 && step == 1) {
+        memcpy(dst + jlo, src + pos0 + jlo, (size_t)(jhi - jlo) * sizeof *dst);
+    } else {
+        const float *p = src + (pos0 + jlo * step) * es;
+        int64_t d = step * es;
+        for (int64_t j = jlo; j < jhi; j++, p += d) dst[j] = *p;
+    }
+    for (int64_t j = jhi; j < n; j++) {
+        int64_t s = pad_index(pos0 + j * step, T, mode);
+        dst[j] = s < 0 ? value : src[s * es];
+    }
+}
+
+/* x[b, c, :] of a [B, C, T] or [C, T] activation, element stride in *es. */
+static const float *act_row(const struct tensor *x, int64_t b, int64_t c, int64_t *es)
+{
+    int n = x->ndim;
+    const char *p = (const char *)x->data + c * x->nb[n - 2];
+    if (n == 3) p += b * x->nb[0];
+    *es = x->nb[n - 1] / (int64_t)sizeof(float);
+    return (const float *)p;
+}
+
+/* o[j] += w * s[j*step] for j < n; a plain loop the compiler vectorises,
+ * built twice (generic / AVX2) and picked at run time. */
+#define AXPY_BODY                                                              \
+    if (step == 1)                                                             \
+        for (int64_t j = 0; j < n; j++) o[j] += w * s[j];                      \
+    else                                                                       \
+        for (int64_t j = 0; j < n; j++) o[j] += w * s[j * step];
+static void axpy_generic(float *restrict o, const float *restrict s, float w, int64_t step,
+                         int64_t n)
+{
+    AXPY_BODY
+}
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx2"))) static void axpy_avx2(float *restrict o,
+                                                      const float *restrict s, float w,
+                                                      int64_t step, int64_t n)
+{
+    AXPY_BODY
+}
+static void axpy(float *o, const float *s, float w, int64_t step, int64_t n)
+{
+    if (__builtin_cpu_supports("avx2")) axpy_avx2(o, s, w, step, n);
+    else axpy_generic(o, s, w, step, n);
+}
+#else
+static void axpy(float *o, const float *s, float w, int64_t step, int64_t n)
+{
+    axpy_generic(o, s, w, step, n);
+}
+#endif
+
+/* Rows [0, n) of out-channels: fill row r (n_cols floats at out + r*ld)
+ * with bias[r] or 0. */
+struct fill_job {
+    float *out;
+    int64_t ld, n_cols;
+    const float *bias;
+};
+static void fill_rows(void *ctx, int64_t r0, int64_t r1, int ith)
+{
+    (void)ith;
+    struct fill_job *j = ctx;
+    for (int64_t r = r0; r < r1; r++) {
+        float v = j->bias ? j->bias[r] : 0.0f, *o = j->out + r * j->ld;
+        for (int64_t t = 0; t < j->n_cols; t++) o[t] = v;
+    }
+}
+
+/* ---- conv1d ------------------------------------------------------------- */
+
+struct conv_job {
+    const struct tensor *x;
+    const struct conv1d_params *p;
+    const float *w, *bias;
+    float *out, *scratch;    /* out: [B, Cout, Tout] contiguous */
+    int64_t T, tout, K, cin_g, cout_g, cout, n_need;
+    int64_t b, g, t0, tc;    /* im2col: current batch, group, chunk */
+};
+
+/* Depthwise / channel-multiplier conv: one task per (batch, out channel). */
+static void conv_direct(void *ctx, int64_t r0, int64_t r1, int ith)
+{
+    const struct conv_job *j = ctx;
+    const struct conv1d_params *p = j->p;
+    float *xp = j->scratch + ith * j->n_need;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t b = r / j->cout, co = r % j->cout, g = co / j->cout_g;
+        float *o = j->out + r * j->tout;
+        float v = j->bias ? j->bias[co] : 0.0f;
+        for (int64_t t = 0; t < j->tout; t++) o[t] = v;
+        for (int64_t ci = 0; ci < j->cin_g; ci++) {
+            int64_t es;
+            const float *src = act_row(j->x, b, g * j->cin_g + ci, &es);
+            fetch_row(xp, src, es, j->T, -p->pad_left, 1, j->n_need, p->pad_mode, 0.0f);
+            const float *wr = j->w + (co * j->cin_g + ci) * j->K;
+            for (int64_t k = 0; k < j->K; k++)
+                axpy(o, xp + k * p->dilation, wr[k], p->stride, j->tout);
+        }
+    }
+}
+
+/* im2col rows (ci, k) of the current chunk: cols[ci*K + k][jj] =
+ * xpad[(t0 + jj)*stride - pad_left + k*dilation]. */
+static void conv_im2col(void *ctx, int64_t r0, int64_t r1, int ith)
+{
+    (void)ith;
+    const struct conv_job *j = ctx;
+    const struct conv1d_params *p = j->p;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t ci = r / j->K, k = r % j->K, es;
+        const float *src = act_row(j->x, j->b, j->g * j->cin_g + ci, &es);
+        int64_t pos0 = j->t0 * p->stride - p->pad_left + k * p->dilation;
+        fetch_row(j->scratch + r * j->tc, src, es, j->T, pos0, p->stride, j->tc, p->pad_mode,
+                  0.0f);
+    }
+}
+
+static void conv1d(struct arena *a, struct tensor *out, const struct tensor *x,
+                   const struct tensor *w, const struct tensor *b,
+                   const struct conv1d_params *p)
+{
+    struct threadpool *tp = pool(a);
+    int n = x->ndim;
+    int64_t B = n == 3 ? x->ne[0] : 1;
+    struct conv_job j = {
+        .x = x, .p = p, .bias = b ? b->data : NULL, .out = out->data,
+        .T = x->ne[n - 1], .tout = out->ne[n - 1], .K = w->ne[2], .cin_g = w->ne[1],
+        .cout = w->ne[0],
+    };
+    j.cout_g = j.cout / p->groups;
+    j.w = weights_f32(a, w);
+    if (!j.w) return;
+    if (b && !tensor_is_contiguous(b) && !(j.bias = weights_f32(a, b))) return;
+
+    if (j.cin_g == 1) {
+        j.n_need = (j.tout - 1) * p->stride + (j.K - 1) * p->dilation + 1;
+        int nt = tp ? tp_n_threads(tp) : 1;
+        j.scratch = arena_alloc(a, (size_t)(nt * j.n_need) * sizeof(float));
+        if (!j.scratch) return;
+        tp_parallel_for(tp, B * j.cout, grain_for(j.K * j.tout), conv_direct, &j);
+        return;
+    }
+
+    int64_t kk = j.cin_g * j.K;
+    int64_t es = x->nb[n - 1] / (int64_t)sizeof(float), ld = x->nb[n - 2] / (int64_t)sizeof(float);
+    bool in_place = j.K == 1 && p->stride == 1 && p->pad_left == 0 && p->pad_right == 0 &&
+                    es == 1 && x->nb[n - 2] % (int64_t)sizeof(float) == 0 && ld >= j.T;
+    int64_t chunk = in_place ? j.tout : min64(j.tout, max64(128, CHUNK_FLOATS / kk));
+    if (!in_place) {
+        j.scratch = arena_alloc(a, (size_t)(kk * chunk) * sizeof(float));
+        if (!j.scratch) return;
+    }
+    for (j.b = 0; j.b < B; j.b++)
+        for (j.g = 0; j.g < p->groups; j.g++) {
+            const float *wg = j.w + j.g * j.cout_g * kk;
+            float *og = j.out + (j.b * j.cout + j.g * j.cout_g) * j.tout;
+            for (j.t0 = 0; j.t0 < j.tout; j.t0 += chunk) {
+                j.tc = min64(chunk, j.tout - j.t0);
+                const float *cols = j.scratch;
+                int64_t ldb = j.tc;
+                if (in_place) {
+                    int64_t unused;
+                    cols = act_row(x, j.b, j.g * j.cin_g, &unused);
+                    ldb = ld;
+                } else {
+                    tp_parallel_for(tp, kk, grain_for(j.tc), conv_im2col, &j);
+                }
+                float beta = 0.0f;
+                if (j.bias) {
+                    struct fill_job f = {og + j.t0, j.tout, j.tc, j.bias + j.g * j.cout_g};
+                    tp_parallel_for(tp, j.cout_g, grain_for(j.tc), fill_rows, &f);
+                    beta = 1.0f;
+                }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)j.cout_g,
+                            (int)j.tc, (int)kk, 1.0f, wg, (int)kk, cols, (int)ldb, beta,
+                            og + j.t0, (int)j.tout);
+            }
+        }
+}
+
+/* ---- conv_transpose1d --------------------------------------------------- */
+
+struct convt_job {
+    const struct tensor *x;
+    const struct conv_transpose1d_params *p;
+    float *out, *cols, *xs;
+    int64_t T, tout, K, cin_g, cout_g, cout;
+    int64_t b, g, t0, tc;
+};
+
+/* Pack x[b, g*cin_g + r, t0 .. t0+tc) into xs rows (for strided inputs). */
+static void convt_pack(void *ctx, int64_t r0, int64_t r1, int ith)
+{
+    (void)ith;
+    const struct convt_job *j = ctx;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t es;
+        const float *src = act_row(j->x, j->b, j->g * j->cin_g + r, &es);
+        fetch_row(j->xs + r * j->tc, src, es, j->T, j->t0, 1, j->tc, PAD_ZERO, 0.0f);
+    }
+}
+
+/* Overlap-add: out[co][(t0+jj)*stride - padding + k*dilation] +=
+ * cols[co*K + k][jj], one task per output channel of the group. */
+static void convt_col2im(void *ctx, int64_t r0, int64_t r1, int ith)
+{
+    (void)ith;
+    const struct convt_job *j = ctx;
+    const struct conv_transpose1d_params *p = j->p;
+    int64_t s = p->stride;
+    for (int64_t co = r0; co < r1; co++) {
+        float *o = j->out + (j->b * j->cout + j->g * j->cout_g + co) * j->tout;
+        for (int64_t k = 0; k < j->K; k++) {
+            const float *c = j->cols + (co * j->K + k) * j->tc;
+            int64_t base = j->t0 * s - p->padding + k * p->dilation; /* output of jj = 0 */
+            int64_t jlo = base >= 0 ? 0 : (-base + s - 1) / s;
+            int64_t jhi = j->tout - 1 - base < 0 ? 0 : (j->tout - 1 - base) / s + 1;
+            jlo = min64(jlo, j->tc);
+            jhi = max64(jlo, min64(jhi, j->tc));
+            float *ob = o + base + jlo * s;
+            const float *cb = c + jlo;
+            if (s == 1) {
+                for (int64_t jj = 0; jj < jhi - jlo; jj++) ob[jj] += cb[jj];
+            } else {
+                for (int64_t jj = 0; jj < jhi - jlo; jj++) ob[jj * s] += cb[jj];
+            }
+        }
+    }
+}
+
+static void conv_transpose1d(struct arena *a, struct tensor *out, const struct tensor *x,
+                             const struct tensor *w, const struct tensor *b,
+                             const struct conv_transpose1d_params *p)
+{
+    struct threadpool *tp = pool(a);
+    int n = x->ndim;
+    int64_t B = n == 3 ? x->ne[0] : 1;
+    struct convt_job j = {
+        .x = x, .p = p, .out = out->data, .T = x->ne[n - 1], .tout = out->ne[n - 1],
+        .K = w->ne[2], .cout_g = w->ne[1],
+    };
+    j.cin_g = w->ne[0] / p->groups;
+    j.cout = j.cout_g * p->groups;
+    const float *wf = weights_f32(a, w);
+    const float *bias = b ? (tensor_is_contiguous(b) ? b->data : weights_f32(a, b)) : NULL;
+    if (!wf || (b && !bias)) return;
+
+    struct fill_job f = {j.out, j.tout, j.tout, NULL};
+    for (int64_t bi = 0; bi < B; bi++) {
+        f.out = j.out + bi * j.cout * j.tout;
+        f.bias = bias;
+        tp_parallel_for(tp, j.cout, grain_for(j.tout), fill_rows, &f);
+    }
+
+    int64_t m = j.cout_g * j.K;
+    int64_t es = x->nb[n - 1] / (int64_t)sizeof(float), ld = x->nb[n - 2] / (int64_t)sizeof(float);
+    int64_t chunk = min64(j.T, max64(64, CHUNK_FLOATS / m));
+    bool direct = es == 1 && x->nb[n - 2] % (int64_t)sizeof(float) == 0 && ld >= chunk;
+    j.cols = arena_alloc(a, (size_t)(m * chunk) * sizeof(float));
+    if (!direct) j.xs = arena_alloc(a, (size_t)(j.cin_g * chunk) * sizeof(float));
+    if (!j.cols || (!direct && !j.xs)) return;
+
+    for (j.b = 0; j.b < B; j.b++)
+        for (j.g = 0; j.g < p->groups; j.g++) {
+            const float *wg = wf + j.g * j.cin_g * m; /* rows ci of the group: [cin_g, m] */
+            for (j.t0 = 0; j.t0 < j.T; j.t0 += chunk) {
+                j.tc = min64(chunk, j.T - j.t0);
+                const float *xb;
+                int64_t ldb;
+                if (direct) {
+                    int64_t unused;
+                    xb = act_row(x, j.b, j.g * j.cin_g, &unused) + j.t0;
+                    ldb = ld;
+                } else {
+                    tp_parallel_for(tp, j.cin_g, grain_for(j.tc), convt_pack, &j);
+                    xb = j.xs;
+                    ldb = j.tc;
+                }
+                /* cols[m, tc] = W_g^T[m, cin_g] @ x_g[cin_g, tc] */
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)m, (int)j.tc,
+                            (int)j.cin_g, 1.0f, wg, (int)m, xb, (int)ldb, 0.0f, j.cols,
+                            (int)j.tc);
+                tp_parallel_for(tp, j.cout_g, grain_for(j.K * j.tc), convt_col2im, &j);
+            }
+        }
+}
+
+/* ---- pad1d, upsample_nearest ------------------------------------------- */
+
+struct rows_job {
+    const struct tensor *x;
+    float *out;
+    int64_t T, tout;
+    int left, factor;
+    enum pad_mode mode;
+    float value;
+    const int64_t *idx;
+};
+
+static void pad_rows(void *ctx, int64_t r0, int64_t r1, int ith)
+{
+    (void)ith;
+    const struct rows_job *j = ctx;
+    int64_t es = j->x->nb[j->x->ndim - 1] / (int64_t)sizeof(float);
+    for (int64_t r = r0; r < r1; r++)
+        fetch_row(j->out + r * j->tout, (const float *)row_ptr(j->x, r), es, j->T, -j->left, 1,
+                  j->tout, j->mode, j->value);
+}
+
+static void pad1d(struct arena *a, struct tensor *out, const struct tensor *x, int left,
+                  int right, enum pad_mode mode, float value)
+{
+    (void)right;
+    int n = x->ndim;
+    struct rows_job j = {.x = x, .out = out->data, .T = x->ne[n - 1], .tout = out->ne[n - 1],
+                         .left = left, .mode = mode, .value = value};
+    tp_parallel_for(pool(a), tensor_nrows(x), grain_for(j.tout), pad_rows, &j);
+}
+
+static void upsample_rows(void *ctx, int64_t r0, int64_t r1, int ith)
+{
+    (void)ith;
+    const struct rows_job *j = ctx;
+    int64_t es = j->x->nb[j->x->ndim - 1] / (int64_t)sizeof(float);
+    for (int64_t r = r0; r < r1; r++) {
+        const float *src = (const float *)row_ptr(j->x, r);
+        float *o = j->out + r * j->tout;
+        for (int64_t t = 0; t < j->tout; t++) o[t] = src[j->idx[t] * es];
+    }
+}
+
+static void upsample_nearest(struct arena *a, struct tensor *out, const struct tensor *x,
+                             int factor)
+{
+    int n = x->ndim;
+    struct rows_job j = {.x = x, .out = out->data, .T = x->ne[n - 1], .tout = out->ne[n - 1],
+                         .factor = factor};
+    int64_t *idx = arena_alloc(a, (size_t)j.tout * sizeof *idx);
+    if (!idx) return;
+    /* source index as torch computes it (UpSample.h nearest_idx): exact for
+     * factors 1 and 2, else floorf(t * (float)(1/factor)), clamped */
+    float scale = (float)(1.0 / factor);
+    for (int64_t t = 0; t < j.tout; t++) {
+        int64_t s = factor == 1 ? t : factor == 2 ? t >> 1 : (int64_t)floorf((float)t * scale);
+        idx[t] = min64(s, j.T - 1);
+    }
+    j.idx = idx;
+    tp_parallel_for(pool(a), tensor_nrows(x), grain_for(j.tout), upsample_rows, &j);
+}
+
+/* ---- lstm --------------------------------------------------------------- */
+
+struct lstm_job {
+    const float *gx, *gh;  /* [B*T, 4H] input projection (+ biases), [B, 4H] */
+    float *h, *c, *out;    /* [B, H], [B, H], [B, T, H] */
+    int64_t T, H, t;
+};
+
+static float sigmoidf(float v) { return 1.0f / (1.0f + expf(-v)); }
+
+/* c' = f*c + i*g, h' = o*tanh(c') for sequences [b0, b1) at step t. */
+static void lstm_cell(void *ctx, int64_t b0, int64_t b1, int ith)
+{
+    (void)ith;
+    const struct lstm_job *j = ctx;
+    int64_t H = j->H;
+    for (int64_t b = b0; b < b1; b++) {
+        const float *gx = j->gx + (b * j->T + j->t) * 4 * H, *gh = j->gh + b * 4 * H;
+        float *h = j->h + b * H, *c = j->c + b * H, *o = j->out + (b * j->T + j->t) * H;
+        for (int64_t k = 0; k < H; k++) {
+            float ig = sigmoidf(gx[k] + gh[k]);
+            float fg = sigmoidf(gx[H + k] + gh[H + k]);
+            float gg = tanhf(gx[2 * H + k] + gh[2 * H + k]);
+            float og = sigmoidf(gx[3 * H + k] + gh[3 * H + k]);
+            c[k] = fg * c[k] + ig * gg;
+            o[k] = h[k] = og * tanhf(c[k]);
+        }
+    }
+}
+
+/* Copy a [B, H] state view (or zeros) into contiguous dst. */
+static void load_state(float *dst, const struct tensor *s, int64_t B, int64_t H)
+{
+    if (!s) {
+        memset(dst, 0, (size_t)(B * H) * sizeof *dst);
+        return;
+    }
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t k = 0; k < H; k++)
+            dst[b * H + k] = *(const float *)((const char *)s->data + b * s->nb[0] + k * s->nb[1]);
+}
+
+static void lstm(struct arena *a, struct tensor *out, struct tensor *h_n, struct tensor *c_n,
+                 const struct tensor *x, const struct tensor *w_ih,
+                 const struct tensor *w_hh, const struct tensor *b_ih,
+                 const struct tensor *b_hh, const struct tensor *h0, const struct tensor *c0)
+{
+    struct threadpool *tp = pool(a);
+    int64_t B = x->ne[0], T = x->ne[1], In = x->ne[2], H = w_hh->ne[1], G = 4 * H;
+    const float *wih = weights_f32(a, w_ih), *whh = weights_f32(a, w_hh);
+    const float *bih = b_ih ? weights_f32(a, b_ih) : NULL;
+    const float *bhh = b_hh ? weights_f32(a, b_hh) : NULL;
+    const float *xs = tensor_is_contiguous(x) ? x->data : weights_f32(a, x);
+    float *gx = arena_alloc(a, (size_t)(max64(1, B * T) * G) * sizeof(float));
+    float *gh = arena_alloc(a, (size_t)(B * G) * sizeof(float));
+    float *h = arena_alloc(a, (size_t)(B * H) * sizeof(float));
+    float *c = arena_alloc(a, (size_t)(B * H) * sizeof(float));
+    if (!wih || !whh || (b_ih && !bih) || (b_hh && !bhh) || !xs || !gx || !gh || !h || !c)
+        return;
+    load_state(h, h0, B, H);
+    load_state(c, c0, B, H);
+
+    if (T > 0) {
+        /* gx[b*T + t] = x_t @ W_ih^T + b_ih + b_hh */
+        for (int64_t r = 0; r < B * T; r++)
+            for (int64_t k = 0; k < G; k++)
+                gx[r * G + k] = (bih ? bih[k] : 0.0f) + (bhh ? bhh[k] : 0.0f);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(B * T), (int)G, (int)In,
+                    1.0f, xs, (int)In, wih, (int)In, 1.0f, gx, (int)G);
+    }
+    struct lstm_job j = {.gx = gx, .gh = gh, .h = h, .c = c, .out = out->data, .T = T, .H = H};
+    for (j.t = 0; j.t < T; j.t++) {
+        /* gh = h_{t-1} @ W_hh^T */
+        if (B == 1)
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)G, (int)H, 1.0f, whh, (int)H, h, 1,
+                        0.0f, gh, 1);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)B, (int)G, (int)H, 1.0f,
+                        h, (int)H, whh, (int)H, 0.0f, gh, (int)G);
+        tp_parallel_for(tp, B, grain_for(8 * H), lstm_cell, &j);
+    }
+    if (h_n) memcpy(h_n->data, h, (size_t)(B * H) * sizeof(float));
+    if (c_n) memcpy(c_n->data, c, (size_t)(B * H) * sizeof(float));
+}
 
 void cpu_register_conv(struct kernels *k)
 {
-    (void)k;
+    k->conv1d = conv1d;
+    k->conv_transpose1d = conv_transpose1d;
+    k->pad1d = pad1d;
+    k->upsample_nearest = upsample_nearest;
+    k->lstm = lstm;
 }
