@@ -67,6 +67,23 @@ static size_t type_align(enum dtype t)
     return tr->quantized ? 2 : tr->size;
 }
 
+/* Bytes of a contiguous tensor (innermost dim a whole number of blocks);
+ * false when its strides would not fit in int64. Zero dims are skipped in
+ * that bound, since the strides around them still exist. */
+static bool shape_nbytes(enum dtype type, int ndim, const int64_t *ne, uint64_t *nbytes)
+{
+    const struct dtype_traits *tr = dtype_traits(type);
+    uint64_t span = tr->size;
+    bool empty = false;
+    for (int d = ndim - 1; d >= 0; d--) {
+        uint64_t n = (uint64_t)(d == ndim - 1 ? ne[d] / tr->blck : ne[d]);
+        if (n == 0) empty = true;
+        else if (__builtin_mul_overflow(span, n, &span) || span > INT64_MAX) return false;
+    }
+    *nbytes = empty ? 0 : span;
+    return true;
+}
+
 static uint64_t fnv1a(const char *s)
 {
     uint64_t h = 0xcbf29ce484222325ull;
@@ -386,7 +403,11 @@ static cbx_status parse(struct io_gguf *g, char *err)
                             p, name.s, type);
         int64_t ne[TENSOR_MAX_DIMS];
         for (uint32_t d = 0; d < nd; d++) ne[d] = (int64_t)dims[nd - 1 - d]; /* innermost first -> last */
-        g->t[i] = tensor_make((enum dtype)type, (int)nd, ne, NULL, NULL);
+        /* strides are set once the shape is known to be sane (below) */
+        memset(&g->t[i], 0, sizeof g->t[i]);
+        g->t[i].type = (enum dtype)type;
+        g->t[i].ndim = (int)nd;
+        memcpy(g->t[i].ne, ne, nd * sizeof *ne);
         g->t[i].name = name.s;
         g->n_t = (int)i + 1;
     }
@@ -412,10 +433,8 @@ static cbx_status parse(struct io_gguf *g, char *err)
                           p, t->name, tr->name, (long long)inner, tr->blck);
             goto cleanup;
         }
-        uint64_t nbytes = (uint64_t)(inner / tr->blck) * tr->size; /* inner <= 2^63, size <= 64: may wrap */
-        bool over = inner / tr->blck != 0 && nbytes / (uint64_t)(inner / tr->blck) != tr->size;
-        for (int d = 0; d + 1 < t->ndim; d++)
-            if (__builtin_mul_overflow(nbytes, (uint64_t)t->ne[d], &nbytes)) over = true;
+        uint64_t nbytes = 0;
+        bool over = !shape_nbytes(t->type, t->ndim, t->ne, &nbytes);
         uint64_t off = g->t_off[i];
         if (off % g->alignment) {
             rc = err_setf(err, CBX_ERR_FORMAT, "%s: tensor '%s': offset %llu is not a multiple of the alignment %zu", p,
@@ -429,6 +448,7 @@ static cbx_status parse(struct io_gguf *g, char *err)
                           (unsigned long long)data_size);
             goto cleanup;
         }
+        tensor_set_contiguous(t);
         const uint8_t *src = g->buf + g->data_off + off;
         t->data = (void *)(uintptr_t)src;
         if (nbytes && (uintptr_t)src % type_align(t->type)) {
@@ -905,12 +925,9 @@ cbx_status io_gguf_writer_add_tensor(struct io_gguf_writer *w, const char *name,
     const struct dtype_traits *tr = dtype_traits(type);
     int64_t inner = ndim ? ne[ndim - 1] : 1;
     uint64_t size = 0;
-    bool bad = inner < 0 || inner % tr->blck;
-    if (!bad) {
-        size = (uint64_t)(inner / tr->blck) * tr->size;
-        for (int d = 0; d + 1 < ndim; d++)
-            if (ne[d] < 0 || __builtin_mul_overflow(size, (uint64_t)ne[d], &size)) bad = true;
-    }
+    bool bad = inner % tr->blck != 0;
+    for (int d = 0; d < ndim; d++) bad = bad || ne[d] < 0;
+    bad = bad || !shape_nbytes(type, ndim, ne, &size);
     if (bad)
         return err_setf(err, CBX_ERR_INVALID_ARG,
                         "gguf writer: tensor '%s': bad shape for %s (negative, overflowing, or innermost dim %lld not a multiple of %d)",

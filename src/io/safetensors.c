@@ -158,8 +158,11 @@ static cbx_status parse_entry(struct io_safetensors *st, int i, const cJSON *e,
         return err_setf(err, CBX_ERR_FORMAT, "%s: tensor '%s': %d dimensions, at most %d supported",
                         p, name, ndim, TENSOR_MAX_DIMS);
     int64_t ne[TENSOR_MAX_DIMS] = {0};
-    uint64_t nbytes = esize;
-    bool overflow = false;
+    /* span: bytes of the shape with zero dims skipped; it bounds every
+     * stride, which must fit in int64 even when a zero dim makes the
+     * tensor empty. */
+    uint64_t span = esize;
+    bool overflow = false, empty = false;
     int d = 0;
     for (const cJSON *k = js->child; k; k = k->next, d++) {
         uint64_t v;
@@ -167,8 +170,10 @@ static cbx_status parse_entry(struct io_safetensors *st, int i, const cJSON *e,
             return err_setf(err, CBX_ERR_FORMAT, "%s: tensor '%s': shape[%d] is not a non-negative integer",
                             p, name, d);
         ne[d] = (int64_t)v;
-        if (__builtin_mul_overflow(nbytes, v, &nbytes)) overflow = true;
+        if (v == 0) empty = true;
+        else if (__builtin_mul_overflow(span, v, &span) || span > INT64_MAX) overflow = true;
     }
+    uint64_t nbytes = empty ? 0 : span;
 
     uint64_t off[2];
     if (!cJSON_IsArray(jo) || cJSON_GetArraySize(jo) != 2 || !json_uint(jo->child, &off[0]) ||
@@ -182,8 +187,9 @@ static cbx_status parse_entry(struct io_safetensors *st, int i, const cJSON *e,
                         (unsigned long long)st->data_size);
     if (overflow || nbytes != off[1] - off[0]) {
         char sh[96], need[32];
-        struct tensor tmp = tensor_make((enum dtype)type, ndim, ne, NULL, NULL);
-        if (overflow) snprintf(need, sizeof need, "more than 2^64");
+        struct tensor tmp = {.ndim = ndim}; /* for the shape text only */
+        memcpy(tmp.ne, ne, sizeof ne);
+        if (overflow) snprintf(need, sizeof need, "more than 2^63");
         else snprintf(need, sizeof need, "%llu", (unsigned long long)nbytes);
         return err_setf(err, CBX_ERR_FORMAT,
                         "%s: tensor '%s': %s %s needs %s bytes but data_offsets [%llu, %llu] hold %llu", p,
@@ -601,11 +607,14 @@ cbx_status io_safetensors_writer_open(const char *path, int n, const struct io_s
                           e->ndim, TENSOR_MAX_DIMS);
             goto cleanup;
         }
-        uint64_t nb = dtype_traits(e->type)->size;
+        uint64_t nb = dtype_traits(e->type)->size, span = nb;
         for (int d = 0; d < e->ndim; d++)
-            if (e->ne[d] < 0 || __builtin_mul_overflow(nb, (uint64_t)e->ne[d], &nb)) {
+            if (e->ne[d] < 0 || (e->ne[d] && (__builtin_mul_overflow(span, (uint64_t)e->ne[d], &span) ||
+                                              span > INT64_MAX))) {
                 rc = err_setf(err, CBX_ERR_INVALID_ARG, "%s: tensor '%s': bad shape", path, e->name);
                 goto cleanup;
+            } else {
+                nb *= (uint64_t)e->ne[d]; /* <= span, or 0 */
             }
         if (i) sb_putn(&b, ",", 1);
         if (!sb_json_string(&b, e->name)) {
