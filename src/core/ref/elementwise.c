@@ -1,7 +1,339 @@
-/* elementwise.c - ref kernels of the elementwise group (see ops.h). */
+/* elementwise.c - ref kernels of the elementwise group (see ops.h): copy and
+ * type conversion, fill, broadcast binary ops, activations, Snake,
+ * reductions, cumsum and row gathers.
+ *
+ * Plain loops over a 4-d view of every operand (shape padded with leading
+ * ones, strides in bytes), one element at a time, single thread. The
+ * activations are evaluated in double with libm and rounded once, which
+ * makes this the more exact side in the cpu-vs-ref tests; the pure float
+ * arithmetic (scale, clamp, cumsum, binary ops) is done in float exactly as
+ * torch does, so those kernels must agree bit for bit. */
+#include <math.h>
+#include <string.h>
+
 #include "../backend.h"
+#include "../quant.h"
+
+/* t's shape and strides right-aligned into 4 dims; padded dims have ne 1
+ * and stride 0. */
+static void shape4(const struct tensor *t, int64_t ne[4], int64_t nb[4])
+{
+    int off = 4 - t->ndim;
+    for (int d = 0; d < 4; d++) {
+        ne[d] = 1;
+        nb[d] = 0;
+    }
+    for (int d = 0; d < t->ndim; d++) {
+        ne[off + d] = t->ne[d];
+        nb[off + d] = t->nb[d];
+    }
+}
+
+static bool is_int(enum dtype t)
+{
+    return t == TYPE_I8 || t == TYPE_I16 || t == TYPE_I32 || t == TYPE_I64 ||
+           t == TYPE_U8 || t == TYPE_BOOL;
+}
+
+static double load_f(enum dtype t, const char *p)
+{
+    switch (t) {
+    case TYPE_F32: { float v; memcpy(&v, p, 4); return v; }
+    case TYPE_F64: { double v; memcpy(&v, p, 8); return v; }
+    case TYPE_F16: { uint16_t h; memcpy(&h, p, 2); return fp16_to_f32(h); }
+    case TYPE_BF16: { uint16_t h; memcpy(&h, p, 2); return bf16_to_f32(h); }
+    case TYPE_I8: return (double)*(const int8_t *)p;
+    case TYPE_U8: return (double)*(const uint8_t *)p;
+    case TYPE_BOOL: return *(const uint8_t *)p ? 1.0 : 0.0;
+    case TYPE_I16: { int16_t v; memcpy(&v, p, 2); return v; }
+    case TYPE_I32: { int32_t v; memcpy(&v, p, 4); return v; }
+    case TYPE_I64: { int64_t v; memcpy(&v, p, 8); return (double)v; }
+    default: return 0;
+    }
+}
+
+static int64_t load_i(enum dtype t, const char *p)
+{
+    switch (t) {
+    case TYPE_I8: return *(const int8_t *)p;
+    case TYPE_U8: return *(const uint8_t *)p;
+    case TYPE_BOOL: return *(const uint8_t *)p != 0;
+    case TYPE_I16: { int16_t v; memcpy(&v, p, 2); return v; }
+    case TYPE_I32: { int32_t v; memcpy(&v, p, 4); return v; }
+    case TYPE_I64: { int64_t v; memcpy(&v, p, 8); return v; }
+    default: return 0;
+    }
+}
+
+/* Integer stores wrap modulo 2^bits, as torch's .to(int) does. */
+static void store_i(enum dtype t, char *p, int64_t v)
+{
+    switch (t) {
+    case TYPE_I8: case TYPE_U8: *(uint8_t *)p = (uint8_t)v; break;
+    case TYPE_BOOL: *(uint8_t *)p = v != 0; break;
+    case TYPE_I16: { uint16_t u = (uint16_t)v; memcpy(p, &u, 2); break; }
+    case TYPE_I32: { uint32_t u = (uint32_t)v; memcpy(p, &u, 4); break; }
+    case TYPE_I64: memcpy(p, &v, 8); break;
+    default: break;
+    }
+}
+
+/* Float to integer truncates toward zero (torch); NaN gives 0 and values
+ * outside int64 saturate, where C would be undefined. */
+static void store_f(enum dtype t, char *p, double v)
+{
+    switch (t) {
+    case TYPE_F32: { float f = (float)v; memcpy(p, &f, 4); return; }
+    case TYPE_F64: memcpy(p, &v, 8); return;
+    case TYPE_F16: { uint16_t h = f32_to_fp16((float)v); memcpy(p, &h, 2); return; }
+    case TYPE_BF16: { uint16_t h = f32_to_bf16((float)v); memcpy(p, &h, 2); return; }
+    case TYPE_BOOL: *(uint8_t *)p = v != 0; return;
+    default: break;
+    }
+    int64_t i = 0;
+    if (v != v) i = 0;
+    else if (v >= 9.2233720368547758e18) i = INT64_MAX;
+    else if (v <= -9.2233720368547758e18) i = INT64_MIN;
+    else i = (int64_t)v;
+    store_i(t, p, i);
+}
+
+static void ref_cpy(struct arena *a, struct tensor *out, const struct tensor *x)
+{
+    const struct dtype_traits *tx = dtype_traits(x->type), *to = dtype_traits(out->type);
+    if (!tx || !to || tensor_nelements(x) != tensor_nelements(out) || x->ndim != out->ndim) {
+        arena_fail(a, CBX_ERR_INTERNAL, "cpy: bad operands (%s -> %s)", dtype_name(x->type),
+                   dtype_name(out->type));
+        return;
+    }
+    int64_t ne[4], xb[4], oe[4], ob[4];
+    shape4(x, ne, xb);
+    shape4(out, oe, ob);
+    const int64_t n = ne[3];
+    if (tx->quantized || to->quantized) {
+        /* whole rows: block rows are contiguous by definition */
+        if ((tx->quantized && n % tx->blck) || (to->quantized && n % to->blck)) {
+            arena_fail(a, CBX_ERR_INTERNAL, "cpy: rows of %lld are not whole blocks (%s -> %s)",
+                       (long long)n, tx->name, to->name);
+            return;
+        }
+        float *row = arena_alloc_host(a, (size_t)(n > 0 ? n : 1) * sizeof *row);
+        if (!row) return;
+        for (int64_t i0 = 0; i0 < ne[0]; i0++)
+            for (int64_t i1 = 0; i1 < ne[1]; i1++)
+                for (int64_t i2 = 0; i2 < ne[2]; i2++) {
+                    const char *xr = (const char *)x->data + i0 * xb[0] + i1 * xb[1] + i2 * xb[2];
+                    char *or = (char *)out->data + i0 * ob[0] + i1 * ob[1] + i2 * ob[2];
+                    if (x->type == out->type) {
+                        memcpy(or, xr, dtype_row_size(x->type, n));
+                        continue;
+                    }
+                    if (tx->quantized) dequantize_row(x->type, xr, row, n);
+                    else
+                        for (int64_t i = 0; i < n; i++) row[i] = (float)load_f(x->type, xr + i * xb[3]);
+                    if (to->quantized) quantize_row(out->type, row, or, n);
+                    else
+                        for (int64_t i = 0; i < n; i++) store_f(out->type, or + i * ob[3], row[i]);
+                }
+        return;
+    }
+    for (int64_t i0 = 0; i0 < ne[0]; i0++)
+        for (int64_t i1 = 0; i1 < ne[1]; i1++)
+            for (int64_t i2 = 0; i2 < ne[2]; i2++)
+                for (int64_t i3 = 0; i3 < n; i3++) {
+                    const char *xp = (const char *)x->data + i0 * xb[0] + i1 * xb[1] +
+                                     i2 * xb[2] + i3 * xb[3];
+                    char *op = (char *)out->data + i0 * ob[0] + i1 * ob[1] + i2 * ob[2] +
+                               i3 * ob[3];
+                    if (x->type == out->type) memcpy(op, xp, tx->size);
+                    else if (is_int(x->type) && is_int(out->type)) store_i(out->type, op, load_i(x->type, xp));
+                    else store_f(out->type, op, load_f(x->type, xp));
+                }
+}
+
+static void ref_fill(struct arena *a, struct tensor *out, float v)
+{
+    (void)a;
+    int64_t ne[4], nb[4];
+    shape4(out, ne, nb);
+    for (int64_t i0 = 0; i0 < ne[0]; i0++)
+        for (int64_t i1 = 0; i1 < ne[1]; i1++)
+            for (int64_t i2 = 0; i2 < ne[2]; i2++)
+                for (int64_t i3 = 0; i3 < ne[3]; i3++)
+                    store_f(out->type, (char *)out->data + i0 * nb[0] + i1 * nb[1] + i2 * nb[2] +
+                                           i3 * nb[3], v);
+}
+
+static float *at(const struct tensor *t, const int64_t nb[4], int64_t i0, int64_t i1,
+                 int64_t i2, int64_t i3)
+{
+    return (float *)((char *)t->data + i0 * nb[0] + i1 * nb[1] + i2 * nb[2] + i3 * nb[3]);
+}
+
+static void ref_binary(struct arena *a, struct tensor *out, const struct tensor *x,
+                       const struct tensor *y, enum binop op)
+{
+    (void)a;
+    int64_t ne[4], xb[4], yne[4], yb[4], one[4], ob[4];
+    shape4(x, ne, xb);
+    shape4(y, yne, yb);
+    shape4(out, one, ob);
+    for (int d = 0; d < 4; d++)
+        if (yne[d] == 1) yb[d] = 0; /* broadcast */
+    for (int64_t i0 = 0; i0 < ne[0]; i0++)
+        for (int64_t i1 = 0; i1 < ne[1]; i1++)
+            for (int64_t i2 = 0; i2 < ne[2]; i2++)
+                for (int64_t i3 = 0; i3 < ne[3]; i3++) {
+                    float u = *at(x, xb, i0, i1, i2, i3), v = *at(y, yb, i0, i1, i2, i3), r = 0;
+                    switch (op) {
+                    case BIN_ADD: r = u + v; break;
+                    case BIN_SUB: r = u - v; break;
+                    case BIN_MUL: r = u * v; break;
+                    case BIN_DIV: r = u / v; break;
+                    }
+                    *at(out, ob, i0, i1, i2, i3) = r;
+                }
+}
+
+/* torch's formulas (aten/src/ATen/native/cpu/Activation.cpp and
+ * UnaryOpsKernel.cpp); transcendental ones in double. */
+static float unary1(enum unop op, float x, float p0, float p1)
+{
+    const double d = x;
+    switch (op) {
+    case UN_GELU: return (float)(0.5 * d * (1.0 + erf(d / sqrt(2.0))));
+    case UN_GELU_TANH: {
+        const double k = sqrt(2.0 / M_PI);
+        return (float)(0.5 * d * (1.0 + tanh(k * (d + 0.044715 * d * d * d))));
+    }
+    case UN_SILU: return (float)(d / (1.0 + exp(-d)));
+    case UN_MISH: return (float)(d * tanh(log1p(exp(d))));
+    case UN_ELU: return x > 0 ? x : (float)(p0 * expm1(d));
+    case UN_LEAKY_RELU: return x > 0 ? x : x * p0;
+    case UN_RELU: return x > 0 ? x : 0.0f;
+    case UN_TANH: return (float)tanh(d);
+    case UN_SIGMOID: return (float)(1.0 / (1.0 + exp(-d)));
+    case UN_SOFTPLUS: return x > 20.0f ? x : (float)log1p(exp(d));
+    case UN_EXP: return (float)exp(d);
+    case UN_LOG: return (float)log(d);
+    case UN_SIN: return (float)sin(d);
+    case UN_COS: return (float)cos(d);
+    case UN_ABS: return fabsf(x);
+    case UN_SQRT: return (float)sqrt(d);
+    case UN_SQR: return x * x;
+    case UN_NEG: return -x;
+    case UN_SCALE: return p0 * x + p1;
+    case UN_CLAMP: return x < p0 ? p0 : (x > p1 ? p1 : x); /* NaN passes, as torch */
+    }
+    return 0;
+}
+
+static void ref_unary(struct arena *a, struct tensor *out, const struct tensor *x,
+                      enum unop op, float p0, float p1)
+{
+    (void)a;
+    int64_t ne[4], xb[4], one[4], ob[4];
+    shape4(x, ne, xb);
+    shape4(out, one, ob);
+    for (int64_t i0 = 0; i0 < ne[0]; i0++)
+        for (int64_t i1 = 0; i1 < ne[1]; i1++)
+            for (int64_t i2 = 0; i2 < ne[2]; i2++)
+                for (int64_t i3 = 0; i3 < ne[3]; i3++)
+                    *at(out, ob, i0, i1, i2, i3) = unary1(op, *at(x, xb, i0, i1, i2, i3), p0, p1);
+}
+
+/* HiFT Snake (alpha_logscale=False), in torch's float order:
+ * x + (1.0 / (alpha + 1e-9)) * pow(sin(x * alpha), 2). */
+static void ref_snake(struct arena *a, struct tensor *out, const struct tensor *x,
+                      const struct tensor *alpha)
+{
+    (void)a;
+    int64_t ne[4], xb[4], one[4], ob[4];
+    shape4(x, ne, xb);
+    shape4(out, one, ob);
+    for (int64_t i1 = 0; i1 < ne[1]; i1++)
+        for (int64_t i2 = 0; i2 < ne[2]; i2++) {
+            float al = *(const float *)((const char *)alpha->data + i2 * alpha->nb[0]);
+            float inv = 1.0f / (al + 1e-9f);
+            for (int64_t i3 = 0; i3 < ne[3]; i3++) {
+                float v = *at(x, xb, 0, i1, i2, i3);
+                float s = (float)sin((double)(v * al));
+                *at(out, ob, 0, i1, i2, i3) = v + inv * (s * s);
+            }
+        }
+}
+
+static void ref_reduce(struct arena *a, struct tensor *out, const struct tensor *x,
+                       enum redop op)
+{
+    (void)a;
+    int64_t ne[4], xb[4], one[4], ob[4];
+    shape4(x, ne, xb);
+    shape4(out, one, ob);
+    for (int64_t i0 = 0; i0 < ne[0]; i0++)
+        for (int64_t i1 = 0; i1 < ne[1]; i1++)
+            for (int64_t i2 = 0; i2 < ne[2]; i2++) {
+                double s = 0;
+                float m = -INFINITY;
+                for (int64_t i3 = 0; i3 < ne[3]; i3++) {
+                    float v = *at(x, xb, i0, i1, i2, i3);
+                    s += v;
+                    if (v > m || v != v) m = v != v || m != m ? NAN : v; /* NaN wins */
+                }
+                float r = op == RED_MAX ? m : op == RED_SUM ? (float)s : (float)(s / (double)ne[3]);
+                *at(out, ob, i0, i1, i2, 0) = r;
+            }
+}
+
+static void ref_cumsum(struct arena *a, struct tensor *out, const struct tensor *x)
+{
+    (void)a;
+    int64_t ne[4], xb[4], one[4], ob[4];
+    shape4(x, ne, xb);
+    shape4(out, one, ob);
+    for (int64_t i0 = 0; i0 < ne[0]; i0++)
+        for (int64_t i1 = 0; i1 < ne[1]; i1++)
+            for (int64_t i2 = 0; i2 < ne[2]; i2++) {
+                float s = 0;
+                for (int64_t i3 = 0; i3 < ne[3]; i3++) {
+                    s += *at(x, xb, i0, i1, i2, i3);
+                    *at(out, ob, i0, i1, i2, i3) = s;
+                }
+            }
+}
+
+static void ref_get_rows(struct arena *a, struct tensor *out, const struct tensor *table,
+                         const struct tensor *ids)
+{
+    const struct dtype_traits *tt = dtype_traits(table->type);
+    const int64_t nrows = table->ne[0], d = table->ne[1];
+    int64_t ne[4], ib[4], one[4], ob[4];
+    shape4(ids, ne, ib); /* ids [n] or [B, n] -> dims 2, 3 */
+    shape4(out, one, ob); /* [n, D] or [B, n, D] -> dims 1, 2, 3 */
+    for (int64_t b = 0; b < ne[2]; b++)
+        for (int64_t j = 0; j < ne[3]; j++) {
+            int64_t id = load_i(ids->type, (const char *)ids->data + b * ib[2] + j * ib[3]);
+            if (id < 0 || id >= nrows) {
+                arena_fail(a, CBX_ERR_INVALID_ARG, "get_rows: id %lld outside table of %lld rows",
+                           (long long)id, (long long)nrows);
+                return;
+            }
+            const char *src = (const char *)table->data + id * table->nb[0];
+            float *dst = at(out, ob, 0, b, j, 0);
+            if (tt->quantized) dequantize_row(table->type, src, dst, d);
+            else
+                for (int64_t i = 0; i < d; i++) dst[i] = (float)load_f(table->type, src + i * table->nb[1]);
+        }
+}
 
 void ref_register_elementwise(struct kernels *k)
 {
-    (void)k;
+    k->cpy = ref_cpy;
+    k->fill = ref_fill;
+    k->binary = ref_binary;
+    k->unary = ref_unary;
+    k->snake = ref_snake;
+    k->reduce = ref_reduce;
+    k->cumsum = ref_cumsum;
+    k->get_rows = ref_get_rows;
 }
