@@ -685,14 +685,184 @@ static void test_malicious(void)
     CHECK(rc == CBX_ERR_FORMAT && !v && strstr(err, "no <dir>/data.pkl"), "zip without data.pkl refused: '%s'", err);
 }
 
+/* Files written by torch 2.11.0 (torch.save of a Linear+BatchNorm1d
+ * state_dict plus extra tensors; a conds-like dict), kept in the fuzz
+ * corpus. They carry .format_version, .storage_alignment, byteorder,
+ * .data/serialization_id and an OrderedDict _metadata BUILD. Expected
+ * values are what torch printed for the same tensors: 0.weight[0] =
+ * 0.393109530210495, x_t = arange(6).reshape(2,3).t(), h = f16 [1.5, -2],
+ * b = bf16 [1.5, -2], view = arange(10)[3:7] (storage offset 3). */
+static void test_torch211_files(void)
+{
+    char err[ERR_MAX] = "";
+    struct pt_value *v = NULL;
+    cbx_status rc = io_pt_read(CBX_SOURCE_DIR "/tests/fuzz/corpus/fuzz_torch_pt/sd_torch211.pt", &v, err);
+    CHECK(rc == CBX_OK, "read a torch 2.11 state dict: %s", rc ? err : "ok");
+    static const char *keys[] = {"0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean",
+                                 "1.running_var", "1.num_batches_tracked", "x_t", "h", "b", "view"};
+    bool ok = v && v->kind == PT_DICT && v->u.dict.ordered && pt_len(v) == 11;
+    for (size_t i = 0; ok && i < 11; i++) ok = strcmp(pt_dict_key(v, i), keys[i]) == 0;
+    CHECK(ok, "torch 2.11 state dict: OrderedDict with 11 keys in order");
+    const struct pt_tensor *w = pt_as_tensor(pt_dict_get(v, "0.weight")),
+                           *nbt = pt_as_tensor(pt_dict_get(v, "1.num_batches_tracked")),
+                           *xt = pt_as_tensor(pt_dict_get(v, "x_t")), *h = pt_as_tensor(pt_dict_get(v, "h")),
+                           *b = pt_as_tensor(pt_dict_get(v, "b")), *view = pt_as_tensor(pt_dict_get(v, "view"));
+    if (w && nbt && xt && h && b && view) {
+        CHECK(w->type == TYPE_F32 && w->ndim == 2 && w->ne[0] == 4 && w->ne[1] == 3 &&
+              ((float *)w->data)[0] == (float)0.393109530210495, "0.weight [4, 3], [0] = %.9g",
+              ((float *)w->data)[0]);
+        CHECK(nbt->type == TYPE_I64 && nbt->ndim == 0 && ((int64_t *)nbt->data)[0] == 0,
+              "num_batches_tracked is an i64 scalar 0");
+        static const float want_xt[6] = {0, 3, 1, 4, 2, 5};
+        CHECK(xt->ne[0] == 3 && xt->ne[1] == 2, "x_t has shape [3, 2]");
+        check_close("torch-written transposed tensor", xt->data, want_xt, 6, 0, 0);
+        const uint16_t *hh = h->data, *bb = b->data;
+        CHECK(h->type == TYPE_F16 && hh[0] == 0x3e00 && hh[1] == 0xc000, "f16 [1.5, -2] bits %04x %04x", hh[0], hh[1]);
+        CHECK(b->type == TYPE_BF16 && bb[0] == 0x3fc0 && bb[1] == 0xc000, "bf16 [1.5, -2] bits %04x %04x", bb[0], bb[1]);
+        const int64_t *vv = view->data;
+        CHECK(view->type == TYPE_I64 && view->ne[0] == 4 && vv[0] == 3 && vv[3] == 6,
+              "storage-offset view arange(10)[3:7] = %lld..%lld", (long long)vv[0], (long long)vv[3]);
+    } else {
+        CHECK(false, "torch 2.11 tensors present");
+    }
+    pt_value_free(v);
+
+    v = NULL;
+    rc = io_pt_read(CBX_SOURCE_DIR "/tests/fuzz/corpus/fuzz_torch_pt/conds_torch211.pt", &v, err);
+    CHECK(rc == CBX_OK, "read a torch 2.11 conds-like dict: %s", rc ? err : "ok");
+    const struct pt_tensor *se = pt_as_tensor(pt_get_path(v, "t3.speaker_emb")),
+                           *pl = pt_as_tensor(pt_get_path(v, "gen.prompt_token_len"));
+    const struct pt_value *ce = pt_get_path(v, "t3.clap_emb");
+    CHECK(v && !v->u.dict.ordered && se && se->ne[1] == 4 && ((float *)se->data)[3] == 1.0f && pl &&
+          ((int64_t *)pl->data)[0] == 250 && ce && ce->kind == PT_NONE,
+          "torch 2.11 conds: ones(1,4), None, tensor([250])");
+    pt_value_free(v);
+}
+
+/* Allocation-failure run: malloc and friends are interposed (glibc exports
+ * the real ones as __libc_*) so that the k-th allocation fails, for every
+ * k of a successful read and write; each run must fail cleanly (or succeed)
+ * and leave no allocation behind. Not under ASan, which owns malloc. */
+#if defined(__SANITIZE_ADDRESS__)
+#define PT_NO_ALLOC_HOOK 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PT_NO_ALLOC_HOOK 1
+#endif
+#endif
+#if defined(__GLIBC__) && !defined(PT_NO_ALLOC_HOOK)
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void __libc_free(void *);
+static long fail_at = -1, n_allocs, live;
+
+static bool inject(void)
+{
+    n_allocs++;
+    if (fail_at < 0) return false;
+    if (fail_at-- == 0) return true;
+    return false;
+}
+void *malloc(size_t n)
+{
+    if (inject()) return NULL;
+    void *p = __libc_malloc(n);
+    if (p) live++;
+    return p;
+}
+void *calloc(size_t a, size_t b)
+{
+    if (inject()) return NULL;
+    void *p = __libc_calloc(a, b);
+    if (p) live++;
+    return p;
+}
+void *realloc(void *q, size_t n)
+{
+    if (inject()) return NULL;
+    void *p = __libc_realloc(q, n);
+    if (p && !q) live++;
+    return p;
+}
+void free(void *p)
+{
+    if (p) live--;
+    __libc_free(p);
+}
+
+static void test_alloc_failures(void)
+{
+    char err[ERR_MAX];
+    const char *sample = test_data("turbo/conds.pt");
+    struct pt_value *v = NULL;
+    long before = live;
+    n_allocs = 0;
+    io_pt_read(sample, &v, err);
+    long total = n_allocs;
+    pt_value_free(v);
+    int bad_status = 0, leaks = 0, ok_runs = 0, libzip_leaks = 0;
+    for (long k = 0; k < total; k++) {
+        v = NULL;
+        before = live;
+        fail_at = k;
+        cbx_status rc = io_pt_read(sample, &v, err);
+        fail_at = -1;
+        if (rc == CBX_OK) { ok_runs++; pt_value_free(v); }
+        else if (v || !err[0]) bad_status++;
+        /* libzip 1.7.3 itself leaks a block when some of its own
+         * allocations fail (zip_open, zip_fopen_index: "Malloc failure");
+         * those runs are counted apart */
+        if (live > before && rc != CBX_OK && strstr(err, "Malloc failure")) libzip_leaks++;
+        else if (live > before) leaks++;
+    }
+    CHECK(total > 50 && bad_status == 0 && leaks == 0,
+          "read with allocation %ld..%ld failing: %d bad results, %d leaking runs (%d still succeeded)",
+          0L, total - 1, bad_status, leaks, ok_runs);
+    printf("allocation-failure read: %ld runs, %d succeeded, 0 leaks of ours, %d inside libzip\n",
+           total, ok_runs, libzip_leaks);
+
+    /* the writer */
+    float d[4] = {1, 2, 3, 4};
+    struct pt_value *root = pt_dict_new(false);
+    pt_dict_set(root, "a", pt_tensor_new(TYPE_F32, 1, (int64_t[]){4}, d));
+    pt_dict_set(root, "b", pt_str("x"));
+    const char *path = tmp_path("oom.pt");
+    n_allocs = 0;
+    io_pt_write(path, root, err);
+    total = n_allocs;
+    bad_status = leaks = 0;
+    for (long k = 0; k < total; k++) {
+        remove(path);
+        before = live;
+        fail_at = k;
+        cbx_status rc = io_pt_write(path, root, err);
+        fail_at = -1;
+        FILE *f = fopen(path, "rb");
+        if ((rc != CBX_OK) == (f != NULL)) bad_status++;
+        if (f) fclose(f);
+        if (live > before) leaks++;
+    }
+    printf("allocation-failure write: %ld runs, %d bad, %d leaks\n", total, bad_status, leaks);
+    CHECK(total > 5 && bad_status == 0 && leaks == 0,
+          "write with each of %ld allocations failing: %d bad results, %d leaking runs", total,
+          bad_status, leaks);
+    pt_value_free(root);
+}
+#else
+static void test_alloc_failures(void) {}
+#endif
+
 int main(void)
 {
     tmp = test_tmpdir("torch_pt");
     test_samples();
     test_torch2_layout();
+    test_torch211_files();
     test_roundtrip();
     test_stream();
     test_strided();
     test_malicious();
+    test_alloc_failures();
     return test_summary();
 }
