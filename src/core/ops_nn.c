@@ -1,0 +1,232 @@
+/* ops_nn.c - normalisation, softmax, attention and rotary ops (see ops.h).
+ *
+ * Operand checks and result allocation only; the maths lives in the
+ * backends' kernels (src/core/cpu/nn.c, src/core/ref/nn.c). Activations
+ * (x, q, k, v, bias) are F32; per-channel parameters (g, b, scale, shift)
+ * may be F32, F16 or BF16 vectors read in place.
+ *
+ * Conventions the kernels rely on:
+ *  1. op_attention hands the kernel a 4-D bias [Bb, Hb, Tq, Tk] whose
+ *     broadcast dimensions (size 1) have stride 0, so a kernel addresses
+ *     bias(b, h, i, j) as b*nb[0] + h*nb[1] + i*nb[2] + j*nb[3] for every
+ *     b < B, h < Hq without knowing about broadcasting.
+ *  2. Softmax of a row with no finite maximum (all -inf, or a NaN/+inf)
+ *     gives NaN, as torch.softmax does. Attention of a query that sees no
+ *     key (causal with Tq > Tk, or a bias row of -inf) gives zeros, as
+ *     torch SDPA (>= 2.5) and ESPnet's masked_fill(mask, 0) after softmax. */
+#include <math.h>
+
+#include "backend.h"
+
+#define KERNEL(a, kname)                                                        \
+    const struct backend *be_ = arena_backend(a);                              \
+    if (!be_->k.kname) {                                                      \
+        arena_fail(a, CBX_ERR_UNSUPPORTED, "%s: backend %s has no kernel",     \
+                   #kname, be_->name);                                          \
+        return NULL;                                                           \
+    }
+
+static bool is_f32(struct arena *a, const char *op, const char *what, const struct tensor *t)
+{
+    if (t->type == TYPE_F32) return true;
+    arena_fail(a, CBX_ERR_INTERNAL, "%s: %s is %s, want f32", op, what, dtype_name(t->type));
+    return false;
+}
+
+/* A per-channel parameter: NULL (when allowed) or a [n] F32/F16/BF16 vector. */
+static bool param_ok(struct arena *a, const char *op, const char *what,
+                     const struct tensor *v, int64_t n)
+{
+    if (!v) return true;
+    if (v->ndim == 1 && v->ne[0] == n &&
+        (v->type == TYPE_F32 || v->type == TYPE_F16 || v->type == TYPE_BF16))
+        return true;
+    char s[64];
+    arena_fail(a, CBX_ERR_INTERNAL, "%s: %s is %s %s, want f32/f16/bf16 [%lld]", op, what,
+               dtype_name(v->type), tensor_shape_str(v, s, sizeof s), (long long)n);
+    return false;
+}
+
+struct tensor *op_layer_norm(struct arena *a, const struct tensor *x,
+                             const struct tensor *g, const struct tensor *b, float eps)
+{
+    if (!x) return NULL;
+    KERNEL(a, layer_norm);
+    if (!is_f32(a, "op_layer_norm", "x", x)) return NULL;
+    if (x->ndim < 1) {
+        arena_fail(a, CBX_ERR_INTERNAL, "op_layer_norm: x is a scalar");
+        return NULL;
+    }
+    int64_t d = x->ne[x->ndim - 1];
+    if (!param_ok(a, "op_layer_norm", "weight", g, d) ||
+        !param_ok(a, "op_layer_norm", "bias", b, d))
+        return NULL;
+    struct tensor *out = arena_tensor(a, TYPE_F32, x->ndim, x->ne);
+    if (out) be_->k.layer_norm(a, out, x, g, b, eps);
+    return arena_status(a) == CBX_OK ? out : NULL;
+}
+
+struct tensor *op_rms_norm(struct arena *a, const struct tensor *x,
+                           const struct tensor *g, float eps)
+{
+    if (!x) return NULL;
+    KERNEL(a, rms_norm);
+    if (!is_f32(a, "op_rms_norm", "x", x)) return NULL;
+    if (x->ndim < 1) {
+        arena_fail(a, CBX_ERR_INTERNAL, "op_rms_norm: x is a scalar");
+        return NULL;
+    }
+    if (!param_ok(a, "op_rms_norm", "weight", g, x->ne[x->ndim - 1])) return NULL;
+    struct tensor *out = arena_tensor(a, TYPE_F32, x->ndim, x->ne);
+    if (out) be_->k.rms_norm(a, out, x, g, eps);
+    return arena_status(a) == CBX_OK ? out : NULL;
+}
+
+struct tensor *op_group_norm(struct arena *a, const struct tensor *x, int n_groups,
+                             const struct tensor *g, const struct tensor *b, float eps)
+{
+    if (!x) return NULL;
+    KERNEL(a, group_norm);
+    if (!is_f32(a, "op_group_norm", "x", x)) return NULL;
+    char s[64];
+    if (x->ndim != 2 && x->ndim != 3) {
+        arena_fail(a, CBX_ERR_INTERNAL, "op_group_norm: x is %s, want [B, C, T] or [C, T]",
+                   tensor_shape_str(x, s, sizeof s));
+        return NULL;
+    }
+    int64_t c = x->ne[x->ndim - 2];
+    if (n_groups < 1 || c % n_groups != 0) {
+        arena_fail(a, CBX_ERR_INTERNAL, "op_group_norm: %lld channels in %d groups",
+                   (long long)c, n_groups);
+        return NULL;
+    }
+    if (!param_ok(a, "op_group_norm", "weight", g, c) ||
+        !param_ok(a, "op_group_norm", "bias", b, c))
+        return NULL;
+    struct tensor *out = arena_tensor(a, TYPE_F32, x->ndim, x->ne);
+    if (out) be_->k.group_norm(a, out, x, n_groups, g, b, eps);
+    return arena_status(a) == CBX_OK ? out : NULL;
+}
+
+struct tensor *op_channel_affine(struct arena *a, const struct tensor *x, int dim,
+                                 const struct tensor *scale, const struct tensor *shift)
+{
+    if (!x || !scale || !shift) return NULL;
+    KERNEL(a, channel_affine);
+    if (!is_f32(a, "op_channel_affine", "x", x)) return NULL;
+    if (dim < 0) dim += x->ndim;
+    if (dim < 0 || dim >= x->ndim) {
+        arena_fail(a, CBX_ERR_INTERNAL, "op_channel_affine: dim out of range for %d dims",
+                   x->ndim);
+        return NULL;
+    }
+    if (!param_ok(a, "op_channel_affine", "scale", scale, x->ne[dim]) ||
+        !param_ok(a, "op_channel_affine", "shift", shift, x->ne[dim]))
+        return NULL;
+    struct tensor *out = arena_tensor(a, TYPE_F32, x->ndim, x->ne);
+    if (out) be_->k.channel_affine(a, out, x, dim, scale, shift);
+    return arena_status(a) == CBX_OK ? out : NULL;
+}
+
+struct tensor *op_softmax(struct arena *a, const struct tensor *x, float scale)
+{
+    if (!x) return NULL;
+    KERNEL(a, softmax);
+    if (!is_f32(a, "op_softmax", "x", x)) return NULL;
+    if (x->ndim < 1) {
+        arena_fail(a, CBX_ERR_INTERNAL, "op_softmax: x is a scalar");
+        return NULL;
+    }
+    struct tensor *out = arena_tensor(a, TYPE_F32, x->ndim, x->ne);
+    if (out) be_->k.softmax(a, out, x, scale);
+    return arena_status(a) == CBX_OK ? out : NULL;
+}
+
+struct tensor *op_attention(struct arena *a, const struct tensor *q,
+                            const struct tensor *k, const struct tensor *v,
+                            const struct tensor *bias, const struct attn_params *p)
+{
+    if (!q || !k || !v || !p) return NULL;
+    KERNEL(a, attention);
+    if (!is_f32(a, "op_attention", "q", q) || !is_f32(a, "op_attention", "k", k) ||
+        !is_f32(a, "op_attention", "v", v) ||
+        (bias && !is_f32(a, "op_attention", "bias", bias)))
+        return NULL;
+    char sq[64], sk[64], sv[64];
+    bool ok = q->ndim == 4 && k->ndim == 4 && v->ndim == 4;
+    for (int d = 0; ok && d < 4; d++)
+        if (k->ne[d] != v->ne[d]) ok = false;
+    ok = ok && q->ne[0] == k->ne[0] && q->ne[3] == k->ne[3] && k->ne[1] > 0 &&
+         q->ne[1] % k->ne[1] == 0;
+    if (!ok) {
+        arena_fail(a, CBX_ERR_INTERNAL,
+                   "op_attention: q %s, k %s, v %s; want q[B, Hq, Tq, D], k and v "
+                   "[B, Hk, Tk, D] with Hq %% Hk == 0",
+                   tensor_shape_str(q, sq, sizeof sq), tensor_shape_str(k, sk, sizeof sk),
+                   tensor_shape_str(v, sv, sizeof sv));
+        return NULL;
+    }
+    int64_t B = q->ne[0], Hq = q->ne[1], Tq = q->ne[2], Tk = k->ne[2];
+    struct tensor *bv = NULL;
+    if (bias) {
+        /* right-aligned broadcast to [B, Hq, Tq, Tk]; see convention 1 */
+        const int64_t want[4] = {B, Hq, Tq, Tk};
+        struct tensor t = *bias;
+        ok = bias->ndim >= 2 && bias->ndim <= 4;
+        for (int d = 0; ok && d < 4; d++) {
+            int sd = d - (4 - bias->ndim);
+            int64_t n = sd >= 0 ? bias->ne[sd] : 1;
+            int64_t nb = sd >= 0 ? bias->nb[sd] : 0;
+            if (n != want[d] && !(n == 1 && d < 2)) ok = false;
+            t.ne[d] = n;
+            t.nb[d] = n == 1 ? 0 : nb;
+        }
+        if (!ok) {
+            arena_fail(a, CBX_ERR_INTERNAL,
+                       "op_attention: bias %s does not broadcast to [B or 1, Hq or 1, Tq, Tk] "
+                       "= [%lld, %lld, %lld, %lld]",
+                       tensor_shape_str(bias, sq, sizeof sq), (long long)B, (long long)Hq,
+                       (long long)Tq, (long long)Tk);
+            return NULL;
+        }
+        t.ndim = 4;
+        bv = arena_desc(a, &t);
+        if (!bv) return NULL;
+    }
+    const int64_t ne[4] = {B, Hq, Tq, q->ne[3]};
+    struct tensor *out = arena_tensor(a, TYPE_F32, 4, ne);
+    if (out) be_->k.attention(a, out, q, k, v, bv, p);
+    return arena_status(a) == CBX_OK ? out : NULL;
+}
+
+struct tensor *op_rope(struct arena *a, const struct tensor *x,
+                       const struct tensor *pos, const struct rope_params *p)
+{
+    if (!x || !pos || !p) return NULL;
+    KERNEL(a, rope);
+    if (!is_f32(a, "op_rope", "x", x)) return NULL;
+    char sx[64], sp[64];
+    if (x->ndim != 4 || pos->type != TYPE_I32 || pos->ndim != 1 || pos->ne[0] != x->ne[2]) {
+        arena_fail(a, CBX_ERR_INTERNAL, "op_rope: x %s, pos %s %s; want x[B, H, T, D], pos i32 [T]",
+                   tensor_shape_str(x, sx, sizeof sx), dtype_name(pos->type),
+                   tensor_shape_str(pos, sp, sizeof sp));
+        return NULL;
+    }
+    if (p->n_dims < 2 || p->n_dims % 2 || p->n_dims > x->ne[3] || !(p->theta > 0)) {
+        arena_fail(a, CBX_ERR_INTERNAL, "op_rope: n_dims %d, theta %g for head dim %lld",
+                   p->n_dims, (double)p->theta, (long long)x->ne[3]);
+        return NULL;
+    }
+    if (p->factor != 0 && (!(p->factor > 0) || p->original_max_pos <= 0 ||
+                           !(p->high_freq_factor > p->low_freq_factor) ||
+                           !(p->low_freq_factor > 0))) {
+        arena_fail(a, CBX_ERR_INTERNAL,
+                   "op_rope: llama3 scaling factor %g, low %g, high %g, original_max_pos %d",
+                   (double)p->factor, (double)p->low_freq_factor, (double)p->high_freq_factor,
+                   p->original_max_pos);
+        return NULL;
+    }
+    struct tensor *out = arena_tensor(a, TYPE_F32, 4, x->ne);
+    if (out) be_->k.rope(a, out, x, pos, p);
+    return arena_status(a) == CBX_OK ? out : NULL;
+}
