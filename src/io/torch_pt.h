@@ -14,7 +14,9 @@
  * torch._utils._rebuild_tensor and the typed storage classes
  * torch.{Float,Double,Half,BFloat16,Long,Int,Short,Char,Byte,Bool}Storage.
  * Any other global is refused by name ("refusing global os.system") and
- * nothing is ever called. Limits: pickle <= 256 MiB, strings <= 1 MiB,
+ * nothing is ever called. BUILD is accepted only on an OrderedDict (the
+ * `_metadata` attribute dict of a module state_dict) and its state is
+ * dropped. Entry CRCs are checked (libzip). Limits: pickle <= 256 MiB, strings <= 1 MiB,
  * stack and memo <= 1M entries, container nesting <= 64, <= 16M values in
  * a tree, tensors <= TENSOR_MAX_DIMS dims. Tensors come back contiguous,
  * copied out of their storage (strided views are gathered), each storage
@@ -120,7 +122,9 @@ typedef int (*pt_tensor_fn)(void *user, const char *name, const struct pt_value 
 int pt_foreach_tensor(const struct pt_value *root, pt_tensor_fn fn, void *user);
 
 /* ---- building (for the writer and tests) ----
- * Constructors return NULL when out of memory. The insert functions take
+ * Constructors return NULL when out of memory (tensors also for a type
+ * without a torch storage class, ndim > TENSOR_MAX_DIMS or a negative
+ * dimension). The insert functions take
  * ownership of `item`/`val` in all cases (freed on failure) and return
  * CBX_ERR_NOMEM when it is NULL, so calls can be chained:
  *     rc = pt_dict_set(d, "clap_emb", pt_none()); */
@@ -147,8 +151,11 @@ struct pt_value *pt_tensor_borrow(enum dtype type, int ndim, const int64_t *ne,
 /* ---- writing ---- */
 
 /* Write root as a torch.save zip (torch 2.x layout, pickle protocol 2,
- * STORED entries with data aligned to 64 bytes, archive dir "archive")
- * through a temporary file renamed over path. Every tensor must have data. */
+ * STORED entries with data aligned to 64 bytes, archive dir "archive",
+ * storage keys "0", "1", ... in pt_foreach_tensor order) through a
+ * temporary file renamed over path. Every tensor must have data. Checked
+ * against torch 2.11: torch.load(weights_only=True), also with mmap=True.
+ * Limits: 4 GiB and 65531 tensors (no zip64). */
 cbx_status io_pt_write(const char *path, const struct pt_value *root, char *err);
 
 /* Streaming writer: like io_pt_write, but a tensor whose data is NULL gets

@@ -683,6 +683,19 @@ static void test_malicious(void)
     zip_close(za);
     rc = io_pt_read(path, &v, err);
     CHECK(rc == CBX_ERR_FORMAT && !v && strstr(err, "no <dir>/data.pkl"), "zip without data.pkl refused: '%s'", err);
+
+    /* one flipped bit inside prompt_feat's stored data: libzip's CRC check */
+    FILE *f = fopen(test_data("turbo/conds.pt"), "rb");
+    static uint8_t buf[1 << 18];
+    size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
+    if (f) fclose(f);
+    uint8_t *hit = NULL;
+    for (size_t i = 0; !hit && i + 12 <= n; i++)
+        if (memcmp(buf + i, "conds/data/5", 12) == 0) hit = buf + i;
+    if (hit && hit + 500 < buf + n) hit[500] ^= 4;
+    rc = io_pt_read_mem(buf, n, "flipped.pt", &v, err);
+    CHECK(hit && rc == CBX_ERR_FORMAT && !v && strstr(err, "conds/data/5") && strstr(err, "CRC"),
+          "a flipped bit in a storage is caught: '%s'", err);
 }
 
 /* Files written by torch 2.11.0 (torch.save of a Linear+BatchNorm1d
