@@ -277,7 +277,7 @@ static void bench_matvec(bool hot)
 static void bench_rows(void)
 {
     const enum dtype types[] = {TYPE_Q4_0, TYPE_F16};
-    const int64_t rows[] = {1, 2, 4, 8, 16};
+    const int64_t rows[] = {1, 2, 4, 8, 16, 32, 64};
     const int64_t n = 4096, k = 1024;
     for (size_t ti = 0; ti < 2; ti++) {
         enum dtype t = types[ti];

@@ -2,7 +2,7 @@
  * level this CPU has (generic, avx2, avx512) against the ref backend and
  * against its own generic level, on random data with odd sizes (K not a
  * multiple of 64, N odd), strided and transposed x views, with and without
- * bias, one row (dot path) and many rows (sgemm path).
+ * bias, one row and a few rows (dot path), many rows (sgemm path).
  *
  * Bound for cpu vs ref, per output y[m, n]: the cpu dot path multiplies
  * the quantised activation x^ = deq(q8(x)) (Q8_0/Q8_1, as ggml), the ref
@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "core/backend.h"
+#include "core/cpu/linear_kernels.h"
 #include "core/cpu_features.h"
 #include "core/quant.h"
 #include "testutil.h"
@@ -126,7 +127,7 @@ static void linear_case(enum dtype wt, int64_t m, int64_t k, int64_t n, enum lay
     struct tensor x = make_x(lay, xc, m, k, &xbuf);
     if (!xbuf) { CHECK(0, "alloc"); goto cleanup; }
     const struct tensor *bp = bias ? &b : NULL;
-    bool dot_path = m <= 4;
+    bool dot_path = m <= linear_dot_max_rows; /* else sgemm on the exact x */
 
     /* per-output bound (see the header comment) */
     const size_t wbs = dtype_traits(wt)->size;
@@ -341,6 +342,7 @@ int main(void)
                                 TYPE_Q4_0, TYPE_Q4_1, TYPE_Q5_0, TYPE_Q5_1};
     struct { int64_t m, k, n; } shapes[] = {
         {1, 1056, 67}, {1, 32, 1}, {3, 96, 131}, {1, 4096, 33}, {6, 1056, 67}, {37, 160, 45},
+        {20, 1056, 67},
     };
     uint64_t seed = 1000;
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {

@@ -176,3 +176,61 @@ vec_dot_fn linear_dot_avx2(enum dtype t)
     default: return NULL;
     }
 }
+
+/* ---- dequantisation for the sgemm tiles --------------------------------- */
+
+TGT static void deq_f16(const void *src, float *dst, int64_t n)
+{
+    const uint16_t *h = src;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+    for (; i < n; i++) dst[i] = h2f(h[i]);
+}
+
+TGT static void deq_bf16(const void *src, float *dst, int64_t n)
+{
+    const uint16_t *h = src;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(
+                                      _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(h + i))), 16)));
+    for (; i < n; i++) dst[i] = bf16_to_f32(h[i]);
+}
+
+/* 32 signed bytes times d -> 32 floats (d * q exactly as the scalar code) */
+TGT static inline void store_scaled(float *dst, __m256i q, float d)
+{
+    const __m256 vd = _mm256_set1_ps(d);
+    __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+    _mm256_storeu_ps(dst, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), vd));
+    _mm256_storeu_ps(dst + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))), vd));
+    _mm256_storeu_ps(dst + 16, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), vd));
+    _mm256_storeu_ps(dst + 24, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), vd));
+}
+
+TGT static void deq_q8_0(const void *src, float *dst, int64_t n)
+{
+    const struct block_q8_0 *b = src;
+    for (int64_t i = 0; i < n / QK; i++)
+        store_scaled(dst + i * QK, _mm256_loadu_si256((const __m256i *)b[i].qs), h2f(b[i].d));
+}
+
+TGT static void deq_q4_0(const void *src, float *dst, int64_t n)
+{
+    const struct block_q4_0 *b = src;
+    const __m256i eight = _mm256_set1_epi8(8);
+    for (int64_t i = 0; i < n / QK; i++)
+        store_scaled(dst + i * QK, _mm256_sub_epi8(nibbles(b[i].qs), eight), h2f(b[i].d));
+}
+
+linear_dequant_fn linear_dequant_avx2(enum dtype t)
+{
+    switch (t) {
+    case TYPE_F16: return deq_f16;
+    case TYPE_BF16: return deq_bf16;
+    case TYPE_Q8_0: return deq_q8_0;
+    case TYPE_Q4_0: return deq_q4_0;
+    default: return NULL;
+    }
+}

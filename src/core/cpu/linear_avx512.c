@@ -11,6 +11,10 @@
 
 #define TGT __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 
+/* Software prefetch distance in bytes: with two cores the hardware
+ * streamers alone leave the kernels waiting on DRAM between bursts. */
+#define LIN_PREFETCH 2048
+
 TGT static inline __m256 vdot_ss(__m256i w, __m256i x)
 {
     __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w, w),
@@ -124,7 +128,7 @@ TGT static float dot_q8_0(const void *vw, const void *vx, int64_t n)
 
 /* Float rows: 64 elements per step in four 16-lane accumulators, then a
  * masked load for the last partial vector (no scalar tail). */
-#define FLOAT_DOT(name, LOAD16, MLOAD16)                                        \
+#define FLOAT_DOT(name, LOAD16, MLOAD16, ESZ)                                   \
     TGT static float name(const void *vw, const void *vx, int64_t n)           \
     {                                                                          \
         const uint8_t *wb = vw;                                                \
@@ -132,6 +136,8 @@ TGT static float dot_q8_0(const void *vw, const void *vx, int64_t n)
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;            \
         int64_t i = 0;                                                         \
         for (; i + 64 <= n; i += 64) {                                         \
+            for (int l = 0; l < (ESZ); l++) /* 64 elements = ESZ lines */      \
+                _mm_prefetch((const char *)wb + (ESZ) * i + LIN_PREFETCH + 64 * l, _MM_HINT_T0); \
             a0 = _mm512_fmadd_ps(LOAD16(i), _mm512_loadu_ps(x + i), a0);       \
             a1 = _mm512_fmadd_ps(LOAD16(i + 16), _mm512_loadu_ps(x + i + 16), a1); \
             a2 = _mm512_fmadd_ps(LOAD16(i + 32), _mm512_loadu_ps(x + i + 32), a2); \
@@ -154,9 +160,9 @@ TGT static float dot_q8_0(const void *vw, const void *vx, int64_t n)
 #define LOAD_BF16(i) BF16_WIDEN(_mm256_loadu_si256((const __m256i *)(wb + 2 * (i))))
 #define MLOAD_BF16(m, i) BF16_WIDEN(_mm256_maskz_loadu_epi16(m, wb + 2 * (i)))
 
-FLOAT_DOT(dot_f32, LOAD_F32, MLOAD_F32)
-FLOAT_DOT(dot_f16, LOAD_F16, MLOAD_F16)
-FLOAT_DOT(dot_bf16, LOAD_BF16, MLOAD_BF16)
+FLOAT_DOT(dot_f32, LOAD_F32, MLOAD_F32, 4)
+FLOAT_DOT(dot_f16, LOAD_F16, MLOAD_F16, 2)
+FLOAT_DOT(dot_bf16, LOAD_BF16, MLOAD_BF16, 2)
 
 vec_dot_fn linear_dot_avx512(enum dtype t)
 {
@@ -169,6 +175,141 @@ vec_dot_fn linear_dot_avx512(enum dtype t)
     case TYPE_Q5_0: return dot_q5_0;
     case TYPE_Q5_1: return dot_q5_1;
     case TYPE_Q8_0: return dot_q8_0;
+    default: return NULL;
+    }
+}
+
+/* ---- dotx kernels (prepared x, see linear_kernels.h) ------------------ */
+
+/* Eight fp16 scales of consecutive blocks of `bsize` bytes starting at p
+ * (the first field of each block) -> 8 floats, via one two-register word
+ * permute instead of eight scalar loads. Reads 128 bytes from p. */
+TGT static inline __m256 scales8_q4_0(const uint8_t *p)
+{
+    /* q4_0 blocks are 18 bytes = 9 words: d of block j is word 9 j */
+    const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                         0, 0, 0, 0, 0, 0, 0, 0, 63, 54, 45, 36, 27, 18, 9, 0);
+    __m512i lo = _mm512_loadu_si512(p), hi = _mm512_loadu_si512(p + 64);
+    __m512i d = _mm512_permutex2var_epi16(lo, idx, hi);
+    return _mm256_cvtph_ps(_mm512_castsi512_si128(d));
+}
+
+/* q4_0: eight blocks per step. Two blocks at a time fill a 512-bit
+ * register in element order: each block's 16 bytes broadcast to two
+ * 128-bit lanes, the upper lane shifted right by 4, masked to nibbles ->
+ * [lo_b, hi_b, lo_b+1, hi_b+1] matching 64 contiguous x quants. vpdpbusd
+ * takes the unsigned nibbles q; the -8 offset is applied once per block
+ * in float as -8 d_w d_x sum(x), from the prepared ds. */
+TGT static float dotx_q4_0(const void *vw, const struct linear_xq *x, int64_t n)
+{
+    const struct block_q4_0 *w = vw;
+    const int64_t nb = n / QK;
+    const __m512i shift = _mm512_set_epi64(4 * 0x0001000100010001ll, 4 * 0x0001000100010001ll, 0, 0,
+                                           4 * 0x0001000100010001ll, 4 * 0x0001000100010001ll, 0, 0);
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    /* vpermps indices spreading scale 2p / 2p+1 over the two 8-lane halves */
+    const __m512i sp0 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i sp1 = _mm512_add_epi32(sp0, _mm512_set1_epi32(2));
+    const __m512i sp2 = _mm512_add_epi32(sp0, _mm512_set1_epi32(4));
+    const __m512i sp3 = _mm512_add_epi32(sp0, _mm512_set1_epi32(6));
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    __m256 corr = _mm256_setzero_ps();
+    int64_t i = 0;
+#define Q4_PAIR(b)                                                                        \
+    _mm512_and_si512(_mm512_srlv_epi16(_mm512_mask_broadcast_i32x4(                       \
+                         _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)w[b].qs)), \
+                         0xff00, _mm_loadu_si128((const __m128i *)w[(b) + 1].qs)),         \
+                         shift), m4)
+#define DOT_PAIR(b) _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), Q4_PAIR(b), \
+                        _mm512_loadu_si512(x->qs + (b) * QK)))
+    for (; i + 8 <= nb; i += 8) {
+        for (int l = 0; l < 3; l++) /* 144 bytes per step */
+            _mm_prefetch((const char *)(w + i) + LIN_PREFETCH + 64 * l, _MM_HINT_T0);
+        __m256 dw = scales8_q4_0((const uint8_t *)(w + i));
+        __m256 s = _mm256_mul_ps(dw, _mm256_loadu_ps(x->d + i));
+        corr = _mm256_fmadd_ps(dw, _mm256_loadu_ps(x->ds + i), corr);
+        __m512 s16 = _mm512_castps256_ps512(s);
+        acc0 = _mm512_fmadd_ps(DOT_PAIR(i), _mm512_permutexvar_ps(sp0, s16), acc0);
+        acc1 = _mm512_fmadd_ps(DOT_PAIR(i + 2), _mm512_permutexvar_ps(sp1, s16), acc1);
+        acc0 = _mm512_fmadd_ps(DOT_PAIR(i + 4), _mm512_permutexvar_ps(sp2, s16), acc0);
+        acc1 = _mm512_fmadd_ps(DOT_PAIR(i + 6), _mm512_permutexvar_ps(sp3, s16), acc1);
+    }
+#undef DOT_PAIR
+#undef Q4_PAIR
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    /* sum(q x) - 8 sum(x) per block, the second part in corr */
+    __m128 c = _mm_add_ps(_mm256_castps256_ps128(corr), _mm256_extractf128_ps(corr, 1));
+    c = _mm_add_ps(c, _mm_movehl_ps(c, c));
+    c = _mm_add_ss(c, _mm_movehdup_ps(c));
+    sum -= 8.0f * _mm_cvtss_f32(c);
+    if (i < nb)
+        sum += dot_q4_0(w + i, (const struct block_q8_0 *)x->q + i, (nb - i) * QK);
+    return sum;
+}
+
+/* q8_0 blocks are 34 bytes = 17 words: four scales (words 0, 17, 34, 51)
+ * lie in the 128 bytes at p; two such permutes give eight. */
+TGT static inline __m256 scales8_q8_0(const uint8_t *p)
+{
+    const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                         0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 51, 34, 17, 0);
+    __m512i a = _mm512_permutex2var_epi16(_mm512_loadu_si512(p), idx, _mm512_loadu_si512(p + 64));
+    __m512i b = _mm512_permutex2var_epi16(_mm512_loadu_si512(p + 136), idx,
+                                          _mm512_loadu_si512(p + 200));
+    __m128i d = _mm_unpacklo_epi64(_mm512_castsi512_si128(a), _mm512_castsi512_si128(b));
+    return _mm256_cvtph_ps(d);
+}
+
+/* q8_0: two blocks per 512-bit register; the signed weights become
+ * unsigned by flipping the top bit (w + 128), and the +128 sum(x) this
+ * adds is taken off once per block in float from the prepared ds. */
+TGT static float dotx_q8_0(const void *vw, const struct linear_xq *x, int64_t n)
+{
+    const struct block_q8_0 *w = vw;
+    const int64_t nb = n / QK;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    const __m512i sp0 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i sp1 = _mm512_add_epi32(sp0, _mm512_set1_epi32(2));
+    const __m512i sp2 = _mm512_add_epi32(sp0, _mm512_set1_epi32(4));
+    const __m512i sp3 = _mm512_add_epi32(sp0, _mm512_set1_epi32(6));
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    __m256 corr = _mm256_setzero_ps();
+    int64_t i = 0;
+#define Q8_PAIR(b)                                                                         \
+    _mm512_xor_si512(_mm512_inserti64x4(                                                   \
+                         _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)w[b].qs)), \
+                         _mm256_loadu_si256((const __m256i *)w[(b) + 1].qs), 1), flip)
+#define DOT_PAIR(b) _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), Q8_PAIR(b), \
+                        _mm512_loadu_si512(x->qs + (b) * QK)))
+    for (; i + 8 <= nb; i += 8) {
+        for (int l = 0; l < 5; l++) /* 272 bytes per step */
+            _mm_prefetch((const char *)(w + i) + LIN_PREFETCH + 64 * l, _MM_HINT_T0);
+        __m256 dw = scales8_q8_0((const uint8_t *)(w + i));
+        __m256 s = _mm256_mul_ps(dw, _mm256_loadu_ps(x->d + i));
+        corr = _mm256_fmadd_ps(dw, _mm256_loadu_ps(x->ds + i), corr);
+        __m512 s16 = _mm512_castps256_ps512(s);
+        acc0 = _mm512_fmadd_ps(DOT_PAIR(i), _mm512_permutexvar_ps(sp0, s16), acc0);
+        acc1 = _mm512_fmadd_ps(DOT_PAIR(i + 2), _mm512_permutexvar_ps(sp1, s16), acc1);
+        acc0 = _mm512_fmadd_ps(DOT_PAIR(i + 4), _mm512_permutexvar_ps(sp2, s16), acc0);
+        acc1 = _mm512_fmadd_ps(DOT_PAIR(i + 6), _mm512_permutexvar_ps(sp3, s16), acc1);
+    }
+#undef DOT_PAIR
+#undef Q8_PAIR
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    __m128 c = _mm_add_ps(_mm256_castps256_ps128(corr), _mm256_extractf128_ps(corr, 1));
+    c = _mm_add_ps(c, _mm_movehl_ps(c, c));
+    c = _mm_add_ss(c, _mm_movehdup_ps(c));
+    sum -= 128.0f * _mm_cvtss_f32(c);
+    if (i < nb)
+        sum += dot_q8_0(w + i, (const struct block_q8_0 *)x->q + i, (nb - i) * QK);
+    return sum;
+}
+
+linear_dotx_fn linear_dotx_avx512(enum dtype t)
+{
+    switch (t) {
+    case TYPE_Q4_0: return dotx_q4_0;
+    case TYPE_Q8_0: return dotx_q8_0;
     default: return NULL;
     }
 }

@@ -9,6 +9,29 @@
 #include "../cpu_features.h"
 #include "../quant.h"
 
+/* x prepared once per row for the "dotx" kernels, which need more than
+ * the ggml blocks: the quants contiguous (so two blocks fill a 512-bit
+ * register) and the per-block scales as floats, with d * sum(q) for the
+ * unsigned-times-signed products (sum((q_w - 8) x) = sum(q_w x) - 8 sum(x)). */
+struct linear_xq {
+    const void *q;      /* the row as quant_vec_dot_type(t) blocks */
+    const int8_t *qs;   /* its quants, n contiguous bytes */
+    const float *d;     /* per block: d */
+    const float *ds;    /* per block: d * sum(q) */
+};
+typedef float (*linear_dotx_fn)(const void *w, const struct linear_xq *x, int64_t n);
+/* Fill the arrays of xq (qs: n bytes, d and ds: n / QK floats) from the
+ * Q8_0 blocks xq->q of a row of n elements. */
+void linear_xq_prepare(struct linear_xq *xq, int8_t *qs, float *d, float *ds, int64_t n);
+/* AVX-512 VNNI dotx kernel for t, or NULL. */
+linear_dotx_fn linear_dotx_avx512(enum dtype t);
+
+/* Row dequantisation for the sgemm tiles, same results as
+ * dequantize_row (each value is one float product, or exact); NULL
+ * when AVX2 has no kernel for t (the caller uses dequantize_row). */
+typedef void (*linear_dequant_fn)(const void *src, float *dst, int64_t n);
+linear_dequant_fn linear_dequant_avx2(enum dtype t);
+
 /* NULL when that level has no kernel of its own for t. */
 vec_dot_fn linear_dot_avx2(enum dtype t);
 vec_dot_fn linear_dot_avx512(enum dtype t);
