@@ -221,6 +221,30 @@ static int pick(int n)
 
 static const char *mode_name[] = {"zero", "reflect", "replicate"};
 
+/* The weight *w converted to type (F16/BF16) for the cpu kernel; *w is
+ * replaced by the F32 values the conversion rounds to, for the ref kernel,
+ * so the comparison tests the cpu conversion independently. */
+static struct tensor *as_type(struct tensor **w, enum dtype type)
+{
+    if (!*w || type == TYPE_F32) return *w;
+    int64_t n = tensor_nelements(*w);
+    uint16_t *h = malloc((size_t)n * 2);
+    float *back = malloc((size_t)n * 4);
+    struct tensor *wc = NULL;
+    if (h && back) {
+        for (int64_t i = 0; i < n; i++) {
+            float v = ((float *)(*w)->data)[i];
+            h[i] = type == TYPE_F16 ? f32_to_fp16(v) : f32_to_bf16(v);
+            back[i] = type == TYPE_F16 ? fp16_to_f32(h[i]) : bf16_to_f32(h[i]);
+        }
+        wc = op_from_host(ad, type, (*w)->ndim, (*w)->ne, h);
+        *w = op_from_host(ad, TYPE_F32, (*w)->ndim, (*w)->ne, back);
+    }
+    free(h);
+    free(back);
+    return wc;
+}
+
 static void conv1d_case(int64_t B, int64_t cin, int64_t cout, int64_t K, int64_t T, int view,
                         bool bias, enum dtype wtype, const struct conv1d_params *p)
 {
@@ -230,23 +254,7 @@ static void conv1d_case(int64_t B, int64_t cin, int64_t cout, int64_t K, int64_t
     struct tensor *x = act(B, cin, T, view);
     struct tensor *w = rnd(3, (int64_t[]){cout, cin / groups, K}, -0.5f, 0.5f);
     struct tensor *b = bias ? rnd(1, (int64_t[]){cout}, -1, 1) : NULL;
-    struct tensor *wc = w; /* weight given to the cpu kernel */
-    if (w && wtype != TYPE_F32) {
-        /* cpu reads the F16/BF16 copy, ref the F32 values it rounds to */
-        int64_t n = tensor_nelements(w);
-        uint16_t *h = malloc((size_t)n * 2);
-        float *back = malloc((size_t)n * 4);
-        if (!h || !back) { free(h); free(back); CHECK(false, "oom"); return; }
-        for (int64_t i = 0; i < n; i++) {
-            float v = ((float *)w->data)[i];
-            h[i] = wtype == TYPE_F16 ? f32_to_fp16(v) : f32_to_bf16(v);
-            back[i] = wtype == TYPE_F16 ? fp16_to_f32(h[i]) : bf16_to_f32(h[i]);
-        }
-        wc = op_from_host(ad, wtype, 3, w->ne, h);
-        w = op_from_host(ad, TYPE_F32, 3, w->ne, back);
-        free(h);
-        free(back);
-    }
+    struct tensor *wc = as_type(&w, wtype); /* cpu reads wc, ref reads w */
     int64_t tout = (T + p->pad_left + p->pad_right - dil * (K - 1) - 1) / stride + 1;
     int64_t ne[3] = {B, cout, tout};
     char what[160];
@@ -381,7 +389,7 @@ static void cpu_vs_ref_pad_upsample(void)
 }
 
 static void lstm_case(int64_t B, int64_t T, int64_t In, int64_t H, bool bias, bool state,
-                      bool strided)
+                      bool strided, enum dtype wtype)
 {
     struct tensor *x = rnd(3, (int64_t[]){B, T, In}, -1, 1);
     if (strided) /* a [B, T, In] slice of a wider feature dim */
@@ -392,13 +400,15 @@ static void lstm_case(int64_t B, int64_t T, int64_t In, int64_t H, bool bias, bo
     struct tensor *bhh = bias ? rnd(1, (int64_t[]){4 * H}, -0.5f, 0.5f) : NULL;
     struct tensor *h0 = state ? rnd(2, (int64_t[]){B, H}, -1, 1) : NULL;
     struct tensor *c0 = state ? rnd(2, (int64_t[]){B, H}, -1, 1) : NULL;
+    struct tensor *wihc = as_type(&wih, wtype), *whhc = as_type(&whh, wtype);
     struct tensor *hc = NULL, *cc = NULL, *hr = NULL, *cr = NULL;
-    struct tensor *yc = op_lstm(ac, x, wih, whh, bih, bhh, h0, c0, &hc, &cc);
+    struct tensor *yc = op_lstm(ac, x, wihc, whhc, bih, bhh, h0, c0, &hc, &cc);
     struct tensor *yr = op_lstm(ar, x, wih, whh, bih, bhh, h0, c0, &hr, &cr);
     char what[128];
-    snprintf(what, sizeof what, "lstm B%lld T%lld In%lld H%lld%s%s%s", (long long)B,
+    snprintf(what, sizeof what, "lstm B%lld T%lld In%lld H%lld%s%s%s%s", (long long)B,
              (long long)T, (long long)In, (long long)H, bias ? " bias" : "",
-             state ? " h0c0" : "", strided ? " S" : "");
+             state ? " h0c0" : "", strided ? " S" : "",
+             wtype == TYPE_F16 ? " f16" : wtype == TYPE_BF16 ? " bf16" : "");
     compare(what, yc, yr, 3, (int64_t[]){B, T, H}, 1e-5);
     char w2[160];
     snprintf(w2, sizeof w2, "%s h_n", what);
@@ -415,11 +425,12 @@ static void lstm_case(int64_t B, int64_t T, int64_t In, int64_t H, bool bias, bo
 
 static void cpu_vs_ref_lstm(void)
 {
-    lstm_case(2, 7, 5, 3, true, true, false);
-    lstm_case(2, 9, 11, 13, false, false, true);
-    lstm_case(1, 6, 40, 17, true, false, false);
-    lstm_case(3, 20, 40, 33, true, true, true);
-    lstm_case(2, 0, 4, 3, true, true, false); /* no steps: h_n = h0 */
+    lstm_case(2, 7, 5, 3, true, true, false, TYPE_F32);
+    lstm_case(2, 9, 11, 13, false, false, true, TYPE_F32);
+    lstm_case(1, 6, 40, 17, true, false, false, TYPE_F16);
+    lstm_case(3, 20, 40, 45, true, true, true, TYPE_F32); /* 8-lane blocks + a tail of 5 */
+    lstm_case(4, 16, 40, 256, true, false, false, TYPE_BF16); /* VoiceEncoder layer 1 */
+    lstm_case(2, 0, 4, 3, true, true, false, TYPE_F32); /* no steps: h_n = h0 */
 }
 
 /* ---- 3. error paths ---------------------------------------------------- */
