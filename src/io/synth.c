@@ -166,6 +166,17 @@ static bool json_uint(const cJSON *j, int64_t *out)
     return true;
 }
 
+/* A JSON number that must be an integer of magnitude below 2^53. */
+static bool json_int(const cJSON *j, int64_t *out)
+{
+    if (!is_number(j)) return false;
+    double d = j->valuedouble;
+    if (!(d > -9007199254740992.0 && d < 9007199254740992.0) || d != (double)(int64_t)d)
+        return false;
+    *out = (int64_t)d;
+    return true;
+}
+
 /* Join data_dir with a recipe's npy path (see synth.h). */
 static bool recipe_path(const char *data_dir, const char *npy, char *buf, size_t n)
 {
@@ -288,13 +299,10 @@ static cbx_status parse_tensor(const char *where, const char *data_dir, const cJ
     } else if (range) {
         int64_t lo, hi;
         const cJSON *jl = cJSON_GetArrayItem(range, 0), *jh = cJSON_GetArrayItem(range, 1);
-        if (!cJSON_IsArray(range) || cJSON_GetArraySize(range) != 2 || !is_number(jl) ||
-            !is_number(jh) || jl->valuedouble != (double)(int64_t)jl->valuedouble ||
-            jh->valuedouble != (double)(int64_t)jh->valuedouble)
+        if (!cJSON_IsArray(range) || cJSON_GetArraySize(range) != 2 || !json_int(jl, &lo) ||
+            !json_int(jh, &hi))
             return err_setf(err, CBX_ERR_FORMAT, "%s: tensor '%s': int_range must be [lo, hi]",
                             where, t->name);
-        lo = (int64_t)jl->valuedouble;
-        hi = (int64_t)jh->valuedouble;
         if (hi <= lo || hi - lo >= ((int64_t)1 << 39) || t->type != TYPE_I64)
             return err_setf(err, CBX_ERR_FORMAT,
                             "%s: tensor '%s': int_range [%lld, %lld) (needs int64, lo < hi, hi - lo < 2^39)",

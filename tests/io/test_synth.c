@@ -158,6 +158,10 @@ static void test_manifest_parse(void)
     expect_parse_error("{\"file\":\"x\",\"tensors\":[{\"name\":\"a\",\"shape\":[3],\"dtype\":\"float32\","
                        "\"recipe\":{\"npy\":\"data/buffers/nonexistent.npy\"}}]}",
                        "nonexistent");
+    expect_parse_error("{\"file\":\"x\",\"tensors\":[{\"name\":\"a\",\"shape\":[2],\"dtype\":\"int64\",\"int_range\":[-1e300,5]}]}",
+                       "int_range");
+    expect_parse_error("{\"file\":\"x\",\"tensors\":[{\"name\":\"a\",\"shape\":[2],\"dtype\":\"int64\",\"int_range\":[0,1e15]}]}",
+                       "2^39");
     expect_parse_error("{\"tensors\":[]}", "\"file\"");
     expect_parse_error("{\"file\":\"x\",\"seed\":-1,\"tensors\":[]}", "seed");
 }
