@@ -32,7 +32,10 @@
  * value in place), tensors in add order, each tensor's data at the next
  * multiple of the alignment, the file zero-padded after every tensor (as
  * ggml writes it); written to "<path>.tmp.<pid>" and renamed on success,
- * so a failure never leaves a partial file at path.
+ * so a failure never leaves a partial file at path. Names are not limited
+ * here, but ggml's own reader refuses tensor names of 64 bytes or more
+ * (GGML_MAX_NAME), and upstream state-dict names reach 79 bytes: a file
+ * meant for ggml tools must shorten them.
  *
  * Thread safety: a reader is read-only after open; any thread, concurrently.
  * A writer: one thread at a time per writer. */

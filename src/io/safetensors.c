@@ -281,8 +281,9 @@ static cbx_status parse(struct io_safetensors *st, char *err)
     const char *end = NULL;
     root = cJSON_ParseWithOpts(hdr, &end, 0);
     if (!root) {
-        const char *at = cJSON_GetErrorPtr();
-        size_t pos = at && at >= hdr && at <= hdr + hl ? (size_t)(at - hdr) : 0;
+        /* cJSON sets end to the error position too (GetErrorPtr is a
+         * global, racy between threads) */
+        size_t pos = end && end >= hdr && end <= hdr + hl ? (size_t)(end - hdr) : 0;
         rc = err_setf(err, CBX_ERR_FORMAT, "%s: header is not valid JSON (near byte %zu of %llu)", p, pos,
                       (unsigned long long)hl);
         goto cleanup;

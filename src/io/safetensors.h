@@ -20,6 +20,9 @@
  * A tensor whose data is not aligned to its element size in the mapping (a
  * hostile or odd writer; our writer pads the header to 8) is copied into an
  * owned aligned buffer, so every returned tensor can be used in place.
+ * An allocation failure inside the JSON parser (cJSON) cannot be told from
+ * bad JSON and is reported as CBX_ERR_FORMAT "not valid JSON"; every other
+ * one as CBX_ERR_NOMEM.
  *
  * Writer byte layout matches the oracle's synth.py (and the Python package
  * for one tensor order): compact JSON with tensors in the caller's order, each

@@ -67,6 +67,38 @@ static bool exists(const char *path)
     return stat(path, &sb) == 0;
 }
 
+/* ---- allocation-failure run ---------------------------------------------
+ * malloc/calloc/realloc are interposed (glibc, non-sanitizer builds only:
+ * the sanitizers own malloc) and fail from call number `fail_at` on; every
+ * outcome must be success or CBX_ERR_NOMEM, never a crash. */
+#if defined(__SANITIZE_ADDRESS__)
+#define NO_ALLOC_HOOK 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define NO_ALLOC_HOOK 1
+#endif
+#endif
+#if defined(__GLIBC__) && !defined(NO_ALLOC_HOOK)
+#define HAVE_ALLOC_HOOK 1
+extern void *__libc_malloc(size_t n);
+extern void *__libc_calloc(size_t n, size_t m);
+extern void *__libc_realloc(void *p, size_t n);
+static long fail_at = -1, n_calls;
+static bool fail_hit;
+static bool alloc_fails(void)
+{
+    if (fail_at < 0) return false;
+    if (n_calls++ < fail_at) return false;
+    fail_hit = true;
+    return true;
+}
+void *malloc(size_t n) { return alloc_fails() ? NULL : __libc_malloc(n); }
+void *calloc(size_t n, size_t m) { return alloc_fails() ? NULL : __libc_calloc(n, m); }
+void *realloc(void *p, size_t n) { return alloc_fails() ? NULL : __libc_realloc(p, n); }
+static void arm(long k) { fail_at = k; n_calls = 0; fail_hit = false; }
+static void disarm(void) { fail_at = -1; }
+#endif
+
 /* ---- 1 + 5: hand-made files ------------------------------------------ */
 
 enum defect {
@@ -638,6 +670,62 @@ static void test_streaming(const char *dir)
     CHECK(rc == CBX_ERR_NOT_FOUND && !g, "missing file: %s", err);
 }
 
+/* ---- 6: allocation failures ------------------------------------------ */
+
+static void test_alloc_failures(const char *dir)
+{
+#ifdef HAVE_ALLOC_HOOK
+    static const char *const files[] = {"tensors.gguf", "kv.gguf"};
+    char path[1024], err[ERR_MAX];
+    for (int f = 0; f < 2; f++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[f]);
+        size_t n = 0;
+        uint8_t *b = read_all(path, &n);
+        int bad = 0;
+        long k = 0;
+        for (; b && k < 100000; k++) {
+            struct io_gguf *g = NULL;
+            arm(k);
+            cbx_status rc = io_gguf_open_memory(b, n, &g, err);
+            disarm();
+            if (rc == CBX_OK) io_gguf_close(g);
+            if (fail_hit ? rc != CBX_ERR_NOMEM || g : rc != CBX_OK) bad++;
+            if (!fail_hit) break;
+        }
+        printf("  alloc-failure run %s: %ld allocations, %d wrong\n", files[f], k, bad);
+        CHECK(b && bad == 0 && k > 5, "%s: reader fails with CBX_ERR_NOMEM at each of %ld allocations (%d wrong)",
+              files[f], k, bad);
+        free(b);
+    }
+    /* writer: metadata, nested arrays, tensors */
+    int bad = 0;
+    long k = 0;
+    for (; k < 100000; k++) {
+        struct io_gguf_writer *w = NULL;
+        int32_t r0[2] = {1, 2};
+        const char *strs[2] = {"a", "bc"};
+        struct io_gguf_value rows[1] = {{.type = GGUF_TYPE_ARRAY, .v.arr = {GGUF_TYPE_INT32, 2, r0}}};
+        struct io_gguf_value nested = {.type = GGUF_TYPE_ARRAY, .v.arr = {GGUF_TYPE_ARRAY, 1, rows}};
+        int64_t ne[1] = {2};
+        arm(k);
+        cbx_status rc = io_gguf_writer_create(&w, err);
+        if (rc == CBX_OK) rc = io_gguf_writer_set_str(w, "s", "x", err);
+        if (rc == CBX_OK) rc = io_gguf_writer_set_arr(w, "a", GGUF_TYPE_STRING, strs, 2, err);
+        if (rc == CBX_OK) rc = io_gguf_writer_set(w, "n", &nested, err);
+        if (rc == CBX_OK) rc = io_gguf_writer_add_tensor(w, "t", TYPE_I32, 1, ne, r0, err);
+        disarm();
+        io_gguf_writer_free(w);
+        if (fail_hit ? rc != CBX_ERR_NOMEM : rc != CBX_OK) bad++;
+        if (!fail_hit) break;
+    }
+    printf("  alloc-failure run writer: %ld allocations, %d wrong\n", k, bad);
+    CHECK(bad == 0 && k > 5, "writer fails with CBX_ERR_NOMEM at each of %ld allocations (%d wrong)", k, bad);
+#else
+    (void)dir;
+    printf("  allocation-failure run skipped (sanitizer build owns malloc)\n");
+#endif
+}
+
 int main(void)
 {
     const char *dir = test_tmpdir("gguf");
@@ -647,5 +735,6 @@ int main(void)
     test_tensor_roundtrip(dir);
     test_layout(dir);
     test_streaming(dir);
+    test_alloc_failures(dir);
     return test_summary();
 }

@@ -33,6 +33,38 @@ static bool exists(const char *path)
     return stat(path, &sb) == 0;
 }
 
+/* ---- allocation-failure run ---------------------------------------------
+ * malloc/calloc/realloc are interposed (glibc, non-sanitizer builds only:
+ * the sanitizers own malloc) and fail from call number `fail_at` on; every
+ * outcome must be success or CBX_ERR_NOMEM, never a crash. */
+#if defined(__SANITIZE_ADDRESS__)
+#define NO_ALLOC_HOOK 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define NO_ALLOC_HOOK 1
+#endif
+#endif
+#if defined(__GLIBC__) && !defined(NO_ALLOC_HOOK)
+#define HAVE_ALLOC_HOOK 1
+extern void *__libc_malloc(size_t n);
+extern void *__libc_calloc(size_t n, size_t m);
+extern void *__libc_realloc(void *p, size_t n);
+static long fail_at = -1, n_calls;
+static bool fail_hit;
+static bool alloc_fails(void)
+{
+    if (fail_at < 0) return false;
+    if (n_calls++ < fail_at) return false;
+    fail_hit = true;
+    return true;
+}
+void *malloc(size_t n) { return alloc_fails() ? NULL : __libc_malloc(n); }
+void *calloc(size_t n, size_t m) { return alloc_fails() ? NULL : __libc_calloc(n, m); }
+void *realloc(void *p, size_t n) { return alloc_fails() ? NULL : __libc_realloc(p, n); }
+static void arm(long k) { fail_at = k; n_calls = 0; fail_hit = false; }
+static void disarm(void) { fail_at = -1; }
+#endif
+
 /* A file image: 8-byte LE length of header, header, data_len bytes of a
  * counting pattern. Caller frees. */
 static uint8_t *mk(const char *header, size_t data_len, size_t *n)
@@ -383,6 +415,37 @@ static void test_bad_inputs(const char *dir)
     CHECK(rc == CBX_ERR_NOT_FOUND && st == NULL, "missing file: %s", err);
 }
 
+/* An allocation failure inside cJSON reads as invalid JSON (cJSON does not
+ * tell the two apart); every other one must be CBX_ERR_NOMEM. */
+static void test_alloc_failures(const char *dir)
+{
+#ifdef HAVE_ALLOC_HOOK
+    char path[1024], err[ERR_MAX];
+    snprintf(path, sizeof path, "%s/all.safetensors", dir);
+    size_t n = 0;
+    uint8_t *b = read_all(path, &n);
+    int bad = 0, json = 0;
+    long k = 0;
+    for (; b && k < 100000; k++) {
+        struct io_safetensors *st = NULL;
+        arm(k);
+        cbx_status rc = io_safetensors_open_memory(b, n, &st, err);
+        disarm();
+        if (rc == CBX_OK) io_safetensors_close(st);
+        if (fail_hit && rc == CBX_ERR_FORMAT && strstr(err, "not valid JSON")) json++;
+        else if (fail_hit ? rc != CBX_ERR_NOMEM || st : rc != CBX_OK) bad++;
+        if (!fail_hit) break;
+    }
+    printf("  alloc-failure run: %ld allocations, %d inside cJSON, %d wrong\n", k, json, bad);
+    CHECK(b && bad == 0 && k > 5,
+          "reader fails cleanly at each of %ld allocations (%d inside cJSON, %d wrong)", k, json, bad);
+    free(b);
+#else
+    (void)dir;
+    printf("  allocation-failure run skipped (sanitizer build owns malloc)\n");
+#endif
+}
+
 int main(void)
 {
     const char *dir = test_tmpdir("safetensors");
@@ -392,5 +455,6 @@ int main(void)
     test_writer_misuse(dir);
     test_many(dir);
     test_bad_inputs(dir);
+    test_alloc_failures(dir);
     return test_summary();
 }
