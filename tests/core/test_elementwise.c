@@ -195,6 +195,9 @@ static void test_unary(void)
                         if (r > worst) worst = r;
                     }
                 }
+                if (c == 3)
+                    printf("unary %-10s worst elementwise rel error %.3e (|want| > 1e-3)\n",
+                           un_names[op], worst);
                 CHECK(worst <= (exact ? 0 : gelu ? 1e-4 : 4e-7), "unary %s %s: worst elementwise rel %.3e",
                       un_names[op], cases[c].name, worst);
             }
@@ -204,6 +207,27 @@ static void test_unary(void)
             arena_reset(A_cpu);
             arena_reset(A_ref);
         }
+    }
+
+    /* the gelus away from the cancellation: x >= -1, elementwise */
+    for (int op = UN_GELU; op <= UN_GELU_TANH; op++) {
+        const int64_t n = 4099;
+        float *x = rnd((size_t)n, -1, 6, 150 + (uint64_t)op);
+        float *got = host_copy(A_cpu, op_unary(A_cpu, f32(A_cpu, 1, &n, x), (enum unop)op, 0, 0));
+        float *want = host_copy(A_ref, op_unary(A_ref, f32(A_ref, 1, &n, x), (enum unop)op, 0, 0));
+        double worst = got && want ? 0 : 1;
+        for (int64_t i = 0; got && want && i < n; i++)
+            if (fabsf(want[i]) > 1e-3f) {
+                double r = fabs((double)got[i] - want[i]) / fabs((double)want[i]);
+                if (r > worst) worst = r;
+            }
+        printf("unary %-10s x in [-1, 6]: worst elementwise rel error %.3e\n", un_names[op], worst);
+        CHECK(worst <= 4e-7, "unary %s x >= -1: worst elementwise rel %.3e", un_names[op], worst);
+        free(got);
+        free(want);
+        free(x);
+        arena_reset(A_cpu);
+        arena_reset(A_ref);
     }
 
     /* closed forms, both backends */
@@ -261,6 +285,40 @@ static void test_unary(void)
     CHECK(!o && strstr(arena_errmsg(A_cpu), "i32"), "op_unary on i32 fails: '%s'",
           arena_errmsg(A_cpu));
     arena_reset(A_cpu);
+}
+
+/* Edge inputs through every op: NaN, infinities, signed zeros, tiny and
+ * huge values, the overflow/underflow borders of exp, the range limit of
+ * the vector sin/cos, torch's softplus threshold. cpu must match ref: both
+ * NaN, or equal, or within 4e-7 relative (a few ulp). 19 values: the last
+ * three go through the masked tail of a vector loop. */
+static void test_unary_special(void)
+{
+    const float sp[19] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-30f, -1e-30f, 88.5f, 89.0f,
+                          -87.5f, -100.0f, -104.0f, 8191.0f, 8193.0f, -3e5f, 20.0f, 20.5f,
+                          9.2f, -9.2f};
+    for (int op = UN_GELU; op <= UN_CLAMP; op++) {
+        float p0 = op == UN_ELU ? 1.0f : op == UN_LEAKY_RELU ? 0.01f : op == UN_CLAMP ? -1.0f : 2.0f;
+        float p1 = op == UN_CLAMP ? 1.0f : 0.5f;
+        float g[19], w[19];
+        struct tensor *o0 = op_unary(A_cpu, f32(A_cpu, 1, (int64_t[]){19}, sp), (enum unop)op, p0, p1);
+        struct tensor *o1 = op_unary(A_ref, f32(A_ref, 1, (int64_t[]){19}, sp), (enum unop)op, p0, p1);
+        if (!o0 || !o1 || tensor_to_host(o0, g) != CBX_OK || tensor_to_host(o1, w) != CBX_OK) {
+            CHECK(0, "unary %s special values ran", un_names[op]);
+            continue;
+        }
+        int bad = -1;
+        for (int i = 0; i < 19 && bad < 0; i++) {
+            bool ok = (isnan(g[i]) && isnan(w[i])) || g[i] == w[i] ||
+                      fabsf(g[i] - w[i]) <= 4e-7f * fabsf(w[i]) || fabsf(g[i] - w[i]) < 1e-37f;
+            if (!ok) bad = i;
+        }
+        CHECK(bad < 0, "unary %s special: x=%g cpu %.9g ref %.9g", un_names[op],
+              bad < 0 ? 0.0 : (double)sp[bad], bad < 0 ? 0.0 : (double)g[bad],
+              bad < 0 ? 0.0 : (double)w[bad]);
+        arena_reset(A_cpu);
+        arena_reset(A_ref);
+    }
 }
 
 /* ---- snake -------------------------------------------------------------- */
@@ -646,15 +704,20 @@ int main(void)
     }
     test_binary();
     test_unary();
+    test_unary_special();
     test_snake();
     test_reduce();
     test_cumsum();
     test_get_rows();
     test_cpy();
-    /* again on the portable paths (f16 conversion without F16C) */
+    /* again on the portable paths (libm activations, f16 conversion
+     * without F16C) */
     enum cpu_level lvl = cpu_level();
     cpu_set_level(CPU_GENERIC);
     printf("-- cpu level forced to generic --\n");
+    test_unary();
+    test_unary_special();
+    test_snake();
     test_cpy();
     test_get_rows();
     cpu_set_level(lvl);
