@@ -1031,6 +1031,7 @@ cbx_status io_gguf_writer_begin(struct io_gguf_writer *w, const char *path, char
         stream_abort(w);
         return rc;
     }
+    setvbuf(w->f, NULL, _IOFBF, (size_t)1 << 20); /* many small tensors */
     w->pos = 0;
     w->failed = false;
 

@@ -662,6 +662,7 @@ cbx_status io_safetensors_writer_open(const char *path, int n, const struct io_s
         w->tmp = NULL; /* nothing to remove */
         goto cleanup;
     }
+    setvbuf(w->f, NULL, _IOFBF, (size_t)1 << 20); /* many small tensors */
     uint8_t len8[8];
     for (int k = 0; k < 8; k++) len8[k] = (uint8_t)((uint64_t)b.n >> (8 * k));
     if (fwrite(len8, 1, 8, w->f) != 8 || fwrite(b.s, 1, b.n, w->f) != b.n) {
