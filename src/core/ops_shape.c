@@ -76,6 +76,10 @@ struct tensor *op_slice(struct arena *a, const struct tensor *x, int dim,
 struct tensor *op_reshape(struct arena *a, const struct tensor *x, int ndim, const int64_t *ne)
 {
     if (!x) return NULL;
+    if (ndim < 0 || ndim > TENSOR_MAX_DIMS) { /* before tensor_make writes ne[ndim - 1] */
+        arena_fail(a, CBX_ERR_INTERNAL, "op_reshape: %d dims (at most %d)", ndim, TENSOR_MAX_DIMS);
+        return NULL;
+    }
     struct tensor v = tensor_make(x->type, ndim, ne, x->data, x->be);
     v.name = x->name;
     if (!tensor_is_contiguous(x) || tensor_nelements(&v) != tensor_nelements(x) ||

@@ -121,7 +121,31 @@ static void test_views(struct arena *a, const char *bn)
     g = host(a, r2);
     CHECK(g && g[0] == val(1, 0, 0, 0) && g[59] == val(1, 2, 3, 4), "%s reshape of x[1:2]", bn);
     free(g);
+    /* split_dim: x[2, 3, 4, 5] as [6, 4, 5] split back on dim 0, and the
+     * last dim of a column slice (a fused projection's third) split in two */
+    struct tensor *sp = op_split_dim(a, op_reshape(a, x, 3, (int64_t[]){6, 4, 5}), 0, 2);
+    g = host(a, sp);
+    bad = g ? 0 : 1;
+    for (int i = 0; g && i < 120; i++) bad += g[i] != val(i / 60, (i / 20) % 3, (i / 5) % 4, i % 5);
+    CHECK(!bad && sp->ndim == 4 && sp->ne[0] == 2 && sp->ne[1] == 3, "%s split_dim 6 -> 2 x 3: %d wrong",
+          bn, bad);
+    free(g);
+    /* y[4, 12] = v[r][c] = 100 r + c; columns 4..7 split into [4, 2, 2] */
+    float yv[48];
+    for (int i = 0; i < 48; i++) yv[i] = (float)(100 * (i / 12) + i % 12);
+    struct tensor *y = op_from_host(a, TYPE_F32, 2, (int64_t[]){4, 12}, yv);
+    struct tensor *ys = op_split_dim(a, op_slice(a, y, 1, 4, 4), -1, 2);
+    g = host(a, ys);
+    bad = g ? 0 : 1;
+    for (int r = 0; g && r < 4; r++)
+        for (int h = 0; h < 2; h++)
+            for (int d = 0; d < 2; d++) bad += g[(r * 2 + h) * 2 + d] != (float)(100 * r + 4 + h * 2 + d);
+    CHECK(!bad && ys->ndim == 3 && ys->ne[1] == 2 && ys->ne[2] == 2, "%s split_dim of a column slice: %d wrong",
+          bn, bad);
+    free(g);
     CHECK(arena_status(a) == CBX_OK, "%s views: no error (%s)", bn, arena_errmsg(a));
+    CHECK(!op_split_dim(a, y, 1, 5) && arena_status(a) != CBX_OK,
+          "%s split_dim 12 into 5 fails: '%s'", bn, arena_errmsg(a));
     arena_reset(a);
 }
 
@@ -223,6 +247,10 @@ static void test_errors(struct arena *a, const char *bn)
     r = op_reshape(a, x, 2, (int64_t[]){7, 17});
     CHECK(!r && arena_status(a) != CBX_OK, "%s reshape to a different count fails: '%s'", bn,
           arena_errmsg(a));
+    arena_reset(a);
+    x = base4(a);
+    r = op_reshape(a, x, 5, (int64_t[]){2, 3, 4, 5, 1});
+    CHECK(!r && arena_status(a) != CBX_OK, "%s reshape to 5 dims fails: '%s'", bn, arena_errmsg(a));
     arena_reset(a);
     x = base4(a);
     r = op_concat(a, x, op_slice(a, x, 1, 0, 2), 0); /* dim 1 differs: 3 vs 2 */
