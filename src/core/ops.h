@@ -61,7 +61,7 @@ struct tensor *op_concat(struct arena *a, const struct tensor *x,
 
 enum binop { BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV };
 /* x op y with y broadcast to x (numpy rules, dims aligned on the right,
- * y's dims 1 or equal). F32. */
+ * y's dims 1 or equal). F32. Add and mul also take x broadcast to y. */
 struct tensor *op_binary(struct arena *a, const struct tensor *x,
                          const struct tensor *y, enum binop op);
 struct tensor *op_add(struct arena *a, const struct tensor *x, const struct tensor *y);

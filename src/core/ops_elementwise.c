@@ -31,6 +31,17 @@ static const char *binop_name(enum binop op)
     return "?";
 }
 
+/* y broadcasts to x's shape */
+static bool broadcasts(const struct tensor *y, const struct tensor *x)
+{
+    if (y->ndim > x->ndim) return false;
+    for (int d = 0; d < y->ndim; d++) {
+        int64_t ny = y->ne[y->ndim - 1 - d], nx = x->ne[x->ndim - 1 - d];
+        if (ny != 1 && ny != nx) return false;
+    }
+    return true;
+}
+
 struct tensor *op_binary(struct arena *a, const struct tensor *x, const struct tensor *y,
                          enum binop op)
 {
@@ -41,11 +52,14 @@ struct tensor *op_binary(struct arena *a, const struct tensor *x, const struct t
         arena_fail(a, CBX_ERR_INTERNAL, "op_binary: bad op %d", (int)op);
         return NULL;
     }
-    /* numpy broadcasting of y onto x's shape, dims aligned on the right */
-    bool ok = y->ndim <= x->ndim;
-    for (int d = 0; ok && d < y->ndim; d++) {
-        int64_t ny = y->ne[y->ndim - 1 - d], nx = x->ne[x->ndim - 1 - d];
-        if (ny != 1 && ny != nx) ok = false;
+    /* numpy broadcasting of y onto x's shape, dims aligned on the right;
+     * the commutative ops also accept it the other way round */
+    bool ok = broadcasts(y, x);
+    if (!ok && (op == BIN_ADD || op == BIN_MUL) && broadcasts(x, y)) {
+        const struct tensor *t = x;
+        x = y;
+        y = t;
+        ok = true;
     }
     if (!ok) {
         char s1[64], s2[64];

@@ -133,6 +133,18 @@ static void test_binary(void)
         if (got) check_close(k ? "binary sub broadcast cpu vs hand" : "binary sub broadcast ref vs hand",
                              got, want, 24, 0, 0);
         free(got);
+        /* add and mul commute: x [3, 1] * y [2, 3, 4] is y * x */
+        float *gm = host_copy(as[k], op_mul(as[k], f32(as[k], 2, (int64_t[]){3, 1}, y),
+                                            f32(as[k], 3, (int64_t[]){2, 3, 4}, x)));
+        int badm = gm ? 0 : 1;
+        for (int i = 0; gm && i < 24; i++) badm += gm[i] != x[i] * y[(i / 4) % 3];
+        CHECK(!badm, "%s op_mul with x broadcast to y: %d wrong", k ? "cpu" : "ref", badm);
+        free(gm);
+        CHECK(!op_binary(as[k], f32(as[k], 2, (int64_t[]){3, 1}, y),
+                         f32(as[k], 3, (int64_t[]){2, 3, 4}, x), BIN_SUB) &&
+              arena_status(as[k]) != CBX_OK, "%s sub with x broadcast to y fails: '%s'",
+              k ? "cpu" : "ref", arena_errmsg(as[k]));
+        arena_reset(as[k]);
         /* misfit shapes fail with a message and NULL */
         struct tensor *bad = op_add(as[k], f32(as[k], 2, (int64_t[]){3, 4}, x),
                                     f32(as[k], 1, (int64_t[]){3}, y));
