@@ -21,4 +21,4 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=cl
       -DCBX_SANITIZE=ON -DCBX_FUZZ=ON -DCBX_BENCH=OFF >/dev/null
 cmake --build build-asan -j "$JOBS"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan --output-on-failure -j "$JOBS" --timeout 1200 -LE slow
+  ctest --test-dir build-asan --output-on-failure -j "$JOBS" --timeout 1200 -LE "slow|parity"

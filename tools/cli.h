@@ -10,5 +10,6 @@ struct cli_command {
 };
 
 int cmd_synth(int argc, char **argv);
+int cmd_tokens(int argc, char **argv);
 
 #endif

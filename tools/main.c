@@ -7,6 +7,7 @@
 #include "cli.h"
 
 static const struct cli_command commands[] = {
+    {"tokens", "text -> T3 speech tokens (Turbo, Nano), printed on stdout", cmd_tokens},
     {"synth", "write a synthetic Hugging Face model directory", cmd_synth},
 };
 

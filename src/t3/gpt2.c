@@ -1,0 +1,71 @@
+/* gpt2.c - GPT-2 backbone (transformers GPT2Model, GPT2Block, GPT2Attention,
+ * GPT2MLP), eval mode, in call order. See spec/t3.md §3.2. */
+#include "gpt2.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+cbx_status gpt2_kv_init(struct gpt2_kv *kv, const struct gpt2 *g, struct arena *cache,
+                        int capacity)
+{
+    kv->capacity = capacity;
+    kv->n_past = 0;
+    kv->k = arena_alloc_host(cache, sizeof *kv->k * (size_t)g->n_layer);
+    kv->v = arena_alloc_host(cache, sizeof *kv->v * (size_t)g->n_layer);
+    if (!kv->k || !kv->v) return arena_status(cache);
+    const int64_t ne[4] = {1, g->n_head, capacity, g->d_model / g->n_head};
+    for (int i = 0; i < g->n_layer; i++) {
+        kv->k[i] = arena_tensor(cache, TYPE_F32, 4, ne);
+        kv->v[i] = arena_tensor(cache, TYPE_F32, 4, ne);
+    }
+    return arena_status(cache);
+}
+
+/* GPT2Attention: c_attn -> split q, k, v -> heads -> cache -> causal SDPA
+ * (scale 1/sqrt(Dh)) -> merge heads -> c_proj. h[1, T, D]. */
+static struct tensor *attn(struct arena *a, const struct gpt2 *g, const struct gpt2_layer *l,
+                           struct gpt2_kv *kv, int il, const struct tensor *h)
+{
+    int64_t T = h->ne[1], D = g->d_model, H = g->n_head;
+    int n_past = kv->n_past;
+    struct tensor *qkv = op_linear(a, h, l->c_attn_w, l->c_attn_b);       /* [1, T, 3D] */
+    const int to_heads[4] = {0, 2, 1, 3};                                  /* [1,T,H,Dh] -> [1,H,T,Dh] */
+    struct tensor *q = op_permute(a, op_split_dim(a, op_slice(a, qkv, 2, 0, D), 2, H), to_heads);
+    struct tensor *k = op_permute(a, op_split_dim(a, op_slice(a, qkv, 2, D, D), 2, H), to_heads);
+    struct tensor *v = op_permute(a, op_split_dim(a, op_slice(a, qkv, 2, 2 * D, D), 2, H), to_heads);
+    op_copy_into(a, op_slice(a, kv->k[il], 2, n_past, T), k);
+    op_copy_into(a, op_slice(a, kv->v[il], 2, n_past, T), v);
+    struct attn_params ap = {1.0f / sqrtf((float)(D / H)), true};
+    struct tensor *o = op_attention(a, q, op_slice(a, kv->k[il], 2, 0, n_past + T),
+                                    op_slice(a, kv->v[il], 2, 0, n_past + T), NULL, &ap);
+    const int64_t merged[3] = {1, T, D};                                   /* [1,H,T,Dh] -> [1,T,D] */
+    o = op_reshape(a, op_cont(a, op_permute(a, o, to_heads)), 3, merged);
+    return op_linear(a, o, l->c_proj_w, l->c_proj_b);
+}
+
+struct tensor *gpt2_forward(struct arena *a, const struct gpt2 *g, struct gpt2_kv *kv,
+                            const struct tensor *x)
+{
+    if (!x) return NULL;
+    int64_t T = x->ne[1];
+    if (kv->n_past + T > kv->capacity || kv->n_past + T > g->n_ctx) {
+        arena_fail(a, CBX_ERR_INVALID_ARG,
+                   "gpt2: sequence of %lld positions exceeds the context (%d cached, %d max)",
+                   (long long)(kv->n_past + T), kv->capacity, g->n_ctx);
+        return NULL;
+    }
+    /* hidden = inputs_embeds + wpe(position_ids), positions continue the cache */
+    struct tensor *hs = op_add(a, x, op_slice(a, g->wpe, 0, kv->n_past, T));
+    for (int il = 0; il < g->n_layer; il++) {
+        const struct gpt2_layer *l = &g->h[il];
+        /* GPT2Block: x = x + attn(ln_1(x)); x = x + mlp(ln_2(x)) */
+        struct tensor *h = op_layer_norm(a, hs, l->ln_1_w, l->ln_1_b, g->eps);
+        hs = op_add(a, hs, attn(a, g, l, kv, il, h));
+        h = op_layer_norm(a, hs, l->ln_2_w, l->ln_2_b, g->eps);
+        h = op_unary(a, op_linear(a, h, l->c_fc_w, l->c_fc_b), UN_GELU_TANH, 0, 0); /* gelu_new */
+        hs = op_add(a, hs, op_linear(a, h, l->mlp_proj_w, l->mlp_proj_b));
+    }
+    hs = op_layer_norm(a, hs, g->ln_f_w, g->ln_f_b, g->eps);
+    if (hs) kv->n_past += (int)T;
+    return hs;
+}

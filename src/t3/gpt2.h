@@ -1,0 +1,46 @@
+/* gpt2.h - GPT-2 backbone of the Turbo/Nano T3 (transformers GPT2Model used
+ * through inputs_embeds): learned positions wpe, pre-LN blocks, ln_f.
+ * Sizes come from the weights (n_layer from the tensor names, d_model from
+ * wpe, n_head from d_model / 64 as every GPT-2 config here uses head dim 64).
+ * Thread safety: weights are read-only; a kv cache belongs to one caller. */
+#ifndef CBX_T3_GPT2_H
+#define CBX_T3_GPT2_H
+
+#include "core/ops.h"
+
+struct gpt2_layer {
+    /* names under tfmr.h.{i}. ; Conv1D weights are stored [in, out]
+     * upstream and held here as [out, in] (transposed at load) */
+    const struct tensor *ln_1_w, *ln_1_b;
+    const struct tensor *c_attn_w, *c_attn_b;  /* [3D, D] */
+    const struct tensor *c_proj_w, *c_proj_b;  /* [D, D]  */
+    const struct tensor *ln_2_w, *ln_2_b;
+    const struct tensor *c_fc_w, *c_fc_b;      /* [4D, D] */
+    const struct tensor *mlp_proj_w, *mlp_proj_b; /* [D, 4D] */
+};
+
+struct gpt2 {
+    int n_layer, n_head, d_model, n_ctx; /* n_ctx = rows of wpe */
+    float eps;                           /* layer_norm_epsilon, 1e-5 */
+    const struct tensor *wpe;            /* [n_ctx, D] */
+    const struct tensor *ln_f_w, *ln_f_b;
+    struct gpt2_layer *h;                /* n_layer entries, owned */
+};
+
+/* Per-layer key/value cache, [1, H, capacity, Dh] each. */
+struct gpt2_kv {
+    int capacity, n_past;
+    struct tensor **k, **v; /* n_layer entries, arena-owned */
+};
+
+/* Allocate a cache for up to capacity positions in arena `cache`. */
+cbx_status gpt2_kv_init(struct gpt2_kv *kv, const struct gpt2 *g, struct arena *cache,
+                        int capacity);
+
+/* Forward T new positions: x[1, T, D] input embeddings (without wpe);
+ * appends to kv and advances kv->n_past. Returns the ln_f output
+ * [1, T, D] (arena-owned) or NULL (see arena_status). */
+struct tensor *gpt2_forward(struct arena *a, const struct gpt2 *g, struct gpt2_kv *kv,
+                            const struct tensor *x);
+
+#endif

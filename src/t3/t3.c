@@ -1,0 +1,330 @@
+/* t3.c - T3 for Turbo/Nano: loading, T3CondEnc (GPT-2 path), input
+ * assembly and inference_turbo. Ports chatterbox models/t3/t3.py
+ * (prepare_conditioning, prepare_input_embeds, inference_turbo) and
+ * modules/cond_enc.py; spec/t3.md §4, §6.2, §7.2. */
+#include "t3.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/backend.h"
+#include "core/quant.h"
+
+void t3_free(struct t3_model *m)
+{
+    if (!m) return;
+    free(m->tfmr.h);
+    free(m->owned);
+    memset(m, 0, sizeof *m);
+}
+
+static const struct tensor *need(weight_find_fn find, void *ctx, const char *name, int ndim,
+                                 const int64_t *ne, cbx_status *rc, char *err)
+{
+    if (*rc != CBX_OK) return NULL;
+    const struct tensor *t = find(ctx, name);
+    if (!t) {
+        *rc = err_setf(err, CBX_ERR_NOT_FOUND, "T3 weights: tensor %s is missing", name);
+        return NULL;
+    }
+    bool ok = t->ndim == ndim && (t->type == TYPE_F32 || t->type == TYPE_F16 ||
+                                  t->type == TYPE_BF16 || dtype_traits(t->type)->quantized);
+    for (int d = 0; ok && d < ndim; d++) ok = ne[d] < 0 || t->ne[d] == ne[d];
+    if (!ok) {
+        char s[64];
+        *rc = err_setf(err, CBX_ERR_FORMAT, "T3 weights: %s has shape %s (%s), not as expected", name,
+                       tensor_shape_str(t, s, sizeof s), dtype_name(t->type));
+        return NULL;
+    }
+    return t;
+}
+
+/* GPT-2 Conv1D stores [in, out]; our linear wants [out, in]. The result is
+ * written as `wtype` rows (F32, F16, BF16 or a block type) into *buf. */
+static const struct tensor *transposed(const struct tensor *w, enum dtype wtype, char **buf,
+                                       struct tensor **desc, float *row)
+{
+    int64_t in = w->ne[0], out = w->ne[1];
+    size_t rs = dtype_row_size(wtype, in);
+    for (int64_t o = 0; o < out; o++) {
+        for (int64_t i = 0; i < in; i++) {
+            const char *src = (const char *)w->data + i * w->nb[0] + o * w->nb[1];
+            float v;
+            if (w->type == TYPE_F32) memcpy(&v, src, 4);
+            else if (w->type == TYPE_F16) v = fp16_to_f32(*(const uint16_t *)src);
+            else v = bf16_to_f32(*(const uint16_t *)src);
+            row[i] = v;
+        }
+        quantize_row(wtype, row, *buf + (size_t)o * rs, in);
+    }
+    const int64_t ne[2] = {out, in};
+    **desc = tensor_make(wtype, 2, ne, *buf, NULL);
+    (*desc)->name = w->name;
+    *buf += (size_t)out * rs;
+    return (*desc)++;
+}
+
+/* A linear weight [out, in] converted to wtype (or borrowed when it already
+ * has that type). */
+static const struct tensor *converted(const struct tensor *w, enum dtype wtype, char **buf,
+                                      struct tensor **desc, float *row)
+{
+    if (w->type == wtype) return w;
+    int64_t out = w->ne[0], in = w->ne[1];
+    size_t rs = dtype_row_size(wtype, in);
+    for (int64_t o = 0; o < out; o++) {
+        dequantize_row(w->type, (const char *)w->data + o * w->nb[0], row, in);
+        quantize_row(wtype, row, *buf + (size_t)o * rs, in);
+    }
+    **desc = tensor_make(wtype, 2, w->ne, *buf, NULL);
+    (*desc)->name = w->name;
+    *buf += (size_t)out * rs;
+    return (*desc)++;
+}
+
+cbx_status t3_load_gpt2(struct t3_model *m, weight_find_fn find, void *ctx, enum dtype wtype,
+                        char *err)
+{
+    memset(m, 0, sizeof *m);
+    cbx_status rc = CBX_OK;
+    const int64_t any1[1] = {-1}, any2[2] = {-1, -1};
+    const struct tensor *wpe = need(find, ctx, "tfmr.wpe.weight", 2, any2, &rc, err);
+    if (!wpe) return rc;
+    int64_t D = wpe->ne[1];
+    if (D % 64) return err_setf(err, CBX_ERR_FORMAT, "T3 weights: width %lld is not a multiple of 64", (long long)D);
+    int n_layer = 0;
+    char name[128];
+    for (;; n_layer++) {
+        snprintf(name, sizeof name, "tfmr.h.%d.ln_1.weight", n_layer);
+        if (!find(ctx, name)) break;
+    }
+    if (n_layer == 0) return err_setf(err, CBX_ERR_FORMAT, "T3 weights: no tfmr.h.0 block");
+
+    struct gpt2 *g = &m->tfmr;
+    g->n_layer = n_layer;
+    g->d_model = (int)D;
+    g->n_head = (int)(D / 64);
+    g->n_ctx = (int)wpe->ne[0];
+    g->eps = 1e-5f;
+    g->wpe = wpe;
+    const int64_t d1[1] = {D}, dd[2] = {-1, D};
+    g->ln_f_w = need(find, ctx, "tfmr.ln_f.weight", 1, d1, &rc, err);
+    g->ln_f_b = need(find, ctx, "tfmr.ln_f.bias", 1, d1, &rc, err);
+    m->text_emb = need(find, ctx, "text_emb.weight", 2, dd, &rc, err);
+    m->speech_emb = need(find, ctx, "speech_emb.weight", 2, dd, &rc, err);
+    m->speech_head_w = need(find, ctx, "speech_head.weight", 2, dd, &rc, err);
+    m->speech_head_b = need(find, ctx, "speech_head.bias", 1, any1, &rc, err);
+    m->spkr_enc_w = need(find, ctx, "cond_enc.spkr_enc.weight", 2, any2, &rc, err);
+    m->spkr_enc_b = need(find, ctx, "cond_enc.spkr_enc.bias", 1, d1, &rc, err);
+    if (rc != CBX_OK) return rc;
+    if (m->spkr_enc_w->ne[0] != D || m->speech_head_b->ne[0] != m->speech_head_w->ne[0] ||
+        m->speech_head_w->ne[0] != m->speech_emb->ne[0])
+        return err_setf(err, CBX_ERR_FORMAT, "T3 weights: speech head / embedding / speaker projection sizes disagree");
+    m->hp.text_vocab = m->text_emb->ne[0];
+    m->hp.speech_vocab = m->speech_emb->ne[0];
+    m->hp.start_speech = 6561;
+    m->hp.stop_speech = 6562;
+    m->hp.speaker_embed_size = m->spkr_enc_w->ne[1];
+    if (m->hp.speech_vocab <= m->hp.stop_speech)
+        return err_setf(err, CBX_ERR_FORMAT, "T3 weights: speech vocabulary of %lld has no stop token",
+                        (long long)m->hp.speech_vocab);
+
+    const struct dtype_traits *wt = dtype_traits(wtype);
+    if (!wt || wtype == TYPE_I32 || wtype == TYPE_I64 || D % wt->blck || (4 * D) % wt->blck)
+        return err_setf(err, CBX_ERR_INVALID_ARG, "T3: cannot hold weights as %s", dtype_name(wtype));
+    /* one buffer: transposed/converted linear weights, their descriptors,
+     * one float row of scratch */
+    g->h = calloc((size_t)n_layer, sizeof *g->h);
+    size_t per_layer = dtype_row_size(wtype, D) * (size_t)(3 * D + D + 4 * D) +
+                       dtype_row_size(wtype, 4 * D) * (size_t)D;
+    size_t head = dtype_row_size(wtype, D) * (size_t)m->speech_head_w->ne[0];
+    size_t n_desc = 4 * (size_t)n_layer + 1;
+    m->owned = malloc(per_layer * (size_t)n_layer + head + sizeof(struct tensor) * n_desc +
+                      sizeof(float) * 4 * (size_t)D + 64);
+    if (!g->h || !m->owned) {
+        t3_free(m);
+        return err_setf(err, CBX_ERR_NOMEM, "T3: out of memory for %d layers", n_layer);
+    }
+    struct tensor *desc = m->owned;
+    float *row = (float *)(desc + n_desc);
+    char *buf = (char *)(row + 4 * D);
+    buf += (64 - (uintptr_t)buf % 64) % 64;
+    m->speech_head_w = converted(m->speech_head_w, wtype, &buf, &desc, row);
+    for (int i = 0; i < n_layer && rc == CBX_OK; i++) {
+        struct gpt2_layer *l = &g->h[i];
+#define W(field, suffix, nd, shape)                                            \
+    snprintf(name, sizeof name, "tfmr.h.%d." suffix, i);                       \
+    l->field = need(find, ctx, name, nd, shape, &rc, err)
+        const int64_t d3[1] = {3 * D}, d4[1] = {4 * D};
+        const int64_t attn_w[2] = {D, 3 * D}, proj_w[2] = {D, D}, fc_w[2] = {D, 4 * D}, mp_w[2] = {4 * D, D};
+        W(ln_1_w, "ln_1.weight", 1, d1);
+        W(ln_1_b, "ln_1.bias", 1, d1);
+        W(c_attn_w, "attn.c_attn.weight", 2, attn_w);
+        W(c_attn_b, "attn.c_attn.bias", 1, d3);
+        W(c_proj_w, "attn.c_proj.weight", 2, proj_w);
+        W(c_proj_b, "attn.c_proj.bias", 1, d1);
+        W(ln_2_w, "ln_2.weight", 1, d1);
+        W(ln_2_b, "ln_2.bias", 1, d1);
+        W(c_fc_w, "mlp.c_fc.weight", 2, fc_w);
+        W(c_fc_b, "mlp.c_fc.bias", 1, d4);
+        W(mlp_proj_w, "mlp.c_proj.weight", 2, mp_w);
+        W(mlp_proj_b, "mlp.c_proj.bias", 1, d1);
+#undef W
+        if (rc != CBX_OK) break;
+        if (dtype_traits(l->c_attn_w->type)->quantized) {
+            rc = err_setf(err, CBX_ERR_FORMAT, "T3 weights: quantised Conv1D weights must be stored [out, in]");
+            break;
+        }
+        l->c_attn_w = transposed(l->c_attn_w, wtype, &buf, &desc, row);
+        l->c_proj_w = transposed(l->c_proj_w, wtype, &buf, &desc, row);
+        l->c_fc_w = transposed(l->c_fc_w, wtype, &buf, &desc, row);
+        l->mlp_proj_w = transposed(l->mlp_proj_w, wtype, &buf, &desc, row);
+    }
+    if (rc != CBX_OK) t3_free(m);
+    return rc;
+}
+
+struct tensor *t3_prepare_conditioning(struct arena *a, const struct t3_model *m,
+                                       const struct t3_cond *c)
+{
+    /* T3CondEnc: spkr_enc(speaker_emb.view(-1, 256))[:, None] */
+    const int64_t spk_ne[3] = {1, 1, m->hp.speaker_embed_size};
+    struct tensor *spk = op_from_host(a, TYPE_F32, 3, spk_ne, c->speaker_emb);
+    struct tensor *cond_spkr = op_linear(a, spk, m->spkr_enc_w, m->spkr_enc_b); /* [1, 1, D] */
+    if (c->n_prompt == 0) return cond_spkr;
+    /* cond_prompt_speech_emb = speech_emb(tokens); no position table on GPT-2 */
+    const int64_t pne[2] = {1, c->n_prompt};
+    struct tensor *ids = op_from_host(a, TYPE_I32, 2, pne, c->prompt_tokens);
+    struct tensor *prompt = op_get_rows(a, m->speech_emb, ids);                  /* [1, P, D] */
+    return op_concat(a, cond_spkr, prompt, 1);
+}
+
+struct tensor *t3_prepare_input_embeds(struct arena *a, const struct t3_model *m,
+                                       const struct t3_cond *c, const int32_t *text,
+                                       int64_t n_text)
+{
+    struct tensor *x = t3_prepare_conditioning(a, m, c);
+    if (n_text > 0) {
+        const int64_t tne[2] = {1, n_text};
+        x = op_concat(a, x, op_get_rows(a, m->text_emb, op_from_host(a, TYPE_I32, 2, tne, text)), 1);
+    }
+    const int64_t one[2] = {1, 1};
+    struct tensor *bos = op_get_rows(a, m->speech_emb, op_from_host(a, TYPE_I32, 2, one, &m->hp.start_speech));
+    return op_concat(a, x, bos, 1);
+}
+
+struct t3_gen_params t3_gen_default_params(void)
+{
+    struct t3_gen_params p = {{0.8, 1000, 0.95, 0.0, 1.2}, 1000, 0};
+    return p;
+}
+
+int64_t t3_filter_speech_tokens(int32_t *tokens, int64_t n)
+{
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] >= 0 && tokens[i] < 6561) tokens[k++] = tokens[i];
+    return k;
+}
+
+/* speech_head(hidden[:, -1]) -> host logits */
+static cbx_status last_logits(struct arena *a, const struct t3_model *m, const struct tensor *h,
+                              float *logits)
+{
+    struct tensor *last = op_slice(a, h, 1, h ? h->ne[1] - 1 : 0, 1);
+    struct tensor *l = op_linear(a, last, m->speech_head_w, m->speech_head_b);
+    if (!l) return arena_status(a);
+    return tensor_to_host(l, logits);
+}
+
+cbx_status t3_inference_turbo(const struct t3_model *m, const struct backend *be,
+                              const struct t3_cond *c, const int32_t *text, int64_t n_text,
+                              const struct t3_gen_params *p, t3_step_cb cb, void *user,
+                              int32_t **tokens, int64_t *n_tokens, char *err)
+{
+    *tokens = NULL;
+    *n_tokens = 0;
+    const int64_t V = m->hp.speech_vocab;
+    int64_t L0 = 1 + c->n_prompt + n_text + 1;
+    int cap = (int)(L0 + p->max_gen_len + 1);
+    struct arena *cache = arena_create(be, 0), *a = arena_create(be, 0);
+    float *logits = malloc(sizeof(float) * (size_t)V * 5);
+    int32_t *idx = malloc(sizeof(int32_t) * (size_t)V);
+    uint8_t *seen = malloc((size_t)V);
+    int32_t *out = malloc(sizeof(int32_t) * (size_t)(p->max_gen_len + 2));
+    int64_t n = 0;
+    struct gpt2_kv kv;
+    cbx_status rc = CBX_OK;
+    if (!cache || !a || !logits || !idx || !seen || !out) {
+        rc = err_setf(err, CBX_ERR_NOMEM, "T3: out of memory");
+        goto cleanup;
+    }
+    if (L0 > m->tfmr.n_ctx) {
+        rc = err_setf(err, CBX_ERR_INVALID_ARG, "T3: prompt of %lld positions exceeds the %d-position context",
+                      (long long)L0, m->tfmr.n_ctx);
+        goto cleanup;
+    }
+    if (cap > m->tfmr.n_ctx) cap = m->tfmr.n_ctx;
+    if ((rc = gpt2_kv_init(&kv, &m->tfmr, cache, cap)) != CBX_OK) {
+        rc = err_setf(err, rc, "T3: %s", arena_errmsg(cache));
+        goto cleanup;
+    }
+    float *probs = logits + V, *scratch = logits + 2 * V, *raw = logits + 4 * V;
+    struct rng_stream rs;
+    rng_stream_init(&rs, "t3.sample", p->seed);
+
+    /* prefill over [cond; text; start-of-speech] */
+    struct tensor *x = t3_prepare_input_embeds(a, m, c, text, n_text);
+    rc = last_logits(a, m, gpt2_forward(a, &m->tfmr, &kv, x), logits);
+    int32_t cur = 0;
+    for (int step = 0; rc == CBX_OK; step++) {
+        if (cb) memcpy(raw, logits, sizeof(float) * (size_t)V);
+        /* processors in inference_turbo's order: temperature, top-k, top-p,
+         * repetition penalty (history: [6561] at the first step, then the
+         * generated tokens) */
+        const struct sampler_params *s = &p->s;
+        if (s->temperature > 0 && s->temperature != 1.0) sampler_temperature(logits, V, (float)s->temperature);
+        if (s->top_k > 0) sampler_top_k(logits, V, s->top_k, scratch);
+        if (s->top_p < 1.0) sampler_top_p(logits, V, s->top_p, scratch, idx);
+        if (s->repetition_penalty != 1.0) {
+            if (step == 0) sampler_repetition_penalty(logits, V, &m->hp.start_speech, 1, (float)s->repetition_penalty, seen);
+            else sampler_repetition_penalty(logits, V, out, n, (float)s->repetition_penalty, seen);
+        }
+        if (step > 0 && sampler_all_neg_inf(logits, V)) break; /* upstream warns and stops */
+        sampler_softmax(logits, probs, V);
+        int64_t tok = rng_categorical(&rs, probs, V);
+        if (tok < 0) break;
+        cur = (int32_t)tok;
+        out[n++] = cur;
+        if (cb && cb(user, step, cur, raw, V)) { rc = CBX_ERR_CANCELLED; break; }
+        /* the first sample is not checked for the stop token */
+        if ((step > 0 && cur == m->hp.stop_speech) || step >= p->max_gen_len) break;
+        if (kv.n_past >= cap) break;
+        arena_reset(a);
+        const int64_t one[2] = {1, 1};
+        x = op_get_rows(a, m->speech_emb, op_from_host(a, TYPE_I32, 2, one, &cur));
+        rc = last_logits(a, m, gpt2_forward(a, &m->tfmr, &kv, x), logits);
+    }
+    if (rc != CBX_OK && rc != CBX_ERR_CANCELLED) {
+        const char *msg = arena_status(a) != CBX_OK ? arena_errmsg(a) : cbx_status_str(rc);
+        rc = err_setf(err, rc, "T3: %s", msg);
+    } else if (rc == CBX_ERR_CANCELLED) {
+        err_setf(err, rc, "T3: cancelled");
+    }
+    if (rc == CBX_OK) {
+        if (n > 0 && out[n - 1] == m->hp.stop_speech) n--;
+        *tokens = out;
+        *n_tokens = n;
+        out = NULL;
+    }
+cleanup:
+    free(out);
+    free(seen);
+    free(idx);
+    free(logits);
+    arena_free(a);
+    arena_free(cache);
+    return rc;
+}

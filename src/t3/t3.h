@@ -1,0 +1,86 @@
+/* t3.h - T3: text tokens + conditioning -> speech tokens (chatterbox
+ * models/t3/t3.py). This file holds the GPT-2 variant used by Turbo and
+ * Nano (inference_turbo); the Llama variant arrives with the English and
+ * multilingual models and shares the conditioning and sampling code.
+ * Thread safety: a loaded t3_model is read-only and may serve any number of
+ * concurrent calls, each with its own arenas. */
+#ifndef CBX_T3_T3_H
+#define CBX_T3_T3_H
+
+#include <stdint.h>
+
+#include "core/ops.h"
+#include "t3/gpt2.h"
+#include "t3/sampler.h"
+
+/* Looks up an upstream tensor name ("tfmr.h.0.ln_1.weight"); NULL if absent.
+ * Returned tensors are borrowed from the source and must outlive the model. */
+typedef const struct tensor *(*weight_find_fn)(void *ctx, const char *name);
+
+struct t3_hparams {
+    int64_t text_vocab, speech_vocab;   /* rows of text_emb / speech_emb */
+    int32_t start_speech, stop_speech;  /* 6561, 6562 */
+    int64_t speaker_embed_size;         /* 256 */
+};
+
+struct t3_model {
+    struct t3_hparams hp;
+    const struct tensor *text_emb, *speech_emb;       /* [V, D] */
+    const struct tensor *speech_head_w, *speech_head_b;
+    const struct tensor *spkr_enc_w, *spkr_enc_b;     /* cond_enc.spkr_enc */
+    struct gpt2 tfmr;
+    void *owned;      /* transposed Conv1D weights and descriptors */
+};
+
+/* The conditioning of T3Cond used by the GPT-2 variant. */
+struct t3_cond {
+    const float *speaker_emb;               /* [speaker_embed_size] */
+    const int32_t *prompt_tokens;           /* cond_prompt_speech_tokens */
+    int64_t n_prompt;
+};
+
+/* Load a GPT-2 T3 (t3_turbo_v1 / t3_nano_v1 layout) from a weight source.
+ * The linear weights (Conv1D blocks, speech head) are held as wtype (F32,
+ * F16, BF16 or a block type; quantisation policy: tables, norms and biases
+ * stay as stored). On failure the model is left empty and err names the
+ * missing/odd tensor. */
+cbx_status t3_load_gpt2(struct t3_model *m, weight_find_fn find, void *ctx, enum dtype wtype,
+                        char *err);
+void t3_free(struct t3_model *m); /* no-op on a zeroed model */
+
+/* T3.prepare_conditioning: [spkr_enc(speaker_emb); speech_emb(prompt)]
+ * -> [1, 1 + P, D]. */
+struct tensor *t3_prepare_conditioning(struct arena *a, const struct t3_model *m,
+                                       const struct t3_cond *c);
+/* T3.prepare_input_embeds: [cond; text_emb(text); speech_emb(start)]
+ * -> [1, 1 + P + L + 1, D]. */
+struct tensor *t3_prepare_input_embeds(struct arena *a, const struct t3_model *m,
+                                       const struct t3_cond *c, const int32_t *text,
+                                       int64_t n_text);
+
+struct t3_gen_params {
+    struct sampler_params s;  /* upstream defaults: 0.8, 1000, 0.95, 0, 1.2 */
+    int max_gen_len;          /* inference_turbo max_gen_len (1000) */
+    uint64_t seed;            /* seeds the "t3.sample" stream */
+};
+struct t3_gen_params t3_gen_default_params(void);
+
+/* Called after each sampled token (progress, tests); nonzero return
+ * cancels. logits: the raw speech-head row the token was sampled from
+ * (V floats, borrowed for the call). */
+typedef int (*t3_step_cb)(void *user, int step, int32_t token, const float *logits,
+                          int64_t V);
+
+/* T3.inference_turbo: prefill + KV-cache decode with the processors in
+ * upstream order. *tokens (owned by the caller, free()) receives the
+ * generated ids with a trailing stop token removed, as upstream returns
+ * them. `be` runs the model; weights must be addressable by it. */
+cbx_status t3_inference_turbo(const struct t3_model *m, const struct backend *be,
+                              const struct t3_cond *c, const int32_t *text, int64_t n_text,
+                              const struct t3_gen_params *p, t3_step_cb cb, void *user,
+                              int32_t **tokens, int64_t *n_tokens, char *err);
+
+/* tts_turbo.py: keep only ids < 6561 (drops stop/start and out-of-range). */
+int64_t t3_filter_speech_tokens(int32_t *tokens, int64_t n);
+
+#endif
