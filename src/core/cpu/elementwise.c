@@ -13,9 +13,11 @@
  *
  * Numerics: +, -, *, / and the float-only activations are the same IEEE
  * operations as the ref backend (bit-identical, -ffp-contract=off);
- * transcendental activations use libm's float functions (within a few ulp
- * of the ref backend's double evaluation); cumsum accumulates sequentially
- * in float as torch.cumsum does on CPU. */
+ * transcendental activations use AVX2 vector functions of their own (see
+ * "AVX2 activations") or, at the generic level and for softplus/log,
+ * libm's float functions: both within a few ulp of the ref backend's
+ * double evaluation. cumsum accumulates sequentially in float as
+ * torch.cumsum does on CPU. */
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
