@@ -41,45 +41,7 @@ static double copy_gbs, peak_gflops;
 
 /* ---- baselines --------------------------------------------------------- */
 
-struct copy_job { char *dst; const char *src; size_t n; int parts; };
-
-static void copy_part(void *ctx, int64_t b, int64_t e, int ith)
-{
-    (void)ith;
-    const struct copy_job *j = ctx;
-    size_t per = j->n / (size_t)j->parts;
-    for (int64_t p = b; p < e; p++) {
-        size_t off = (size_t)p * per, len = p == j->parts - 1 ? j->n - off : per;
-        memcpy(j->dst + off, j->src + off, len);
-    }
-}
-
-static void bench_copy(void)
-{
-    size_t n = opt.mem_mib << 20;
-    char *src = aligned_alloc(64, n), *dst = aligned_alloc(64, n);
-    double *v = calloc((size_t)opt.reps, sizeof *v);
-    if (!src || !dst || !v) { fprintf(stderr, "copy: out of memory\n"); goto cleanup; }
-    memset(src, 1, n);
-    memset(dst, 2, n); /* fault every page in before timing */
-    struct copy_job j = {dst, src, n, opt.threads};
-    for (int r = -1; r < opt.reps; r++) {
-        double t0 = bench_now();
-        tp_parallel_for(cpu->tp, opt.threads, 1, copy_part, &j);
-        double t = bench_now() - t0;
-        if (r >= 0) v[r] = 2.0 * (double)n / t * 1e-9;
-    }
-    struct bench_stats s = bench_stats(v, opt.reps);
-    copy_gbs = s.median;
-    int64_t shape[1] = {(int64_t)n};
-    bench_emit("copy", "u8", shape, 1, opt.threads, opt.reps, "GB/s", s, NULL, 0);
-    fprintf(stderr, "copy %zu MiB: %.1f GB/s (read+write), p10 %.1f p90 %.1f\n", opt.mem_mib,
-            s.median, s.p10, s.p90);
-cleanup:
-    free(src);
-    free(dst);
-    free(v);
-}
+static void bench_copy(void) { copy_gbs = bench_copy_baseline(cpu->tp, &opt); }
 
 #define FMA_CHAINS 12
 #define FMA_ITERS 2000000

@@ -34,4 +34,9 @@ void bench_emit(const char *bench, const char *type, const int64_t *shape, int n
  * "unknown". */
 const char *bench_commit(void);
 
+struct threadpool;
+/* STREAM-like copy of two o->mem_mib MiB buffers over the pool's threads;
+ * emits its JSON line and returns the median GB/s (bytes read + written). */
+double bench_copy_baseline(struct threadpool *tp, const struct bench_opts *o);
+
 #endif

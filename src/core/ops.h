@@ -85,8 +85,8 @@ struct tensor *op_snake(struct arena *a, const struct tensor *x, const struct te
 /* Reductions over the innermost dim, keeping it as size 1. */
 enum redop { RED_SUM, RED_MEAN, RED_MAX };
 struct tensor *op_reduce(struct arena *a, const struct tensor *x, enum redop op);
-/* Inclusive cumulative sum over the innermost dim (float32 accumulate as
- * torch.cumsum on CPU). */
+/* Inclusive cumulative sum over the innermost dim, accumulated in double
+ * and stored as float32, as torch.cumsum on CPU does. */
 struct tensor *op_cumsum(struct arena *a, const struct tensor *x);
 /* Rows of table[N, D] (any weight type) at ids[n] (I32 or I64) -> [n, D]
  * F32 (ids may be [B, n] -> [B, n, D]). Out-of-range ids fail. */

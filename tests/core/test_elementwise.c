@@ -466,16 +466,18 @@ static void test_cumsum(void)
         arena_reset(A_cpu);
         arena_reset(A_ref);
     }
-    /* float32 sequential accumulation: 1e8 + 1 + 1 + 1 stays 1e8 in float
-     * (ulp 8), where a double accumulator would reach 100000003 */
-    const float x[8] = {1, 2, 3, 4, 1e8f, 1, 1, 1}, want[8] = {1, 3, 6, 10, 1e8f, 1e8f, 1e8f, 1e8f};
+    /* torch.cumsum on CPU accumulates float32 in double (checked against
+     * torch 2.11: cumsum([1e8, 1, 1, 1, 1, 1]) ends at 100000008, where a
+     * float accumulator stays at 1e8, ulp 8) */
+    const float x[12] = {1, 2, 3, 4, 0, 0, 1e8f, 1, 1, 1, 1, 1},
+                want[12] = {1, 3, 6, 10, 10, 10, 1e8f, 1e8f, 1e8f, 1e8f, 1e8f, 100000008.0f};
     struct arena *as[2] = {A_ref, A_cpu};
     for (int k = 0; k < 2; k++) {
-        float got[8] = {0};
-        struct tensor *o = op_cumsum(as[k], f32(as[k], 2, (int64_t[]){2, 4}, x));
+        float got[12] = {0};
+        struct tensor *o = op_cumsum(as[k], f32(as[k], 2, (int64_t[]){2, 6}, x));
         if (o) tensor_to_host(o, got);
-        check_close(k ? "cumsum cpu vs hand (float accumulate)" : "cumsum ref vs hand (float accumulate)",
-                    got, want, 8, 0, 0);
+        check_close(k ? "cumsum cpu vs hand (double accumulate)" : "cumsum ref vs hand (double accumulate)",
+                    got, want, 12, 0, 0);
         arena_reset(as[k]);
     }
 }

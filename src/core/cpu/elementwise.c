@@ -16,8 +16,8 @@
  * transcendental activations use AVX2 vector functions of their own (see
  * "AVX2 activations") or, at the generic level and for softplus/log,
  * libm's float functions: both within a few ulp of the ref backend's
- * double evaluation. cumsum accumulates sequentially in float as
- * torch.cumsum does on CPU. */
+ * double evaluation. cumsum accumulates sequentially in double and stores
+ * float32, as torch.cumsum does on CPU (acc_type<float> is double there). */
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -1029,12 +1029,13 @@ static void cumsum_rows(void *p, int64_t r0, int64_t r1, int ith)
         int64_t ob;
         const char *xr = row_ptr(c, r, &ob);
         char *or = (char *)c->out->data + ob;
-        float s = 0;
+        double s = 0;
         for (int64_t i = 0; i < n; i++) {
             float v;
             memcpy(&v, xr + i * xs, 4);
             s += v;
-            memcpy(or + i * os, &s, 4);
+            float o = (float)s;
+            memcpy(or + i * os, &o, 4);
         }
     }
 }

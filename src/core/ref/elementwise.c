@@ -6,7 +6,7 @@
  * ones, strides in bytes), one element at a time, single thread. The
  * activations are evaluated in double with libm and rounded once, which
  * makes this the more exact side in the cpu-vs-ref tests; the pure float
- * arithmetic (scale, clamp, cumsum, binary ops) is done in float exactly as
+ * arithmetic (scale, clamp, binary ops) is done in float exactly as
  * torch does, so those kernels must agree bit for bit. */
 #include <math.h>
 #include <string.h>
@@ -294,10 +294,10 @@ static void ref_cumsum(struct arena *a, struct tensor *out, const struct tensor 
     for (int64_t i0 = 0; i0 < ne[0]; i0++)
         for (int64_t i1 = 0; i1 < ne[1]; i1++)
             for (int64_t i2 = 0; i2 < ne[2]; i2++) {
-                float s = 0;
+                double s = 0; /* torch.cumsum on CPU: double accumulator */
                 for (int64_t i3 = 0; i3 < ne[3]; i3++) {
                     s += *at(x, xb, i0, i1, i2, i3);
-                    *at(out, ob, i0, i1, i2, i3) = s;
+                    *at(out, ob, i0, i1, i2, i3) = (float)s;
                 }
             }
 }

@@ -1,0 +1,148 @@
+/* bench_t3.c - T3 (GPT-2, Turbo or Nano sizes) decode speed with F32, F16,
+ * Q8_0 and Q4_0 linear weights, against the copy bandwidth measured in the
+ * same run.
+ *
+ *   t3_prefill  the prompt (conditioning 1 + 375 prompt tokens + 32 text
+ *               tokens + start) through the batched path: tokens/s.
+ *   t3_decode   one position per step with the KV cache: tokens/s, and the
+ *               weight bytes a step reads (every linear weight once, plus
+ *               the speech head) per second as GB/s and as a ratio to copy.
+ * Weights are the synthetic checkpoint generated in memory from the
+ * manifest (no files); --variant nano selects the small model. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "core/backend.h"
+#include "core/threadpool.h"
+#include "io/synth.h"
+#include "t3/t3.h"
+
+struct weights { struct synth_manifest *m; struct tensor *t; int n; };
+
+static const struct tensor *find(void *ctx, const char *name)
+{
+    struct weights *w = ctx;
+    for (int i = 0; i < w->n; i++)
+        if (w->t[i].data && !strcmp(w->t[i].name, name)) return &w->t[i];
+    return NULL;
+}
+
+/* bytes of weights one decode step reads: the linear weights of every
+ * block and the speech head, in their held type */
+static double step_bytes(const struct t3_model *m)
+{
+    double b = 0;
+    for (int i = 0; i < m->tfmr.n_layer; i++) {
+        const struct gpt2_layer *l = &m->tfmr.h[i];
+        b += (double)tensor_nbytes(l->c_attn_w) + (double)tensor_nbytes(l->c_proj_w) +
+             (double)tensor_nbytes(l->c_fc_w) + (double)tensor_nbytes(l->mlp_proj_w);
+    }
+    return b + (double)tensor_nbytes(m->speech_head_w);
+}
+
+int main(int argc, char **argv)
+{
+    const char *variant = "turbo";
+    /* --variant is ours; the rest goes to bench_parse */
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--variant")) {
+            variant = argv[i + 1];
+            memmove(argv + i, argv + i + 2, sizeof *argv * (size_t)(argc - i - 2));
+            argc -= 2;
+            break;
+        }
+    struct bench_opts opt;
+    if (!bench_parse(argc, argv, &opt, 3)) return 2;
+    const char *file = !strcmp(variant, "nano") ? "t3_nano_v1.safetensors" : "t3_turbo_v1.safetensors";
+    char err[ERR_MAX], data[4096];
+    struct weights w = {0};
+    struct backend *cpu = backend_cpu_create(opt.threads);
+    if (!cpu || !synth_data_dir(data, sizeof data, err) ||
+        synth_manifest_load(data, file, &w.m, err) != CBX_OK) {
+        fprintf(stderr, "bench_t3: %s\n", err);
+        return 1;
+    }
+    double copy_gbs = bench_copy_baseline(cpu->tp, &opt);
+    w.n = w.m->n;
+    w.t = calloc((size_t)w.n, sizeof *w.t);
+    for (int i = 0; i < w.n && w.t; i++) {
+        const struct synth_tensor *st = &w.m->t[i];
+        w.t[i] = tensor_make(st->type, st->ndim, st->ne, NULL, NULL);
+        w.t[i].name = st->name;
+        if (!strcmp(st->name, "tfmr.wte.weight")) continue; /* deleted upstream, never read */
+        w.t[i].data = aligned_alloc(64, (synth_tensor_nbytes(st) + 63) & ~(size_t)63);
+        if (!w.t[i].data) { fprintf(stderr, "bench_t3: out of memory\n"); return 1; }
+        synth_tensor_fill_parallel(cpu->tp, st, w.m->seed, 0, synth_tensor_nelements(st), w.t[i].data);
+    }
+
+    enum { P = 375, L = 32, STEPS = 32 };
+    float spk[256];
+    int32_t prompt[P], text[L];
+    for (int i = 0; i < 256; i++) spk[i] = 0.01f * (float)(i % 17);
+    for (int i = 0; i < P; i++) prompt[i] = (i * 37) % 6561;
+    for (int i = 0; i < L; i++) text[i] = 100 + i * 13;
+    struct t3_cond cond = {spk, prompt, P};
+
+    static const enum dtype types[] = {TYPE_F32, TYPE_F16, TYPE_Q8_0, TYPE_Q4_0};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        if (!bench_selected(&opt, dtype_name(types[ti]))) continue;
+        struct t3_model m;
+        if (t3_load_gpt2(&m, find, &w, types[ti], err) != CBX_OK) {
+            fprintf(stderr, "bench_t3: %s\n", err);
+            return 1;
+        }
+        double *pre = calloc((size_t)opt.reps, sizeof *pre), *dec = calloc((size_t)opt.reps, sizeof *dec);
+        double *gbs = calloc((size_t)opt.reps, sizeof *gbs);
+        /* greedy decoding of STEPS tokens; the warm-up run is not timed */
+        struct t3_gen_params gp = t3_gen_default_params();
+        gp.s.top_k = 1;
+        gp.max_gen_len = STEPS - 1;
+        struct arena *a = arena_create(cpu, 0);
+        for (int r = -1; r < opt.reps; r++) {
+            /* prefill alone */
+            struct gpt2_kv kv;
+            arena_reset(a);
+            struct arena *cache = arena_create(cpu, 0);
+            gpt2_kv_init(&kv, &m.tfmr, cache, 1 + P + L + 1);
+            double t0 = bench_now();
+            struct tensor *h = gpt2_forward(a, &m.tfmr, &kv, t3_prepare_input_embeds(a, &m, &cond, text, L));
+            double tp = bench_now() - t0;
+            arena_free(cache);
+            if (!h) { fprintf(stderr, "bench_t3: %s\n", arena_errmsg(a)); return 1; }
+            /* whole generation; decode time = total - prefill */
+            int32_t *tok = NULL;
+            int64_t n = 0;
+            t0 = bench_now();
+            if (t3_inference_turbo(&m, cpu, &cond, text, L, &gp, NULL, NULL, &tok, &n, err) != CBX_OK) {
+                fprintf(stderr, "bench_t3: %s\n", err);
+                return 1;
+            }
+            double tt = bench_now() - t0;
+            free(tok);
+            if (r < 0) continue;
+            pre[r] = (1 + P + L + 1) / tp;
+            dec[r] = (double)(STEPS - 1) / (tt - tp);
+            gbs[r] = dec[r] * step_bytes(&m) * 1e-9;
+        }
+        const int64_t shape[3] = {m.tfmr.n_layer, m.tfmr.d_model, 1 + P + L + 1};
+        struct bench_stats sp = bench_stats(pre, opt.reps), sd = bench_stats(dec, opt.reps);
+        struct bench_stats sg = bench_stats(gbs, opt.reps);
+        bench_emit("t3_prefill", dtype_name(types[ti]), shape, 3, opt.threads, opt.reps, "tokens/s", sp, NULL, 0);
+        bench_emit("t3_decode", dtype_name(types[ti]), shape, 3, opt.threads, opt.reps, "tokens/s", sd, NULL, 0);
+        bench_emit("t3_decode_weights", dtype_name(types[ti]), shape, 3, opt.threads, opt.reps, "GB/s", sg,
+                   "copy", copy_gbs);
+        fprintf(stderr, "%s %-5s prefill %7.1f tok/s  decode %6.1f tok/s  %.0f MB/step  %5.1f GB/s  %3.0f%% of copy\n",
+                variant, dtype_name(types[ti]), sp.median, sd.median, step_bytes(&m) * 1e-6, sg.median,
+                copy_gbs > 0 ? 100 * sg.median / copy_gbs : 0);
+        arena_free(a);
+        free(pre); free(dec); free(gbs);
+        t3_free(&m);
+    }
+    for (int i = 0; i < w.n; i++) free(w.t[i].data);
+    free(w.t);
+    synth_manifest_free(w.m);
+    backend_cpu_free(cpu);
+    return 0;
+}
