@@ -19,11 +19,12 @@
 #include "io/synth.h"
 #include "t3/t3.h"
 
-struct weights { struct synth_manifest *m; struct tensor *t; int n; };
+struct synth_weights { struct synth_manifest *m; struct tensor *t; int n; };
 
-static const struct tensor *find(void *ctx, const char *name)
+static const struct tensor *find(const void *ctx, int part, const char *name)
 {
-    struct weights *w = ctx;
+    (void)part;
+    const struct synth_weights *w = ctx;
     for (int i = 0; i < w->n; i++)
         if (w->t[i].data && !strcmp(w->t[i].name, name)) return &w->t[i];
     return NULL;
@@ -57,7 +58,7 @@ int main(int argc, char **argv)
     if (!bench_parse(argc, argv, &opt, 3)) return 2;
     const char *file = !strcmp(variant, "nano") ? "t3_nano_v1.safetensors" : "t3_turbo_v1.safetensors";
     char err[ERR_MAX], data[4096];
-    struct weights w = {0};
+    struct synth_weights w = {0};
     struct backend *cpu = backend_cpu_create(opt.threads);
     if (!cpu || !synth_data_dir(data, sizeof data, err) ||
         synth_manifest_load(data, file, &w.m, err) != CBX_OK) {
@@ -89,7 +90,8 @@ int main(int argc, char **argv)
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         if (!bench_selected(&opt, dtype_name(types[ti]))) continue;
         struct t3_model m;
-        if (t3_load_gpt2(&m, find, &w, types[ti], err) != CBX_OK) {
+        struct weights src = {find, &w, 0, "t3"};
+        if (t3_load_gpt2(&m, &src, types[ti], err) != CBX_OK) {
             fprintf(stderr, "bench_t3: %s\n", err);
             return 1;
         }

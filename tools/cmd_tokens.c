@@ -39,10 +39,7 @@ static void usage(FILE *f)
 
 struct progress { int quiet; struct timespec t0; };
 
-static const struct tensor *find_t3(void *ctx, const char *name)
-{
-    return model_dir_find(ctx, MODEL_T3, name);
-}
+
 
 static double since(const struct timespec *t0)
 {
@@ -150,7 +147,8 @@ int cmd_tokens(int argc, char **argv)
         rc = err_setf(err, CBX_ERR_FORMAT, "voice: speaker_emb has %lld values, need 256", (long long)voice_c.n_speaker);
         goto fail;
     }
-    if ((rc = t3_load_gpt2(&m, find_t3, md, TYPE_F32, err)) != CBX_OK) goto fail;
+    struct weights t3w = weights_from_model_dir(md, MODEL_T3);
+    if ((rc = t3_load_gpt2(&m, &t3w, TYPE_F32, err)) != CBX_OK) goto fail;
     if (!(be = backend_cpu_create((int)threads))) {
         rc = err_setf(err, CBX_ERR_NOMEM, "cannot start %d threads", (int)threads);
         goto fail;

@@ -20,27 +20,6 @@ void t3_free(struct t3_model *m)
     memset(m, 0, sizeof *m);
 }
 
-static const struct tensor *need(weight_find_fn find, void *ctx, const char *name, int ndim,
-                                 const int64_t *ne, cbx_status *rc, char *err)
-{
-    if (*rc != CBX_OK) return NULL;
-    const struct tensor *t = find(ctx, name);
-    if (!t) {
-        *rc = err_setf(err, CBX_ERR_NOT_FOUND, "T3 weights: tensor %s is missing", name);
-        return NULL;
-    }
-    bool ok = t->ndim == ndim && (t->type == TYPE_F32 || t->type == TYPE_F16 ||
-                                  t->type == TYPE_BF16 || dtype_traits(t->type)->quantized);
-    for (int d = 0; ok && d < ndim; d++) ok = ne[d] < 0 || t->ne[d] == ne[d];
-    if (!ok) {
-        char s[64];
-        *rc = err_setf(err, CBX_ERR_FORMAT, "T3 weights: %s has shape %s (%s), not as expected", name,
-                       tensor_shape_str(t, s, sizeof s), dtype_name(t->type));
-        return NULL;
-    }
-    return t;
-}
-
 /* GPT-2 Conv1D stores [in, out]; our linear wants [out, in]. The result is
  * written as `wtype` rows (F32, F16, BF16 or a block type) into *buf. */
 static const struct tensor *transposed(const struct tensor *w, enum dtype wtype, char **buf,
@@ -84,21 +63,18 @@ static const struct tensor *converted(const struct tensor *w, enum dtype wtype, 
     return (*desc)++;
 }
 
-cbx_status t3_load_gpt2(struct t3_model *m, weight_find_fn find, void *ctx, enum dtype wtype,
-                        char *err)
+cbx_status t3_load_gpt2(struct t3_model *m, const struct weights *w, enum dtype wtype, char *err)
 {
     memset(m, 0, sizeof *m);
     cbx_status rc = CBX_OK;
     const int64_t any1[1] = {-1}, any2[2] = {-1, -1};
-    const struct tensor *wpe = need(find, ctx, "tfmr.wpe.weight", 2, any2, &rc, err);
+    const struct tensor *wpe = weights_get(w, "tfmr.wpe.weight", 2, any2, &rc, err);
     if (!wpe) return rc;
     int64_t D = wpe->ne[1];
     if (D % 64) return err_setf(err, CBX_ERR_FORMAT, "T3 weights: width %lld is not a multiple of 64", (long long)D);
     int n_layer = 0;
-    char name[128];
     for (;; n_layer++) {
-        snprintf(name, sizeof name, "tfmr.h.%d.ln_1.weight", n_layer);
-        if (!find(ctx, name)) break;
+        if (!weights_has(w, "tfmr.h.%d.ln_1.weight", n_layer)) break;
     }
     if (n_layer == 0) return err_setf(err, CBX_ERR_FORMAT, "T3 weights: no tfmr.h.0 block");
 
@@ -110,14 +86,14 @@ cbx_status t3_load_gpt2(struct t3_model *m, weight_find_fn find, void *ctx, enum
     g->eps = 1e-5f;
     g->wpe = wpe;
     const int64_t d1[1] = {D}, dd[2] = {-1, D};
-    g->ln_f_w = need(find, ctx, "tfmr.ln_f.weight", 1, d1, &rc, err);
-    g->ln_f_b = need(find, ctx, "tfmr.ln_f.bias", 1, d1, &rc, err);
-    m->text_emb = need(find, ctx, "text_emb.weight", 2, dd, &rc, err);
-    m->speech_emb = need(find, ctx, "speech_emb.weight", 2, dd, &rc, err);
-    m->speech_head_w = need(find, ctx, "speech_head.weight", 2, dd, &rc, err);
-    m->speech_head_b = need(find, ctx, "speech_head.bias", 1, any1, &rc, err);
-    m->spkr_enc_w = need(find, ctx, "cond_enc.spkr_enc.weight", 2, any2, &rc, err);
-    m->spkr_enc_b = need(find, ctx, "cond_enc.spkr_enc.bias", 1, d1, &rc, err);
+    g->ln_f_w = weights_get(w, "tfmr.ln_f.weight", 1, d1, &rc, err);
+    g->ln_f_b = weights_get(w, "tfmr.ln_f.bias", 1, d1, &rc, err);
+    m->text_emb = weights_get(w, "text_emb.weight", 2, dd, &rc, err);
+    m->speech_emb = weights_get(w, "speech_emb.weight", 2, dd, &rc, err);
+    m->speech_head_w = weights_get(w, "speech_head.weight", 2, dd, &rc, err);
+    m->speech_head_b = weights_get(w, "speech_head.bias", 1, any1, &rc, err);
+    m->spkr_enc_w = weights_get(w, "cond_enc.spkr_enc.weight", 2, any2, &rc, err);
+    m->spkr_enc_b = weights_get(w, "cond_enc.spkr_enc.bias", 1, d1, &rc, err);
     if (rc != CBX_OK) return rc;
     if (m->spkr_enc_w->ne[0] != D || m->speech_head_b->ne[0] != m->speech_head_w->ne[0] ||
         m->speech_head_w->ne[0] != m->speech_emb->ne[0])
@@ -154,9 +130,8 @@ cbx_status t3_load_gpt2(struct t3_model *m, weight_find_fn find, void *ctx, enum
     m->speech_head_w = converted(m->speech_head_w, wtype, &buf, &desc, row);
     for (int i = 0; i < n_layer && rc == CBX_OK; i++) {
         struct gpt2_layer *l = &g->h[i];
-#define W(field, suffix, nd, shape)                                            \
-    snprintf(name, sizeof name, "tfmr.h.%d." suffix, i);                       \
-    l->field = need(find, ctx, name, nd, shape, &rc, err)
+#define W(field, suffix, nd, shape) \
+    l->field = weights_getf(w, &rc, err, nd, shape, "tfmr.h.%d." suffix, i)
         const int64_t d3[1] = {3 * D}, d4[1] = {4 * D};
         const int64_t attn_w[2] = {D, 3 * D}, proj_w[2] = {D, D}, fc_w[2] = {D, 4 * D}, mp_w[2] = {4 * D, D};
         W(ln_1_w, "ln_1.weight", 1, d1);

@@ -10,12 +10,9 @@
 #include <stdint.h>
 
 #include "core/ops.h"
+#include "io/weights.h"
 #include "t3/gpt2.h"
 #include "t3/sampler.h"
-
-/* Looks up an upstream tensor name ("tfmr.h.0.ln_1.weight"); NULL if absent.
- * Returned tensors are borrowed from the source and must outlive the model. */
-typedef const struct tensor *(*weight_find_fn)(void *ctx, const char *name);
 
 struct t3_hparams {
     int64_t text_vocab, speech_vocab;   /* rows of text_emb / speech_emb */
@@ -44,8 +41,7 @@ struct t3_cond {
  * F16, BF16 or a block type; quantisation policy: tables, norms and biases
  * stay as stored). On failure the model is left empty and err names the
  * missing/odd tensor. */
-cbx_status t3_load_gpt2(struct t3_model *m, weight_find_fn find, void *ctx, enum dtype wtype,
-                        char *err);
+cbx_status t3_load_gpt2(struct t3_model *m, const struct weights *w, enum dtype wtype, char *err);
 void t3_free(struct t3_model *m); /* no-op on a zeroed model */
 
 /* T3.prepare_conditioning: [spkr_enc(speaker_emb); speech_emb(prompt)]
