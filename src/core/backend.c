@@ -37,6 +37,7 @@ struct backend *backend_cpu_create(int n_threads)
     cpu_register_conv(&be->k);
     cpu_register_nn(&be->k);
     cpu_register_spectral(&be->k);
+    cpu_register_conv2d(&be->k);
     return be;
 }
 
@@ -67,6 +68,7 @@ const struct backend *backend_ref(void)
         ref_register_conv(&b.k);
         ref_register_nn(&b.k);
         ref_register_spectral(&b.k);
+        ref_register_conv2d(&b.k);
         ref_be = b;
         ref_ready = 1;
     }

@@ -79,6 +79,10 @@ struct kernels {
                  const struct tensor *window, const struct stft_params *p);
     void (*istft)(struct arena *a, struct tensor *out, const struct tensor *spec,
                   const struct tensor *window, const struct stft_params *p);
+    /* ops_conv2d.c */
+    void (*conv2d)(struct arena *a, struct tensor *out, const struct tensor *x,
+                   const struct tensor *w, const struct tensor *b,
+                   const struct conv2d_params *p);
 };
 
 struct backend {
@@ -121,5 +125,7 @@ void ref_register_linear(struct kernels *k);
 void ref_register_conv(struct kernels *k);
 void ref_register_nn(struct kernels *k);
 void ref_register_spectral(struct kernels *k);
+void cpu_register_conv2d(struct kernels *k);
+void ref_register_conv2d(struct kernels *k);
 
 #endif

@@ -201,4 +201,17 @@ struct tensor *op_istft(struct arena *a, const struct tensor *spec,
                         const struct tensor *window, const struct stft_params *p,
                         int64_t length);
 
+/* ---- 2-D convolution (ops_conv2d.c) ----------------------------------- */
+
+struct conv2d_params {
+    int stride_h, stride_w, dilation_h, dilation_w, groups; /* 0 means 1 */
+    int pad_h, pad_w; /* zero padding on both sides, as nn.Conv2d(padding=) */
+};
+/* F.conv2d: x[B, Cin, H, W] or [Cin, H, W] (any strides); w[Cout,
+ * Cin/groups, KH, KW] (F32/F16/BF16); b[Cout] or NULL.
+ * Out [B, Cout, (H + 2ph - dh(KH-1) - 1)/sh + 1, (W + 2pw - dw(KW-1) - 1)/sw + 1]. */
+struct tensor *op_conv2d(struct arena *a, const struct tensor *x,
+                         const struct tensor *w, const struct tensor *b,
+                         const struct conv2d_params *p);
+
 #endif
