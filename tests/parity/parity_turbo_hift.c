@@ -1,0 +1,149 @@
+/* parity_turbo_hift.c - HiFT vocoder (S3Gen mel2wav) vs the Turbo fixtures.
+ * Each stage is fed the fixture's own input: f0 from s3gen_mel, the source
+ * from s3gen_hift_f0 (seed 42), the decoder from s3gen_mel + s3gen_hift_source;
+ * then the whole of HiFTGenerator.inference from s3gen_mel, whose sine source
+ * integrates f0 over ~64k samples and so amplifies f0 rounding (fixtures
+ * README: about 1e-2 on the waveform across software stacks). s3gen_wav is
+ * S3Gen's output after trim_fade (hift.md §9): the test applies the same fade
+ * to our waveform and compares every sample. The English/multilingual S3Gen
+ * builds the same HiFTGenerator, so one variant covers the module.
+ * Prints the real-time factor of hift_inference (informative, not checked). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/backend.h"
+#include "io/model_dir.h"
+#include "io/npy.h"
+#include "s3gen/hift.h"
+#include "testutil.h"
+
+#define VARIANT "turbo"
+
+static struct npy load(const char *name)
+{
+    char path[512], err[ERR_MAX];
+    snprintf(path, sizeof path, "%s/%s.npy", test_data(VARIANT), name);
+    struct npy n;
+    if (io_npy_read(path, &n, err) != CBX_OK) {
+        fprintf(stderr, "%s\n", err);
+        exit(2);
+    }
+    return n;
+}
+
+static int64_t numel(const struct npy *n)
+{
+    int64_t k = 1;
+    for (int d = 0; d < n->ndim; d++) k *= n->ne[d];
+    return k;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* S3Gen.trim_fade: 480 zeros, then (cos(linspace(pi, 0, 480)) + 1) / 2. */
+static void apply_trim_fade(float *wav, int64_t n)
+{
+    for (int64_t i = 0; i < 960 && i < n; i++) {
+        float f = 0.0f;
+        if (i >= 480) {
+            float phi = (float)(M_PI - M_PI * (double)(i - 480) / 479.0);
+            f = (cosf(phi) + 1.0f) / 2.0f;
+        }
+        wav[i] *= f;
+    }
+}
+
+/* Compare a [1, ...] result with a fixture of the same element count. */
+static void compare(const char *what, const struct tensor *got, const struct npy *want, bool fade,
+                    double rtol)
+{
+    if (!got || tensor_nelements(got) != numel(want)) {
+        CHECK(false, "%s: result missing or %lld elements, want %lld", what,
+              got ? (long long)tensor_nelements(got) : -1LL, (long long)numel(want));
+        return;
+    }
+    size_t n = (size_t)numel(want);
+    float *buf = malloc(n * sizeof *buf);
+    CHECK(buf && tensor_to_host(got, buf) == CBX_OK, "%s: read back", what);
+    if (fade) apply_trim_fade(buf, (int64_t)n);
+    check_close(what, buf, want->data, n, 0, rtol);
+    free(buf);
+}
+
+int main(void)
+{
+    char err[ERR_MAX] = "", path[512];
+    snprintf(path, sizeof path, "%s/models/%s", CBX_BINARY_DIR, VARIANT);
+    struct model_dir *md = NULL;
+    cbx_status rc = model_dir_open(path, &md, err);
+    CHECK(rc == CBX_OK, "open %s: %s", path, err);
+    if (rc != CBX_OK) return test_summary();
+    struct weights sw = weights_from_model_dir(md, MODEL_S3GEN);
+    struct hift *h = NULL;
+    rc = hift_load(&h, &sw, err);
+    CHECK(rc == CBX_OK, "hift_load: %s", err);
+    if (rc != CBX_OK) return test_summary();
+
+    struct npy mel = load("s3gen_mel"), f0 = load("s3gen_hift_f0"),
+               src = load("s3gen_hift_source"), wav = load("s3gen_wav");
+    struct backend *cpu = backend_cpu_create(0);
+    struct arena *a = arena_create(cpu, 0);
+    struct tensor mel_t = io_npy_tensor(&mel), f0_t = io_npy_tensor(&f0), src_t = io_npy_tensor(&src);
+    int64_t T = mel.ne[2];
+    printf("%s HiFT: %lld mel frames -> %lld samples\n", VARIANT, (long long)T,
+           (long long)(T * HIFT_SAMPLES_PER_FRAME));
+
+    /* ConvRNNF0Predictor from the fixture mel */
+    struct tensor *g = hift_f0(a, h, &mel_t);
+    CHECK(g != NULL, "hift_f0: %s", arena_errmsg(a));
+    compare("parity_" VARIANT "_hift_f0 (from s3gen_mel)", g, &f0, false, 1e-4);
+
+    /* f0_upsamp + SourceModuleHnNSF from the fixture f0, seed 42 */
+    g = hift_source(a, h, &f0_t, 42);
+    CHECK(g != NULL, "hift_source: %s", arena_errmsg(a));
+    compare("parity_" VARIANT "_hift_source (from s3gen_hift_f0)", g, &src, false, 1e-4);
+
+    /* decode from the fixture mel and source; trim_fade applied here */
+    g = hift_decode(a, h, &mel_t, &src_t);
+    CHECK(g != NULL, "hift_decode: %s", arena_errmsg(a));
+    compare("parity_" VARIANT "_hift_decode (faded, vs s3gen_wav)", g, &wav, true, 1e-4);
+    arena_reset(a);
+
+    /* the whole HiFTGenerator.inference from the mel, seed 42 */
+    struct tensor *s = NULL, *f = NULL;
+    double t0 = now();
+    g = hift_inference(a, h, &mel_t, 42, &s, &f);
+    double dt = now() - t0;
+    CHECK(g != NULL, "hift_inference: %s", arena_errmsg(a));
+    compare("parity_" VARIANT "_hift_inference f0", f, &f0, false, 1e-4);
+    compare("parity_" VARIANT "_hift_inference source", s, &src, false, 1e-2);
+    compare("parity_" VARIANT "_hift_inference wav (faded)", g, &wav, true, 1e-2);
+    double audio_s = (double)(T * HIFT_SAMPLES_PER_FRAME) / HIFT_SAMPLE_RATE;
+    printf("hift_inference: %.3f s for %.3f s of audio, real-time factor %.3f\n", dt,
+           audio_s, dt / audio_s);
+
+    /* a mel of the wrong shape is refused with a message, not a crash */
+    arena_reset(a);
+    struct tensor bad = src_t;
+    CHECK(hift_decode(a, h, &bad, &src_t) == NULL && arena_status(a) != CBX_OK,
+          "hift_decode accepts a [1, 1, S] mel");
+    arena_reset(a);
+
+    arena_free(a);
+    backend_cpu_free(cpu);
+    hift_free(h);
+    io_npy_free(&mel);
+    io_npy_free(&f0);
+    io_npy_free(&src);
+    io_npy_free(&wav);
+    model_dir_close(md);
+    return test_summary();
+}
