@@ -7,10 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "core/backend.h"
-#include "io/model_dir.h"
+#include "io/model_file.h"
 #include "t3/t3.h"
 #include "text/gpt2_bpe.h"
 #include "text/punc_norm.h"
@@ -19,11 +20,12 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: chatterbox tokens --model DIR --text TEXT [options]\n"
+            "usage: chatterbox tokens --model DIR|GGUF --text TEXT [options]\n"
             "\n"
             "Turn text into T3 speech tokens (Turbo, Nano) and print them on stdout.\n"
             "\n"
-            "  --model DIR               Hugging Face model directory (default $CHATTERBOX_MODEL)\n"
+            "  --model DIR|GGUF          Hugging Face model directory or converted .gguf\n"
+            "                            (default $CHATTERBOX_MODEL)\n"
             "  --text TEXT               text to speak (required)\n"
             "  --voice DIR               conditioning .npy files (speaker_emb.npy,\n"
             "                            cond_prompt_speech_tokens.npy); default: built-in voice\n"
@@ -37,7 +39,7 @@ static void usage(FILE *f)
             "  --quiet                   no progress on stderr\n");
 }
 
-struct progress { int quiet; struct timespec t0; };
+struct progress { int quiet, tty; struct timespec t0; };
 
 
 
@@ -52,7 +54,7 @@ static int on_step(void *user, int step, int32_t token, const float *logits, int
 {
     (void)token; (void)logits; (void)V;
     struct progress *p = user;
-    if (!p->quiet && (step + 1) % 16 == 0)
+    if (!p->quiet && p->tty && (step + 1) % 16 == 0)
         fprintf(stderr, "\rt3: %d tokens, %.1f tokens/s", step + 1, (step + 1) / since(&p->t0));
     return 0;
 }
@@ -69,6 +71,24 @@ static int parse_num(const char *opt, const char *s, double lo, double hi, doubl
     }
     *out = v;
     return 1;
+}
+
+/* A directory's tokenizer files as gpt2_bpe_load_dir reads them; a GGUF's
+ * stored copies of vocab.json, merges.txt (+ added_tokens.json,
+ * tokenizer_config.json). */
+static cbx_status load_tokenizer(const struct model *m, struct gpt2_bpe **tok, char *err)
+{
+    if (!model_is_gguf(m)) return gpt2_bpe_load_dir(model_path(m), tok, err);
+    static const char *const files[4] = {"vocab.json", "merges.txt", "added_tokens.json", "tokenizer_config.json"};
+    char *text[4] = {NULL, NULL, NULL, NULL};
+    cbx_status rc = CBX_OK;
+    for (int i = 0; i < 4 && rc == CBX_OK; i++) {
+        rc = model_text_file(m, files[i], &text[i], NULL, err);
+        if (rc == CBX_ERR_NOT_FOUND && i >= 2) rc = CBX_OK; /* optional */
+    }
+    if (rc == CBX_OK) rc = gpt2_bpe_load_mem(text[0], text[1], text[2], text[3], tok, err);
+    for (int i = 0; i < 4; i++) free(text[i]);
+    return rc;
 }
 
 int cmd_tokens(int argc, char **argv)
@@ -110,12 +130,12 @@ int cmd_tokens(int argc, char **argv)
             return 2;
         }
     }
-    if (!model) { fprintf(stderr, "chatterbox tokens: --model DIR is required (or set CHATTERBOX_MODEL)\n"); return 2; }
+    if (!model) { fprintf(stderr, "chatterbox tokens: --model DIR|GGUF is required (or set CHATTERBOX_MODEL)\n"); return 2; }
     if (!text) { fprintf(stderr, "chatterbox tokens: --text is required\n"); return 2; }
 
     char err[ERR_MAX] = "";
     int status = 1;
-    struct model_dir *md = NULL;
+    struct model *md = NULL;
     struct gpt2_bpe *tok = NULL;
     struct conds voice_c = {0};
     struct t3_model m = {0};
@@ -123,15 +143,15 @@ int cmd_tokens(int argc, char **argv)
     char *norm = NULL;
     int32_t *ids = NULL, *out = NULL;
     int64_t n_ids = 0, n_out = 0;
-    cbx_status rc = model_dir_open(model, &md, err);
+    cbx_status rc = model_open(model, &md, err);
     if (rc != CBX_OK) goto fail;
-    enum model_variant var = model_dir_variant(md);
+    enum model_variant var = model_get_variant(md);
     if (var != MODEL_TURBO && var != MODEL_NANO) {
         rc = err_setf(err, CBX_ERR_UNSUPPORTED, "%s: the %s model is not supported by 'tokens' yet (turbo, nano)",
                       model, model_variant_info(var)->name);
         goto fail;
     }
-    if ((rc = gpt2_bpe_load_dir(model, &tok, err)) != CBX_OK) goto fail;
+    if ((rc = load_tokenizer(md, &tok, err)) != CBX_OK) goto fail;
     if ((rc = punc_norm(text, PUNC_TURBO, &norm, err)) != CBX_OK) goto fail;
     if ((rc = gpt2_bpe_encode(tok, norm, &ids, &n_ids, err)) != CBX_OK) goto fail;
     /* tokenizer(..., truncation=True): cut at model_max_length */
@@ -141,25 +161,25 @@ int cmd_tokens(int argc, char **argv)
                     (long long)n_ids, (long long)gpt2_bpe_max_length(tok));
         n_ids = gpt2_bpe_max_length(tok);
     }
-    rc = voice ? conds_from_npy_dir(voice, &voice_c, err) : conds_from_model_dir(md, &voice_c, err);
+    rc = voice ? conds_from_npy_dir(voice, &voice_c, err) : conds_from_model(md, &voice_c, err);
     if (rc != CBX_OK) goto fail;
     if (voice_c.n_speaker != 256) {
         rc = err_setf(err, CBX_ERR_FORMAT, "voice: speaker_emb has %lld values, need 256", (long long)voice_c.n_speaker);
         goto fail;
     }
-    struct weights t3w = weights_from_model_dir(md, MODEL_T3);
+    struct weights t3w = model_weights(md, MODEL_T3);
     if ((rc = t3_load_gpt2(&m, &t3w, TYPE_F32, err)) != CBX_OK) goto fail;
     if (!(be = backend_cpu_create((int)threads))) {
         rc = err_setf(err, CBX_ERR_NOMEM, "cannot start %d threads", (int)threads);
         goto fail;
     }
     struct t3_cond cond = {voice_c.speaker_emb, voice_c.cond_prompt_tokens, voice_c.n_cond_prompt};
-    struct progress pr = {quiet, {0, 0}};
+    struct progress pr = {quiet, isatty(2), {0, 0}};
     clock_gettime(CLOCK_MONOTONIC, &pr.t0);
     rc = t3_inference_turbo(&m, be, &cond, ids, n_ids, &gp, on_step, &pr, &out, &n_out, err);
     if (rc != CBX_OK) goto fail;
     if (!quiet)
-        fprintf(stderr, "\rt3: %lld tokens in %.2f s (%.1f tokens/s)\n", (long long)n_out, since(&pr.t0),
+        fprintf(stderr, "%st3: %lld tokens in %.2f s (%.1f tokens/s)\n", pr.tty ? "\r" : "", (long long)n_out, since(&pr.t0),
                 n_out / since(&pr.t0));
     n_out = t3_filter_speech_tokens(out, n_out);
     for (int64_t i = 0; i < n_out; i++) printf(i ? " %d" : "%d", out[i]);
@@ -177,7 +197,7 @@ fail:
     t3_free(&m);
     conds_free(&voice_c);
     gpt2_bpe_free(tok);
-    model_dir_close(md);
+    model_close(md);
     backend_cpu_free(be);
     return status;
 }
