@@ -364,6 +364,25 @@ static struct tensor *conformer_layer(struct arena *a, const struct s3gen_encode
     return op_add(a, x, op_linear(a, h, l->w_2_w, l->w_2_b));
 }
 
+/* One conformer layer whose intermediates (the [H, T, 2T-1] position
+ * scores above all) live in the scratch arena s, reset afterwards; only the
+ * output is kept, in a. So a grows with T per layer, not with T^2. */
+static struct tensor *layer_in_scratch(struct arena *a, struct arena *s,
+                                       const struct s3gen_encoder *e,
+                                       const struct s3gen_layer *l, struct tensor *x,
+                                       const struct tensor *pos)
+{
+    if (!x || !pos) return NULL;
+    struct tensor *y = conformer_layer(s, e, l, x, pos);
+    if (!y) {
+        arena_fail(a, arena_status(s), "%s", arena_errmsg(s));
+        return NULL;
+    }
+    y = op_cont(a, y);
+    arena_reset(s);
+    return y;
+}
+
 /* Upsample1D: x[1, T, D] -> nearest x stride, left pad 2*stride zeros,
  * conv (kernel 2*stride + 1) -> [1, stride*T, D]. */
 static struct tensor *up_layer(struct arena *a, const struct s3gen_encoder *e,
@@ -401,13 +420,20 @@ struct tensor *s3gen_encoder_forward(struct arena *a, const struct s3gen_encoder
     if (x) x->name = "flow.input_embedding";                        /* [1, T, D] */
 
     /* UpsampleConformerEncoder.forward */
+    struct arena *s = arena_create(arena_backend(a), 0);
+    if (!s) {
+        arena_fail(a, CBX_ERR_NOMEM, "s3gen encoder: out of memory for a scratch arena");
+        return NULL;
+    }
     struct tensor *pos = NULL;
     x = embed_fwd(a, e, &e->embed, x, &pos);                        /* [1, T, D] */
     x = pre_lookahead(a, e, x);
-    for (int i = 0; i < e->n_blocks; i++) x = conformer_layer(a, e, &e->encoders[i], x, pos);
+    for (int i = 0; i < e->n_blocks; i++) x = layer_in_scratch(a, s, e, &e->encoders[i], x, pos);
     x = up_layer(a, e, x);                                          /* [1, 2T, D] */
     x = embed_fwd(a, e, &e->up_embed, x, &pos);
-    for (int i = 0; i < e->n_up_blocks; i++) x = conformer_layer(a, e, &e->up_encoders[i], x, pos);
+    for (int i = 0; i < e->n_up_blocks; i++)
+        x = layer_in_scratch(a, s, e, &e->up_encoders[i], x, pos);
+    arena_free(s);
     x = op_layer_norm(a, x, e->after_norm_w, e->after_norm_b, 1e-5f);
     if (x) x->name = "flow.encoder";
 
