@@ -1,0 +1,150 @@
+/* parity_turbo_ve.c - VoiceEncoder (voice_encoder.c) vs upstream fixtures:
+ * VoiceEncoder.embeds_from_wavs([ref16], 16000) on the synthetic Turbo
+ * weights. Each stage is fed the fixture's own input:
+ *   1. librosa.effects.trim interval of ref_voice_16k.wav (exact);
+ *   2. melspectrogram of the fixture-trimmed wav vs ve_mel;
+ *   3. partial embeddings and the utterance embedding from ve_mel;
+ *   4. the whole chain from the wav (ve_embed), with its run time. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "core/backend.h"
+#include "io/audio.h"
+#include "io/model_dir.h"
+#include "io/npy.h"
+#include "testutil.h"
+#include "voice/voice_encoder.h"
+
+#define VARIANT "turbo"
+
+static struct npy load(const char *name)
+{
+    char path[512], err[ERR_MAX];
+    snprintf(path, sizeof path, "%s/%s.npy", test_data(VARIANT), name);
+    struct npy n;
+    if (io_npy_read(path, &n, err) != CBX_OK) {
+        fprintf(stderr, "%s\n", err);
+        exit(2);
+    }
+    return n;
+}
+
+/* Cosine similarity of each of `rows` rows of length d; prints the worst
+ * and the max abs error, passes when every cosine >= min_cos. */
+static void check_cosine(const char *what, const float *got, const float *want, int64_t rows,
+                         int64_t d, double min_cos)
+{
+    double worst = 1.0, max_abs = 0.0;
+    for (int64_t r = 0; r < rows; r++) {
+        double gw = 0, gg = 0, ww = 0;
+        for (int64_t i = 0; i < d; i++) {
+            double g = got[r * d + i], w = want[r * d + i];
+            gw += g * w, gg += g * g, ww += w * w;
+            if (fabs(g - w) > max_abs) max_abs = fabs(g - w);
+        }
+        double c = gw / (sqrt(gg) * sqrt(ww) + 1e-30);
+        if (!(c >= worst)) worst = c;
+    }
+    bool ok = worst >= min_cos;
+    printf("%-48s rows=%-4lld min_cos=%.8f max_abs=%.3e tol(cos >= %.5f) %s\n", what,
+           (long long)rows, worst, max_abs, min_cos, ok ? "PASS" : "FAIL");
+    CHECK(ok, "%s: cosine %.8f < %.5f", what, worst, min_cos);
+}
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+int main(void)
+{
+    char err[ERR_MAX] = "", path[512];
+    snprintf(path, sizeof path, "%s/models/%s", CBX_BINARY_DIR, VARIANT);
+    struct model_dir *md = NULL;
+    struct voice_encoder *ve = NULL;
+    struct backend *cpu = backend_cpu_create(2);
+    struct audio wav = {0};
+    float *mel = NULL, *pe = NULL;
+    CHECK(cpu != NULL, "cpu backend");
+    cbx_status rc = model_dir_open(path, &md, err);
+    CHECK(rc == CBX_OK, "open %s: %s", path, err);
+    if (rc != CBX_OK || !cpu) return test_summary();
+    struct weights w = weights_from_model_dir(md, MODEL_VE);
+    rc = ve_load(&ve, &w, err);
+    CHECK(rc == CBX_OK, "ve_load: %s", err);
+    rc = io_audio_read(test_data("ref_voice_16k.wav"), &wav, err);
+    CHECK(rc == CBX_OK && wav.sample_rate == 16000, "read ref_voice_16k.wav: %s", err);
+    if (!ve || rc != CBX_OK) goto done;
+
+    struct npy want_trim = load("ve_trim_interval"), want_mel = load("ve_mel"),
+               want_pe = load("ve_partial_embeds"), want_emb = load("ve_embedding");
+
+    /* 1. trim interval */
+    int64_t s, e;
+    ve_trim(wav.pcm, wav.n, &s, &e);
+    const int32_t *ti = want_trim.data;
+    bool same = s == ti[0] && e == ti[1];
+    printf("%-48s got [%lld, %lld) want [%d, %d) %s\n", "ve trim interval", (long long)s,
+           (long long)e, ti[0], ti[1], same ? "PASS" : "FAIL");
+    CHECK(same, "trim interval differs");
+
+    /* 2. mel of the fixture-trimmed wav */
+    int64_t frames = 0;
+    rc = ve_melspec(cpu, wav.pcm + ti[0], ti[1] - ti[0], &mel, &frames, err);
+    CHECK(rc == CBX_OK && frames == want_mel.ne[0], "ve_melspec: %lld frames, want %lld (%s)",
+          (long long)frames, (long long)want_mel.ne[0], err);
+    if (rc == CBX_OK && frames == want_mel.ne[0])
+        check_close("ve_mel", mel, want_mel.data, (size_t)(frames * VE_N_MELS), 0, 1e-5);
+
+    /* 3. partials + LSTM + projection from the fixture mel */
+    float emb[VE_EMBED];
+    int64_t np = 0;
+    rc = ve_embed_mel(ve, cpu, want_mel.data, want_mel.ne[0], emb, &pe, &np, err);
+    CHECK(rc == CBX_OK && np == want_pe.ne[0], "ve_embed_mel: %lld partials, want %lld (%s)",
+          (long long)np, (long long)want_pe.ne[0], err);
+    if (rc == CBX_OK && np == want_pe.ne[0]) {
+        check_cosine("ve_partial_embeds (from fixture mel)", pe, want_pe.data, np, VE_EMBED,
+                     0.99999);
+        check_close("ve_partial_embeds (from fixture mel)", pe, want_pe.data,
+                    (size_t)(np * VE_EMBED), 0, 1e-4);
+        check_cosine("ve_embedding (from fixture mel)", emb, want_emb.data, 1, VE_EMBED, 0.99999);
+    }
+
+    /* 4. the whole chain from the wav */
+    float emb2[VE_EMBED];
+    rc = ve_embed(ve, cpu, wav.pcm, wav.n, emb2, err); /* warm-up */
+    double t0 = now();
+    if (rc == CBX_OK) rc = ve_embed(ve, cpu, wav.pcm, wav.n, emb2, err);
+    double t1 = now();
+    CHECK(rc == CBX_OK, "ve_embed: %s", err);
+    if (rc == CBX_OK) {
+        check_cosine("ve_embedding (ve_embed from wav)", emb2, want_emb.data, 1, VE_EMBED, 0.99999);
+        printf("ve_embed: %.1f ms for %.2f s of audio (2 threads)\n", 1e3 * (t1 - t0),
+               (double)wav.n / wav.sample_rate);
+    }
+    /* the ref backend runs the same model code */
+    rc = ve_embed_mel(ve, backend_ref(), want_mel.data, want_mel.ne[0], emb2, NULL, NULL, err);
+    CHECK(rc == CBX_OK, "ve_embed_mel (ref backend): %s", err);
+    if (rc == CBX_OK)
+        check_cosine("ve_embedding (ref backend)", emb2, want_emb.data, 1, VE_EMBED, 0.99999);
+    /* too little audio is an error, not a crash */
+    rc = ve_embed(ve, cpu, wav.pcm + ti[0] + 1000, 150, emb2, err);
+    CHECK(rc == CBX_ERR_INVALID_ARG, "150 samples refused: %s", err);
+
+    io_npy_free(&want_trim);
+    io_npy_free(&want_mel);
+    io_npy_free(&want_pe);
+    io_npy_free(&want_emb);
+done:
+    free(mel);
+    free(pe);
+    io_audio_free(&wav);
+    ve_free(ve);
+    model_dir_close(md);
+    backend_cpu_free(cpu);
+    return test_summary();
+}
