@@ -37,6 +37,14 @@ cbx_status s3tok_tokenize(const struct s3tokenizer *t, const struct backend *be,
                           const float *wav16, int64_t n, int64_t max_len,
                           int32_t **tokens, int64_t *n_tokens, char *err);
 
+/* S3TokenizerV2.quantize(mel, mel_len) of one unpadded log-mel
+ * mel[128, frames] (host, row-major, as s3tok_log_mel returns it): the
+ * encoder and FSQ, with the 30 s windowing beyond 3000 frames. *tokens
+ * owned by the caller, free with free(). */
+cbx_status s3tok_quantize(const struct s3tokenizer *t, const struct backend *be,
+                          const float *mel, int64_t frames, int32_t **tokens,
+                          int64_t *n_tokens, char *err);
+
 /* embed_ref's reconciliation: when the prompt mel has mel_frames frames
  * and mel_frames != 2 * n_tokens, keep the first mel_frames / 2 tokens
  * (never more than there are). Returns the kept count. */
