@@ -1,0 +1,133 @@
+/* parity_turbo_campplus.c - CAMPPlus x-vector (campplus.c) vs upstream
+ * fixtures on the synthetic Turbo S3Gen weights (speaker_encoder.*):
+ *   1. Kaldi fbank of ref_voice_16k.wav (the ref16[:10 s] of embed_ref)
+ *      vs campplus_fbank (before mean subtraction);
+ *   2. the network alone, fed the fixture fbank, vs campplus_embedding;
+ *   3. the whole chain from the wav (campplus_embed), with its run time,
+ *      and the same model code on the ref backend. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "core/backend.h"
+#include "io/audio.h"
+#include "io/model_dir.h"
+#include "io/npy.h"
+#include "testutil.h"
+#include "voice/campplus.h"
+
+#define VARIANT "turbo"
+
+static struct npy load(const char *name)
+{
+    char path[512], err[ERR_MAX];
+    snprintf(path, sizeof path, "%s/%s.npy", test_data(VARIANT), name);
+    struct npy n;
+    if (io_npy_read(path, &n, err) != CBX_OK) {
+        fprintf(stderr, "%s\n", err);
+        exit(2);
+    }
+    return n;
+}
+
+/* Cosine similarity and max abs error of two vectors; passes when the
+ * cosine >= min_cos. */
+static void check_cosine(const char *what, const float *got, const float *want, int64_t d,
+                         double min_cos)
+{
+    double gw = 0, gg = 0, ww = 0, max_abs = 0;
+    for (int64_t i = 0; i < d; i++) {
+        double g = got[i], w = want[i];
+        gw += g * w, gg += g * g, ww += w * w;
+        if (fabs(g - w) > max_abs) max_abs = fabs(g - w);
+    }
+    double c = gw / (sqrt(gg) * sqrt(ww) + 1e-30);
+    bool ok = c >= min_cos;
+    printf("%-48s n=%-6lld cos=%.8f max_abs=%.3e tol(cos >= %.5f) %s\n", what, (long long)d, c,
+           max_abs, min_cos, ok ? "PASS" : "FAIL");
+    CHECK(ok, "%s: cosine %.8f < %.5f", what, c, min_cos);
+}
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+int main(void)
+{
+    char err[ERR_MAX] = "", path[512];
+    snprintf(path, sizeof path, "%s/models/%s", CBX_BINARY_DIR, VARIANT);
+    struct model_dir *md = NULL;
+    struct campplus *cp = NULL;
+    struct backend *cpu = backend_cpu_create(2);
+    struct audio wav = {0};
+    float *fb = NULL;
+    CHECK(cpu != NULL, "cpu backend");
+    cbx_status rc = model_dir_open(path, &md, err);
+    CHECK(rc == CBX_OK, "open %s: %s", path, err);
+    if (rc != CBX_OK || !cpu) return test_summary();
+    struct weights w = weights_from_model_dir(md, MODEL_S3GEN);
+    rc = campplus_load(&cp, &w, err);
+    CHECK(rc == CBX_OK, "campplus_load: %s", err);
+    rc = io_audio_read(test_data("ref_voice_16k.wav"), &wav, err);
+    CHECK(rc == CBX_OK && wav.sample_rate == 16000, "read ref_voice_16k.wav: %s", err);
+    if (!cp || rc != CBX_OK) goto done;
+    struct npy want_fb = load("campplus_fbank"), want_emb = load("campplus_embedding");
+    int64_t n = wav.n < 160000 ? wav.n : 160000; /* ref16[:10 s] */
+
+    /* 1. Kaldi fbank */
+    int64_t frames = 0;
+    rc = kaldi_fbank(wav.pcm, n, CAMPPLUS_FEAT_DIM, &fb, &frames, err);
+    CHECK(rc == CBX_OK && frames == want_fb.ne[0], "kaldi_fbank: %lld frames, want %lld (%s)",
+          (long long)frames, (long long)want_fb.ne[0], err);
+    if (rc == CBX_OK && frames == want_fb.ne[0])
+        check_close("campplus_fbank", fb, want_fb.data, (size_t)(frames * CAMPPLUS_FEAT_DIM), 0,
+                    1e-4);
+
+    /* 2. the network on the fixture fbank */
+    float emb[CAMPPLUS_EMBED];
+    rc = campplus_embed_fbank(cp, cpu, want_fb.data, want_fb.ne[0], emb, err);
+    CHECK(rc == CBX_OK, "campplus_embed_fbank: %s", err);
+    if (rc == CBX_OK) {
+        check_cosine("campplus_embedding (from fixture fbank)", emb, want_emb.data,
+                     CAMPPLUS_EMBED, 0.99999);
+        check_close("campplus_embedding (from fixture fbank)", emb, want_emb.data,
+                    CAMPPLUS_EMBED, 0, 1e-4);
+    }
+
+    /* 3. the whole chain from the wav */
+    double t0 = now();
+    rc = campplus_embed(cp, cpu, wav.pcm, n, emb, err);
+    double t1 = now();
+    CHECK(rc == CBX_OK, "campplus_embed: %s", err);
+    if (rc == CBX_OK) {
+        check_cosine("campplus_embedding (campplus_embed from wav)", emb, want_emb.data,
+                     CAMPPLUS_EMBED, 0.99999);
+        t0 = now();
+        rc = campplus_embed(cp, cpu, wav.pcm, n, emb, err);
+        t1 = now();
+        printf("campplus_embed: %.1f ms for %.2f s of audio (2 threads, second run)\n",
+               1e3 * (t1 - t0), (double)n / wav.sample_rate);
+    }
+    rc = campplus_embed_fbank(cp, backend_ref(), want_fb.data, want_fb.ne[0], emb, err);
+    CHECK(rc == CBX_OK, "campplus_embed_fbank (ref backend): %s", err);
+    if (rc == CBX_OK)
+        check_cosine("campplus_embedding (ref backend)", emb, want_emb.data, CAMPPLUS_EMBED,
+                     0.99999);
+    /* too little audio is an error, not a crash */
+    rc = campplus_embed(cp, cpu, wav.pcm, 399, emb, err);
+    CHECK(rc == CBX_ERR_INVALID_ARG, "399 samples refused: %s", err);
+
+    io_npy_free(&want_fb);
+    io_npy_free(&want_emb);
+done:
+    free(fb);
+    io_audio_free(&wav);
+    campplus_free(cp);
+    model_dir_close(md);
+    backend_cpu_free(cpu);
+    return test_summary();
+}
