@@ -289,6 +289,7 @@ static struct tensor *conv(struct arena *a, const struct tensor *x, const struct
 /* ResBlock.forward: for j: x = convs2[j](snake2(convs1[j](snake1(x)))) + x */
 static struct tensor *resblock(struct arena *a, const struct hift_resblock *r, struct tensor *x)
 {
+    if (!x) return NULL;
     for (int j = 0; j < 3 && x; j++) {
         int d = resblock_dilations[j];
         struct tensor *xt = op_snake(a, x, r->alpha1[j]);
@@ -311,6 +312,29 @@ static bool want_mel(struct arena *a, const struct tensor *mel, const char *fn)
         return false;
     }
     return true;
+}
+
+/* Intermediates of long signals (a ResBlock keeps ~13 tensors of [C, 120 T]
+ * alive) go to scratch arenas that are reset as soon as their result is
+ * copied out, so the caller's arena grows by a few tensors per stage
+ * rather than by every intermediate. keep(): y (computed in s) copied into
+ * a, then s reset. */
+static struct tensor *keep(struct arena *a, struct arena *s, const struct tensor *y)
+{
+    if (!y) {
+        if (arena_status(s) != CBX_OK) arena_fail(a, arena_status(s), "%s", arena_errmsg(s));
+        return NULL;
+    }
+    struct tensor *r = op_cont(a, y);
+    arena_reset(s);
+    return r;
+}
+
+static struct arena *scratch(struct arena *a, const char *fn)
+{
+    struct arena *s = arena_create(arena_backend(a), 0);
+    if (!s) arena_fail(a, CBX_ERR_NOMEM, "%s: out of memory for a scratch arena", fn);
+    return s;
 }
 
 /* ---- ConvRNNF0Predictor ------------------------------------------------- */
@@ -337,10 +361,9 @@ struct tensor *hift_f0(struct arena *a, const struct hift *h, const struct tenso
  * uv, noise_amp) are formed on the host from the T f0 values (exactly the
  * float32 operations upstream applies per sample: nearest upsampling only
  * repeats them), the draws come from the shared RNG; the rest are ops. */
-struct tensor *hift_source(struct arena *a, const struct hift *h, const struct tensor *f0,
-                           uint64_t seed)
+static struct tensor *source_in(struct arena *a, const struct hift *h, const struct tensor *f0,
+                                uint64_t seed)
 {
-    if (!f0) return NULL;
     if (f0->type != TYPE_F32 || f0->ndim != 2 || f0->ne[0] != 1 || f0->ne[1] < 1) {
         char s[64];
         arena_fail(a, CBX_ERR_INVALID_ARG, "hift_source: f0 %s, want F32 [1, T>0]",
@@ -401,6 +424,17 @@ struct tensor *hift_source(struct arena *a, const struct hift *h, const struct t
     return op_reshape(a, m, 3, (int64_t[]){1, 1, S});                     /* [1, 1, S] */
 }
 
+struct tensor *hift_source(struct arena *a, const struct hift *h, const struct tensor *f0,
+                           uint64_t seed)
+{
+    if (!f0) return NULL;
+    struct arena *s = scratch(a, "hift_source");
+    if (!s) return NULL;
+    struct tensor *y = keep(a, s, source_in(s, h, f0, seed));
+    arena_free(s);
+    return y;
+}
+
 /* ---- HiFTGenerator.decode ---------------------------------------------- */
 
 static struct tensor *window_tensor(struct arena *a, const struct hift *h)
@@ -409,6 +443,29 @@ static struct tensor *window_tensor(struct arena *a, const struct hift *h)
 }
 
 static const struct stft_params stft_p = {N_FFT, HOP, N_FFT, true, PAD_REFLECT, false};
+
+/* One upsampling stage of decode in arena a (ResBlocks in scratch s). */
+static struct tensor *stage(struct arena *a, struct arena *s, const struct hift *h, int i,
+                            struct tensor *x, const struct tensor *s_stft)
+{
+    int u = upsample_rates[i], k = upsample_kernel_sizes[i];
+    x = op_unary(a, x, UN_LEAKY_RELU, lrelu_slope, 0);
+    const struct conv_transpose1d_params up = {u, (k - u) / 2, 0, 1, 1};
+    x = op_conv_transpose1d(a, x, h->ups[i].w, h->ups[i].b, &up);        /* [1, C/2^(i+1), T*8*..] */
+    if (i == N_UPS - 1) x = op_pad1d(a, x, 1, 0, PAD_REFLECT, 0);        /* reflection_pad: -> F */
+    /* fusion */
+    int d = source_down_rates[i];
+    struct tensor *si = conv(a, s_stft, &h->source_downs[i], d, 1, d / 2);
+    si = keep(a, s, resblock(s, &h->source_resblocks[i], si));
+    x = op_add(a, x, si);
+    /* xs = sum of the stage's resblocks; x = xs / num_kernels */
+    struct tensor *xs = NULL;
+    for (int j = 0; j < N_KERNELS; j++) {
+        struct tensor *r = keep(a, s, resblock(s, &h->resblocks[i * N_KERNELS + j], x));
+        xs = xs ? op_add(a, xs, r) : r;
+    }
+    return op_binary(a, xs, op_fill(a, 1, (int64_t[]){1}, (float)N_KERNELS), BIN_DIV);
+}
 
 struct tensor *hift_decode(struct arena *a, const struct hift *h, const struct tensor *mel,
                            const struct tensor *source)
@@ -424,33 +481,18 @@ struct tensor *hift_decode(struct arena *a, const struct hift *h, const struct t
     }
     struct tensor *win = window_tensor(a, h);
     /* _stft: s_stft = cat([real, imag], dim 1) */
-    struct tensor *s2 = op_reshape(a, op_cont(a, source), 2, (int64_t[]){1, S});
-    struct tensor *st = op_stft(a, s2, win, &stft_p);                     /* [1, 9, F, 2] */
+    struct tensor *sf = op_reshape(a, op_cont(a, source), 2, (int64_t[]){1, S});
+    struct tensor *st = op_stft(a, sf, win, &stft_p);                     /* [1, 9, F, 2] */
     st = op_cont(a, op_permute(a, st, (const int[]){0, 3, 1, 2}));       /* [1, 2, 9, F] */
     if (!st) return NULL;
     const int64_t F = st->ne[3];
     struct tensor *s_stft = op_reshape(a, st, 3, (int64_t[]){1, 2 * N_BINS, F}); /* [1, 18, F] */
 
+    struct arena *s1 = scratch(a, "hift_decode"), *s2 = scratch(a, "hift_decode");
     struct tensor *x = conv(a, mel, &h->conv_pre, 1, 1, 3);               /* [1, C, T] */
-    for (int i = 0; i < N_UPS; i++) {
-        int u = upsample_rates[i], k = upsample_kernel_sizes[i];
-        x = op_unary(a, x, UN_LEAKY_RELU, lrelu_slope, 0);
-        const struct conv_transpose1d_params up = {u, (k - u) / 2, 0, 1, 1};
-        x = op_conv_transpose1d(a, x, h->ups[i].w, h->ups[i].b, &up);    /* [1, C/2^(i+1), T*u...] */
-        if (i == N_UPS - 1) x = op_pad1d(a, x, 1, 0, PAD_REFLECT, 0);    /* reflection_pad: -> F */
-        /* fusion */
-        int d = source_down_rates[i];
-        struct tensor *si = conv(a, s_stft, &h->source_downs[i], d, 1, d / 2);
-        si = resblock(a, &h->source_resblocks[i], si);
-        x = op_add(a, x, si);
-        /* xs = sum of the stage's resblocks; x = xs / num_kernels */
-        struct tensor *xs = NULL;
-        for (int j = 0; j < N_KERNELS; j++) {
-            struct tensor *r = resblock(a, &h->resblocks[i * N_KERNELS + j], x);
-            xs = xs ? op_add(a, xs, r) : r;
-        }
-        x = op_binary(a, xs, op_fill(a, 1, (int64_t[]){1}, (float)N_KERNELS), BIN_DIV);
-    }
+    for (int i = 0; i < N_UPS && s1 && s2; i++) x = keep(a, s1, stage(s1, s2, h, i, x, s_stft));
+    arena_free(s1);
+    arena_free(s2);
     x = op_unary(a, x, UN_LEAKY_RELU, 0.01f, 0);                        /* F.leaky_relu default */
     x = conv(a, x, &h->conv_post, 1, 1, 3);                             /* [1, 18, F] */
     if (!x) return NULL;

@@ -159,6 +159,7 @@ int main(void)
     double t0 = now(), c0 = cpu_seconds();
     g = hift_inference(a, h, &mel_t, 42, &s, &f);
     double dt = now() - t0, dc = cpu_seconds() - c0;
+    printf("hift_inference: caller arena peak %.1f MiB\n", (double)arena_peak(a) / (1 << 20));
     CHECK(g != NULL, "hift_inference: %s", arena_errmsg(a));
     compare("parity_" VARIANT "_hift_inference f0", f, &f0, false, 1e-4);
     compare("parity_" VARIANT "_hift_inference source", s, &src, false, 1e-2);
