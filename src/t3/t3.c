@@ -107,15 +107,23 @@ cbx_status t3_load_gpt2(struct t3_model *m, const struct weights *w, enum dtype 
         return err_setf(err, CBX_ERR_FORMAT, "T3 weights: speech vocabulary of %lld has no stop token",
                         (long long)m->hp.speech_vocab);
 
+    /* A converted GGUF (io/model_file.h, chatterbox.t3.conv1d_layout =
+     * "out_in") stores the Conv1D weights already transposed to [out, in],
+     * possibly quantised: recognised by c_attn being [3D, D] rather than
+     * upstream's [D, 3D]. Those weights, and the speech head, are then used
+     * in place as stored (convert chose their types), not copied. */
+    const struct tensor *ca = weights_get(w, "tfmr.h.0.attn.c_attn.weight", 2, any2, &rc, err);
+    if (!ca) return rc;
+    const bool out_in = ca->ne[0] == 3 * D && ca->ne[1] == D;
     const struct dtype_traits *wt = dtype_traits(wtype);
     if (!wt || wtype == TYPE_I32 || wtype == TYPE_I64 || D % wt->blck || (4 * D) % wt->blck)
         return err_setf(err, CBX_ERR_INVALID_ARG, "T3: cannot hold weights as %s", dtype_name(wtype));
     /* one buffer: transposed/converted linear weights, their descriptors,
      * one float row of scratch */
     g->h = calloc((size_t)n_layer, sizeof *g->h);
-    size_t per_layer = dtype_row_size(wtype, D) * (size_t)(3 * D + D + 4 * D) +
-                       dtype_row_size(wtype, 4 * D) * (size_t)D;
-    size_t head = dtype_row_size(wtype, D) * (size_t)m->speech_head_w->ne[0];
+    size_t per_layer = out_in ? 0 : dtype_row_size(wtype, D) * (size_t)(3 * D + D + 4 * D) +
+                                    dtype_row_size(wtype, 4 * D) * (size_t)D;
+    size_t head = out_in ? 0 : dtype_row_size(wtype, D) * (size_t)m->speech_head_w->ne[0];
     size_t n_desc = 4 * (size_t)n_layer + 1;
     m->owned = malloc(per_layer * (size_t)n_layer + head + sizeof(struct tensor) * n_desc +
                       sizeof(float) * 4 * (size_t)D + 64);
@@ -127,27 +135,28 @@ cbx_status t3_load_gpt2(struct t3_model *m, const struct weights *w, enum dtype 
     float *row = (float *)(desc + n_desc);
     char *buf = (char *)(row + 4 * D);
     buf += (64 - (uintptr_t)buf % 64) % 64;
-    m->speech_head_w = converted(m->speech_head_w, wtype, &buf, &desc, row);
+    if (!out_in) m->speech_head_w = converted(m->speech_head_w, wtype, &buf, &desc, row);
     for (int i = 0; i < n_layer && rc == CBX_OK; i++) {
         struct gpt2_layer *l = &g->h[i];
 #define W(field, suffix, nd, shape) \
     l->field = weights_getf(w, &rc, err, nd, shape, "tfmr.h.%d." suffix, i)
         const int64_t d3[1] = {3 * D}, d4[1] = {4 * D};
         const int64_t attn_w[2] = {D, 3 * D}, proj_w[2] = {D, D}, fc_w[2] = {D, 4 * D}, mp_w[2] = {4 * D, D};
+        const int64_t attn_oi[2] = {3 * D, D}, fc_oi[2] = {4 * D, D}, mp_oi[2] = {D, 4 * D};
         W(ln_1_w, "ln_1.weight", 1, d1);
         W(ln_1_b, "ln_1.bias", 1, d1);
-        W(c_attn_w, "attn.c_attn.weight", 2, attn_w);
+        W(c_attn_w, "attn.c_attn.weight", 2, out_in ? attn_oi : attn_w);
         W(c_attn_b, "attn.c_attn.bias", 1, d3);
         W(c_proj_w, "attn.c_proj.weight", 2, proj_w);
         W(c_proj_b, "attn.c_proj.bias", 1, d1);
         W(ln_2_w, "ln_2.weight", 1, d1);
         W(ln_2_b, "ln_2.bias", 1, d1);
-        W(c_fc_w, "mlp.c_fc.weight", 2, fc_w);
+        W(c_fc_w, "mlp.c_fc.weight", 2, out_in ? fc_oi : fc_w);
         W(c_fc_b, "mlp.c_fc.bias", 1, d4);
-        W(mlp_proj_w, "mlp.c_proj.weight", 2, mp_w);
+        W(mlp_proj_w, "mlp.c_proj.weight", 2, out_in ? mp_oi : mp_w);
         W(mlp_proj_b, "mlp.c_proj.bias", 1, d1);
 #undef W
-        if (rc != CBX_OK) break;
+        if (rc != CBX_OK || out_in) continue; /* [out, in] already: used in place */
         if (dtype_traits(l->c_attn_w->type)->quantized) {
             rc = err_setf(err, CBX_ERR_FORMAT, "T3 weights: quantised Conv1D weights must be stored [out, in]");
             break;
