@@ -202,8 +202,11 @@ static struct tensor *fsmn_attention(struct arena *a, const struct s3tok_block *
 }
 
 /* AudioEncoderV2.forward + FSQCodebook.encode of one unpadded mel
- * [128, F] (a view of the arena's log-mel); tokens written to host. */
-static cbx_status encode(struct arena *a, const struct s3tokenizer *t,
+ * [128, F] (a view of the arena's log-mel); tokens written to host.
+ * Each block runs in the scratch arena s, reset after the block once its
+ * output is copied back into x (so the activations of one block, ~25 MB
+ * for 10 s, are the peak rather than those of all six). */
+static cbx_status encode(struct arena *a, struct arena *s, const struct s3tokenizer *t,
                          const struct tensor *mel, int32_t *tokens, int64_t *n_out)
 {
     *n_out = 0;
@@ -219,15 +222,22 @@ static cbx_status encode(struct arena *a, const struct s3tokenizer *t,
     if (!pos_h) return arena_status(a);
     for (int64_t i = 0; i < L; i++) pos_h[i] = (int32_t)i;
     struct tensor *pos = op_from_host(a, TYPE_I32, 1, (int64_t[]){L}, pos_h);
-    for (int i = 0; i < N_LAYER; i++) {
+    for (int i = 0; i < N_LAYER && arena_status(a) == CBX_OK; i++) {
         const struct s3tok_block *b = &t->blocks[i];
+        arena_reset(s);
         /* ResidualAttentionBlock: x = x + attn(attn_ln(x)); x = x + mlp(mlp_ln(x)) */
-        struct tensor *h = op_layer_norm(a, x, b->attn_ln_w, b->attn_ln_b, 1e-6f);
-        x = op_add(a, x, fsmn_attention(a, b, h, pos));
-        h = op_layer_norm(a, x, b->mlp_ln_w, b->mlp_ln_b, 1e-5f);
-        h = op_unary(a, op_linear(a, h, b->mlp0_w, b->mlp0_b), UN_GELU, 0, 0);
-        x = op_add(a, x, op_linear(a, h, b->mlp2_w, b->mlp2_b));
+        struct tensor *h = op_layer_norm(s, x, b->attn_ln_w, b->attn_ln_b, 1e-6f);
+        struct tensor *y = op_add(s, x, fsmn_attention(s, b, h, pos));
+        h = op_layer_norm(s, y, b->mlp_ln_w, b->mlp_ln_b, 1e-5f);
+        h = op_unary(s, op_linear(s, h, b->mlp0_w, b->mlp0_b), UN_GELU, 0, 0);
+        y = op_add(s, y, op_linear(s, h, b->mlp2_w, b->mlp2_b));
+        if (!y) {
+            arena_fail(a, arena_status(s), "encoder.blocks.%d: %s", i, arena_errmsg(s));
+            break;
+        }
+        op_copy_into(a, x, y);
     }
+    if (arena_status(a) != CBX_OK) return arena_status(a);
     /* FSQCodebook.encode: h = tanh(project_down(x)) * 0.999 (float32) */
     struct tensor *h = op_linear(a, x, t->project_down_w, t->project_down_b); /* [L, 8] */
     h = op_unary(a, op_unary(a, h, UN_TANH, 0, 0), UN_SCALE, 0.9990000128746033f, 0.0f);
@@ -294,6 +304,8 @@ static cbx_status quantize(struct arena *a, const struct s3tokenizer *t, struct 
     int32_t *res = NULL, *seg = NULL;
     float *win = NULL, *host = NULL;
     cbx_status rc = CBX_OK;
+    struct arena *scratch = arena_create(arena_backend(a), 0);
+    if (!scratch) return err_setf(err, CBX_ERR_NOMEM, "s3tokenizer: out of memory");
     /* one pass up to 3000 frames; otherwise 3000-frame windows every 2600
      * frames (_quantize_mixed_batch), merged by dropping 50 tokens at each
      * inner edge (merge_tokenized_segments) */
@@ -338,7 +350,7 @@ static cbx_status quantize(struct arena *a, const struct s3tokenizer *t, struct 
         } else {
             x = op_slice(a, mel, 1, 0, len);
         }
-        rc = encode(a, t, x, seg, &got);
+        rc = encode(a, scratch, t, x, seg, &got);
         if (rc != CBX_OK) {
             err_setf(err, rc, "s3tokenizer: %s", arena_errmsg(a));
             goto cleanup;
@@ -354,6 +366,7 @@ static cbx_status quantize(struct arena *a, const struct s3tokenizer *t, struct 
     *n_tokens = count;
     res = NULL;
 cleanup:
+    arena_free(scratch);
     free(win);
     free(host);
     free(seg);
