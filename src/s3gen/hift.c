@@ -5,7 +5,12 @@
  *
  * Weight norm (hift.md §8) is folded at load: W = v * (g / ||v||), the norm
  * over every axis but axis 0, as torch._weight_norm(v, g, dim=0) computes
- * it (for ConvTranspose1d axis 0 is the input channel, as upstream). */
+ * it (for ConvTranspose1d axis 0 is the input channel, as upstream).
+ *
+ * Memory: the long signals' intermediates (ResBlocks, the 9-harmonic
+ * SineGen tensors) live in private scratch arenas created per call on the
+ * caller's backend and reset block by block; the caller's arena receives
+ * only stage results (35 MiB at 134 frames, growing linearly with T). */
 #include "hift.h"
 
 #include <math.h>
@@ -286,19 +291,40 @@ static struct tensor *conv(struct arena *a, const struct tensor *x, const struct
     return op_conv1d(a, x, c->w, c->b, &p);
 }
 
-/* ResBlock.forward: for j: x = convs2[j](snake2(convs1[j](snake1(x)))) + x */
-static struct tensor *resblock(struct arena *a, const struct hift_resblock *r, struct tensor *x)
+/* Intermediates of long signals (a ResBlock holds ~13 tensors of
+ * [C, 120 T]) live in scratch arenas that are reset once a block's result
+ * exists: a block computes in scratch s and only its last op allocates in
+ * the output arena a, so a grows by a few tensors per stage rather than by
+ * every intermediate. done(): pass s's failure on to a, reset s. */
+static struct tensor *done(struct arena *a, struct arena *s, struct tensor *y)
+{
+    if (arena_status(s) != CBX_OK) arena_fail(a, arena_status(s), "%s", arena_errmsg(s));
+    arena_reset(s);
+    return arena_status(a) == CBX_OK ? y : NULL;
+}
+
+static struct arena *scratch(struct arena *a, const char *fn)
+{
+    struct arena *s = arena_create(arena_backend(a), 0);
+    if (!s) arena_fail(a, CBX_ERR_NOMEM, "%s: out of memory for a scratch arena", fn);
+    return s;
+}
+
+/* ResBlock.forward: for j: x = convs2[j](snake2(convs1[j](snake1(x)))) + x.
+ * Result in a, intermediates in s. */
+static struct tensor *resblock(struct arena *a, struct arena *s, const struct hift_resblock *r,
+                               struct tensor *x)
 {
     if (!x) return NULL;
-    for (int j = 0; j < 3 && x; j++) {
+    for (int j = 0; j < 3; j++) {
         int d = resblock_dilations[j];
-        struct tensor *xt = op_snake(a, x, r->alpha1[j]);
-        xt = conv(a, xt, &r->convs1[j], 1, d, (r->k * d - d) / 2);
-        xt = op_snake(a, xt, r->alpha2[j]);
-        xt = conv(a, xt, &r->convs2[j], 1, 1, (r->k - 1) / 2);
-        x = op_add(a, xt, x);
+        struct tensor *xt = op_snake(s, x, r->alpha1[j]);
+        xt = conv(s, xt, &r->convs1[j], 1, d, (r->k * d - d) / 2);
+        xt = op_snake(s, xt, r->alpha2[j]);
+        xt = conv(s, xt, &r->convs2[j], 1, 1, (r->k - 1) / 2);
+        x = op_add(j == 2 ? a : s, xt, x);
     }
-    return x;
+    return done(a, s, x);
 }
 
 static bool want_mel(struct arena *a, const struct tensor *mel, const char *fn)
@@ -314,45 +340,24 @@ static bool want_mel(struct arena *a, const struct tensor *mel, const char *fn)
     return true;
 }
 
-/* Intermediates of long signals (a ResBlock keeps ~13 tensors of [C, 120 T]
- * alive) go to scratch arenas that are reset as soon as their result is
- * copied out, so the caller's arena grows by a few tensors per stage
- * rather than by every intermediate. keep(): y (computed in s) copied into
- * a, then s reset. */
-static struct tensor *keep(struct arena *a, struct arena *s, const struct tensor *y)
-{
-    if (!y) {
-        if (arena_status(s) != CBX_OK) arena_fail(a, arena_status(s), "%s", arena_errmsg(s));
-        return NULL;
-    }
-    struct tensor *r = op_cont(a, y);
-    arena_reset(s);
-    return r;
-}
-
-static struct arena *scratch(struct arena *a, const char *fn)
-{
-    struct arena *s = arena_create(arena_backend(a), 0);
-    if (!s) arena_fail(a, CBX_ERR_NOMEM, "%s: out of memory for a scratch arena", fn);
-    return s;
-}
-
 /* ---- ConvRNNF0Predictor ------------------------------------------------- */
 
 struct tensor *hift_f0(struct arena *a, const struct hift *h, const struct tensor *mel)
 {
     if (!want_mel(a, mel, "hift_f0")) return NULL;
     /* condnet: 5 x [Conv1d(k 3, padding 1), ELU] */
-    struct tensor *x = (struct tensor *)mel;
+    struct tensor *x = NULL;
     for (int i = 0; i < 5; i++) {
-        x = conv(a, x, &h->condnet[i], 1, 1, 1);          /* [1, Cc, T] */
+        x = conv(a, i == 0 ? mel : x, &h->condnet[i], 1, 1, 1); /* [1, Cc, T] */
         x = op_unary(a, x, UN_ELU, 1.0f, 0.0f);
     }
     x = op_transpose(a, x, 1, 2);                          /* [1, T, Cc] */
     x = op_linear(a, x, h->classifier_w, h->classifier_b); /* [1, T, 1] */
     if (!x) return NULL;
     x = op_reshape(a, x, 2, (int64_t[]){1, mel->ne[2]});   /* squeeze(-1) */
-    return op_unary(a, x, UN_ABS, 0, 0);                   /* [1, T] */
+    x = op_unary(a, x, UN_ABS, 0, 0);                      /* [1, T] */
+    if (x) x->name = "mel2wav.f0_predictor";
+    return x;
 }
 
 /* ---- f0_upsamp + SourceModuleHnNSF (SineGen) ----------------------------- */
@@ -361,8 +366,8 @@ struct tensor *hift_f0(struct arena *a, const struct hift *h, const struct tenso
  * uv, noise_amp) are formed on the host from the T f0 values (exactly the
  * float32 operations upstream applies per sample: nearest upsampling only
  * repeats them), the draws come from the shared RNG; the rest are ops. */
-static struct tensor *source_in(struct arena *a, const struct hift *h, const struct tensor *f0,
-                                uint64_t seed)
+static struct tensor *source_in(struct arena *out, struct arena *a, const struct hift *h,
+                                const struct tensor *f0, uint64_t seed)
 {
     if (f0->type != TYPE_F32 || f0->ndim != 2 || f0->ne[0] != 1 || f0->ne[1] < 1) {
         char s[64];
@@ -419,9 +424,8 @@ static struct tensor *source_in(struct arena *a, const struct hift *h, const str
     struct tensor *sw = op_add(a, op_mul(a, sine, uv), nz);               /* [9, S] */
     /* SourceModuleHnNSF: sine_merge = tanh(l_linear(sine_wavs)) over the 9 harmonics */
     struct tensor *m = op_matmul(a, h->l_linear_w, sw);                   /* [1, S] */
-    m = op_unary(a, op_add(a, m, h->l_linear_b), UN_TANH, 0, 0);
-    if (!m) return NULL;
-    return op_reshape(a, m, 3, (int64_t[]){1, 1, S});                     /* [1, 1, S] */
+    m = op_unary(out, op_add(a, m, h->l_linear_b), UN_TANH, 0, 0);
+    return op_reshape(out, m, 3, (int64_t[]){1, 1, S});                   /* [1, 1, S] */
 }
 
 struct tensor *hift_source(struct arena *a, const struct hift *h, const struct tensor *f0,
@@ -430,7 +434,8 @@ struct tensor *hift_source(struct arena *a, const struct hift *h, const struct t
     if (!f0) return NULL;
     struct arena *s = scratch(a, "hift_source");
     if (!s) return NULL;
-    struct tensor *y = keep(a, s, source_in(s, h, f0, seed));
+    struct tensor *y = done(a, s, source_in(a, s, h, f0, seed));
+    if (y) y->name = "mel2wav.m_source";
     arena_free(s);
     return y;
 }
@@ -444,9 +449,11 @@ static struct tensor *window_tensor(struct arena *a, const struct hift *h)
 
 static const struct stft_params stft_p = {N_FFT, HOP, N_FFT, true, PAD_REFLECT, false};
 
-/* One upsampling stage of decode in arena a (ResBlocks in scratch s). */
-static struct tensor *stage(struct arena *a, struct arena *s, const struct hift *h, int i,
-                            struct tensor *x, const struct tensor *s_stft)
+/* One upsampling stage of decode: result in out, intermediates in a, the
+ * ResBlocks' own in s. */
+static struct tensor *stage(struct arena *out, struct arena *a, struct arena *s,
+                            const struct hift *h, int i, struct tensor *x,
+                            const struct tensor *s_stft)
 {
     int u = upsample_rates[i], k = upsample_kernel_sizes[i];
     x = op_unary(a, x, UN_LEAKY_RELU, lrelu_slope, 0);
@@ -456,15 +463,16 @@ static struct tensor *stage(struct arena *a, struct arena *s, const struct hift 
     /* fusion */
     int d = source_down_rates[i];
     struct tensor *si = conv(a, s_stft, &h->source_downs[i], d, 1, d / 2);
-    si = keep(a, s, resblock(s, &h->source_resblocks[i], si));
+    si = resblock(a, s, &h->source_resblocks[i], si);
     x = op_add(a, x, si);
     /* xs = sum of the stage's resblocks; x = xs / num_kernels */
     struct tensor *xs = NULL;
     for (int j = 0; j < N_KERNELS; j++) {
-        struct tensor *r = keep(a, s, resblock(s, &h->resblocks[i * N_KERNELS + j], x));
+        struct tensor *r = resblock(a, s, &h->resblocks[i * N_KERNELS + j], x);
         xs = xs ? op_add(a, xs, r) : r;
     }
-    return op_binary(a, xs, op_fill(a, 1, (int64_t[]){1}, (float)N_KERNELS), BIN_DIV);
+    xs = op_binary(out, xs, op_fill(a, 1, (int64_t[]){1}, (float)N_KERNELS), BIN_DIV);
+    return done(out, a, xs);
 }
 
 struct tensor *hift_decode(struct arena *a, const struct hift *h, const struct tensor *mel,
@@ -490,7 +498,7 @@ struct tensor *hift_decode(struct arena *a, const struct hift *h, const struct t
 
     struct arena *s1 = scratch(a, "hift_decode"), *s2 = scratch(a, "hift_decode");
     struct tensor *x = conv(a, mel, &h->conv_pre, 1, 1, 3);               /* [1, C, T] */
-    for (int i = 0; i < N_UPS && s1 && s2; i++) x = keep(a, s1, stage(s1, s2, h, i, x, s_stft));
+    for (int i = 0; i < N_UPS && s1 && s2; i++) x = stage(a, s1, s2, h, i, x, s_stft);
     arena_free(s1);
     arena_free(s2);
     x = op_unary(a, x, UN_LEAKY_RELU, 0.01f, 0);                        /* F.leaky_relu default */
@@ -512,7 +520,9 @@ struct tensor *hift_decode(struct arena *a, const struct hift *h, const struct t
                    (long long)wav->ne[1], (long long)S);
         return NULL;
     }
-    return op_unary(a, wav, UN_CLAMP, -audio_limit, audio_limit);
+    wav = op_unary(a, wav, UN_CLAMP, -audio_limit, audio_limit);
+    if (wav) wav->name = "mel2wav";
+    return wav;
 }
 
 /* ---- HiFTGenerator.inference -------------------------------------------- */

@@ -33,7 +33,9 @@ void hift_free(struct hift *h); /* no-op on NULL */
  * s [1, 1, 480*T]; *f0 (when not NULL) the predicted f0 [1, T] in Hz.
  * The SineGen draws come from the streams "hift.sinegen.phase" and
  * "hift.sinegen.noise" seeded with `seed`, counters from 0 (rng.md §3).
- * All results arena-owned; NULL on failure (arena_status(a) says why). */
+ * All results arena-owned; NULL on failure (arena_status(a) says why).
+ * Intermediates go to private scratch arenas (created per call on a's
+ * backend, freed before returning), so `a` grows by stage results only. */
 struct tensor *hift_inference(struct arena *a, const struct hift *h, const struct tensor *mel,
                               uint64_t seed, struct tensor **source, struct tensor **f0);
 
