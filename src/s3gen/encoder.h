@@ -24,7 +24,8 @@ cbx_status s3gen_encoder_load(struct s3gen_encoder **out, const struct weights *
 void s3gen_encoder_free(struct s3gen_encoder *e); /* no-op on NULL */
 
 /* tokens[n]: prompt tokens followed by speech tokens (int32, host memory),
- * ids < vocabulary size (6561). Returns mu [1, 80, 2n] = encoder_proj(h)
+ * ids < vocabulary size (6561); negative ids read row 0, as upstream's
+ * clamp(token, min=0). Returns mu [1, 80, 2n] = encoder_proj(h)
  * transposed as upstream ((1, 80, Tm)), arena-owned, or NULL (see
  * arena_status(a)). Per-layer intermediates (O(n^2) position scores) go
  * to a private scratch arena on a's backend, so a grows only O(n). */
