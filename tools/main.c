@@ -8,10 +8,10 @@
 
 static const struct cli_command commands[] = {
     {"tokens", "text -> T3 speech tokens (Turbo, Nano), printed on stdout", cmd_tokens},
-    {"vocode", "S3 speech tokens -> 24 kHz audio through S3Gen (flow + HiFT)", cmd_vocode},
     {"synth", "write a synthetic Hugging Face model directory", cmd_synth},
     {"convert", "model directory -> one GGUF file (f32, f16, bf16, q8_0, q4_0, ...)", cmd_convert},
     {"info", "describe a model (GGUF file or directory)", cmd_model_info},
+    {"voice", "voice profile from a reference recording: create, info", cmd_voice},
 };
 
 static void usage(FILE *f)
