@@ -6,9 +6,13 @@
  * "batchnorm-relu", output_level "segment"), chatterbox 0.1.7, and
  * torchaudio.compliance.kaldi.fbank with num_mel_bins=80 and its other
  * defaults; spec/voice.md §4. Batch of one utterance.
- * BatchNorms run in eval mode and are folded at load into per-channel
- * affines: scale = weight / sqrt(running_var + 1e-5), shift = bias -
- * running_mean * scale. */
+ * BatchNorms run in eval mode and are folded at load: scale = weight /
+ * sqrt(running_var + 1e-5), shift = bias - running_mean * scale. A BN that
+ * directly follows a conv (conv -> BN, every conv of the head, tdnn,
+ * linear1 -> nonlinear2, dense) is folded into that conv: w' = w * scale
+ * per output channel, bias = shift (computed in double, stored as f32);
+ * a BN before a ReLU and conv (nonlinear1, transit, out_nonlinear) becomes
+ * a per-channel affine. */
 #include "voice/campplus.h"
 
 #include <fftw3.h>
@@ -34,16 +38,19 @@ struct cp_affine {   /* a folded BatchNorm: x * scale[c] + shift[c] */
     struct tensor scale, shift;
 };
 
+struct cp_conv {      /* a conv (or linear) with the following BN folded in */
+    struct tensor w, b;
+};
+
 struct cp_resblock { /* BasicResBlock */
-    const struct tensor *conv1, *conv2, *shortcut; /* shortcut.0 or NULL */
-    struct cp_affine bn1, bn2, shortcut_bn;         /* shortcut.1 */
+    struct cp_conv conv1, conv2;   /* conv1 + bn1, conv2 + bn2 */
+    struct cp_conv shortcut;       /* shortcut.0 + shortcut.1 (w.data NULL: identity) */
     int stride;
 };
 
 struct cp_dense_layer { /* CAMDenseTDNNLayer */
     struct cp_affine nonlinear1;
-    const struct tensor *linear1;                   /* [128, c_in, 1] */
-    struct cp_affine nonlinear2;
+    struct cp_conv linear1;                         /* [128, c_in, 1] + nonlinear2 BN */
     /* cam_layer */
     const struct tensor *linear_local;              /* [32, 128, 3] */
     const struct tensor *l1_w, *l1_b, *l2_w, *l2_b; /* linear1 [64,128,1], linear2 [32,64,1] */
@@ -53,18 +60,15 @@ static const int n_layers[3] = {12, 24, 16}, dilations[3] = {1, 2, 2};
 
 struct campplus {
     /* head (FCM) */
-    const struct tensor *head_conv1, *head_conv2;
-    struct cp_affine head_bn1, head_bn2;
+    struct cp_conv head_conv1, head_conv2;          /* + bn1, bn2 */
     struct cp_resblock layer[2][2];
     /* xvector */
-    const struct tensor *tdnn;                     /* [128, 320, 5] */
-    struct cp_affine tdnn_bn;
+    struct cp_conv tdnn;                            /* [128, 320, 5] + BN */
     struct cp_dense_layer *block[3];
     const struct tensor *transit[3];
     struct cp_affine transit_bn[3];
     struct cp_affine out_bn;
-    struct tensor dense_w;                          /* [192, 1024] view of [192, 1024, 1] */
-    struct cp_affine dense_bn;                      /* affine=False */
+    struct cp_conv dense;                           /* [192, 1024] (of [192, 1024, 1]) + BN' */
     /* memory owned by the model: folded affines, converted weights */
     void **blocks;
     int n_blocks, cap_blocks;
@@ -198,6 +202,39 @@ static const struct tensor *bias(struct loader *L, int64_t n, const char *name)
     return t;
 }
 
+/* Conv weight `wname` (any stored type) with the BatchNorm `bn_prefix`
+ * that follows it folded in (affine false: BN without weight/bias). The
+ * weight keeps its shape except that out_ndim 2 drops a trailing kernel
+ * dim of 1 (the dense layer used as a linear map). */
+static void conv_bn(struct loader *L, struct cp_conv *out, int ndim, const int64_t *ne,
+                    int out_ndim, const char *wname, const char *bn_prefix, bool bn_affine)
+{
+    if (L->rc != CBX_OK) return;
+    const struct tensor *t = weights_get(L->w, wname, ndim, ne, &L->rc, L->err);
+    struct cp_affine f;
+    bn(L, &f, ne[0], bn_affine, "%s", bn_prefix);
+    if (L->rc != CBX_OK) return;
+    int64_t n = tensor_nelements(t), row = t->ne[t->ndim - 1], cout = ne[0];
+    float *w = own(L->c, (size_t)n * sizeof *w), *b = own(L->c, (size_t)cout * sizeof *b);
+    if (!w || !b) {
+        L->rc = err_setf(L->err, CBX_ERR_NOMEM, "campplus: out of memory");
+        return;
+    }
+    size_t rs = dtype_row_size(t->type, row);
+    for (int64_t r = 0; r < n / row; r++) /* weights are contiguous in every source */
+        dequantize_row(t->type, (const char *)t->data + r * rs, w + r * row, row);
+    const float *scale = f.scale.data, *shift = f.shift.data;
+    int64_t per = n / cout;
+    for (int64_t o = 0; o < cout; o++) {
+        for (int64_t k = 0; k < per; k++) w[o * per + k] = (float)((double)w[o * per + k] * scale[o]);
+        b[o] = shift[o];
+    }
+    int64_t wne[4] = {ne[0], ne[1], ndim > 2 ? ne[2] : 1, ndim > 3 ? ne[3] : 1};
+    out->w = tensor_make(TYPE_F32, out_ndim, wne, w, NULL);
+    out->w.name = t->name;
+    out->b = tensor_make(TYPE_F32, 1, ne, b, NULL);
+}
+
 cbx_status campplus_load(struct campplus **out, const struct weights *w, char *err)
 {
     *out = NULL;
@@ -206,30 +243,31 @@ cbx_status campplus_load(struct campplus **out, const struct weights *w, char *e
     struct loader L = {c, w, CBX_OK, err};
     const char *P = "speaker_encoder";
     /* head = FCM(feat_dim 80) */
-    c->head_conv1 = conv_w(&L, 4, (int64_t[]){M_CH, 1, 3, 3}, "%s.head.conv1.weight", P);
-    bn(&L, &c->head_bn1, M_CH, true, "%s.head.bn1", P);
+    char wn[200], bnn[200];
+#define NAMES(wfmt, bfmt, ...)                                                 \
+    (snprintf(wn, sizeof wn, wfmt, __VA_ARGS__), snprintf(bnn, sizeof bnn, bfmt, __VA_ARGS__))
+    NAMES("%s.head.conv1.weight", "%s.head.bn1", P);
+    conv_bn(&L, &c->head_conv1, 4, (int64_t[]){M_CH, 1, 3, 3}, 4, wn, bnn, true);
     for (int l = 0; l < 2; l++)
         for (int k = 0; k < 2; k++) {
             struct cp_resblock *r = &c->layer[l][k];
             r->stride = k == 0 ? 2 : 1; /* _make_layer: strides [2, 1] */
-            r->conv1 = conv_w(&L, 4, (int64_t[]){M_CH, M_CH, 3, 3},
-                              "%s.head.layer%d.%d.conv1.weight", P, l + 1, k);
-            bn(&L, &r->bn1, M_CH, true, "%s.head.layer%d.%d.bn1", P, l + 1, k);
-            r->conv2 = conv_w(&L, 4, (int64_t[]){M_CH, M_CH, 3, 3},
-                              "%s.head.layer%d.%d.conv2.weight", P, l + 1, k);
-            bn(&L, &r->bn2, M_CH, true, "%s.head.layer%d.%d.bn2", P, l + 1, k);
-            if (r->stride != 1) {
-                r->shortcut = conv_w(&L, 4, (int64_t[]){M_CH, M_CH, 1, 1},
-                                     "%s.head.layer%d.%d.shortcut.0.weight", P, l + 1, k);
-                bn(&L, &r->shortcut_bn, M_CH, true, "%s.head.layer%d.%d.shortcut.1", P, l + 1, k);
+            NAMES("%s.head.layer%d.%d.conv1.weight", "%s.head.layer%d.%d.bn1", P, l + 1, k);
+            conv_bn(&L, &r->conv1, 4, (int64_t[]){M_CH, M_CH, 3, 3}, 4, wn, bnn, true);
+            NAMES("%s.head.layer%d.%d.conv2.weight", "%s.head.layer%d.%d.bn2", P, l + 1, k);
+            conv_bn(&L, &r->conv2, 4, (int64_t[]){M_CH, M_CH, 3, 3}, 4, wn, bnn, true);
+            if (r->stride != 1) { /* in_planes == planes: a projection only when strided */
+                NAMES("%s.head.layer%d.%d.shortcut.0.weight", "%s.head.layer%d.%d.shortcut.1", P,
+                      l + 1, k);
+                conv_bn(&L, &r->shortcut, 4, (int64_t[]){M_CH, M_CH, 1, 1}, 4, wn, bnn, true);
             }
         }
-    c->head_conv2 = conv_w(&L, 4, (int64_t[]){M_CH, M_CH, 3, 3}, "%s.head.conv2.weight", P);
-    bn(&L, &c->head_bn2, M_CH, true, "%s.head.bn2", P);
+    NAMES("%s.head.conv2.weight", "%s.head.bn2", P);
+    conv_bn(&L, &c->head_conv2, 4, (int64_t[]){M_CH, M_CH, 3, 3}, 4, wn, bnn, true);
     /* xvector.tdnn: TDNNLayer(320, 128, 5, stride 2, padding (5-1)/2) */
     int64_t head_out = M_CH * (CAMPPLUS_FEAT_DIM / 8);
-    c->tdnn = conv_w(&L, 3, (int64_t[]){INIT_CH, head_out, 5}, "%s.xvector.tdnn.linear.weight", P);
-    bn(&L, &c->tdnn_bn, INIT_CH, true, "%s.xvector.tdnn.nonlinear.batchnorm", P);
+    NAMES("%s.xvector.tdnn.linear.weight", "%s.xvector.tdnn.nonlinear.batchnorm", P);
+    conv_bn(&L, &c->tdnn, 3, (int64_t[]){INIT_CH, head_out, 5}, 3, wn, bnn, true);
     int64_t ch = INIT_CH;
     for (int b = 0; b < 3 && L.rc == CBX_OK; b++) {
         c->block[b] = calloc((size_t)n_layers[b], sizeof *c->block[b]);
@@ -243,8 +281,8 @@ cbx_status campplus_load(struct campplus **out, const struct weights *w, char *e
             char pre[96], name[160];
             snprintf(pre, sizeof pre, "%s.xvector.block%d.tdnnd%d", P, b + 1, i + 1);
             bn(&L, &d->nonlinear1, cin, true, "%s.nonlinear1.batchnorm", pre);
-            d->linear1 = conv_w(&L, 3, (int64_t[]){BN_CH, cin, 1}, "%s.linear1.weight", pre);
-            bn(&L, &d->nonlinear2, BN_CH, true, "%s.nonlinear2.batchnorm", pre);
+            NAMES("%s.linear1.weight", "%s.nonlinear2.batchnorm", pre);
+            conv_bn(&L, &d->linear1, 3, (int64_t[]){BN_CH, cin, 1}, 3, wn, bnn, true);
             d->linear_local = conv_w(&L, 3, (int64_t[]){GROWTH, BN_CH, 3},
                                      "%s.cam_layer.linear_local.weight", pre);
             d->l1_w = conv_w(&L, 3, (int64_t[]){BN_CH / 2, BN_CH, 1}, "%s.cam_layer.linear1.weight", pre);
@@ -261,19 +299,15 @@ cbx_status campplus_load(struct campplus **out, const struct weights *w, char *e
         ch /= 2;
     }
     bn(&L, &c->out_bn, ch, true, "%s.xvector.out_nonlinear.batchnorm", P);
-    const struct tensor *dw = conv_w(&L, 3, (int64_t[]){CAMPPLUS_EMBED, 2 * ch, 1},
-                                     "%s.xvector.dense.linear.weight", P);
-    bn(&L, &c->dense_bn, CAMPPLUS_EMBED, false, "%s.xvector.dense.nonlinear.batchnorm", P);
+    /* DenseLayer on the pooled [B, 1024]: linear(x.unsqueeze(-1)).squeeze(-1),
+     * a matrix product with the [192, 1024] weight; BN without affine */
+    NAMES("%s.xvector.dense.linear.weight", "%s.xvector.dense.nonlinear.batchnorm", P);
+    conv_bn(&L, &c->dense, 3, (int64_t[]){CAMPPLUS_EMBED, 2 * ch, 1}, 2, wn, bnn, false);
+#undef NAMES
     if (L.rc != CBX_OK) {
         campplus_free(c);
         return L.rc;
     }
-    /* DenseLayer on the pooled [B, 1024]: linear(x.unsqueeze(-1)).squeeze(-1),
-     * i.e. a matrix product with the [192, 1024] weight */
-    c->dense_w = *dw;
-    c->dense_w.ndim = 2;
-    c->dense_w.ne[1] = dw->ne[1];
-    c->dense_w.nb[1] = dw->nb[1];
     *out = c;
     return CBX_OK;
 }
@@ -296,28 +330,56 @@ static struct tensor *resblock(struct arena *a, const struct cp_resblock *r, str
     struct conv2d_params p1 = {.stride_h = r->stride, .pad_h = 1, .pad_w = 1};
     struct conv2d_params p2 = {.pad_h = 1, .pad_w = 1};
     /* out = F.relu(self.bn1(self.conv1(x))); out = self.bn2(self.conv2(out)) */
-    struct tensor *out = relu(a, affine(a, op_conv2d(a, x, r->conv1, NULL, &p1), &r->bn1));
-    out = affine(a, op_conv2d(a, out, r->conv2, NULL, &p2), &r->bn2);
+    struct tensor *out = relu(a, op_conv2d(a, x, &r->conv1.w, &r->conv1.b, &p1));
+    out = op_conv2d(a, out, &r->conv2.w, &r->conv2.b, &p2);
     /* out += self.shortcut(x) */
     struct tensor *sc = x;
-    if (r->shortcut) {
+    if (r->shortcut.w.data) {
         struct conv2d_params ps = {.stride_h = r->stride};
-        sc = affine(a, op_conv2d(a, x, r->shortcut, NULL, &ps), &r->shortcut_bn);
+        sc = op_conv2d(a, x, &r->shortcut.w, &r->shortcut.b, &ps);
     }
     return relu(a, op_add(a, out, sc));
 }
 
 /* FCM.forward: x [1, 80, T] -> [1, 320, T] */
-static struct tensor *fcm(struct arena *a, const struct campplus *c, struct tensor *x)
+/* t from a stage computed in arena `from`; a failure there is recorded in
+ * `to` (the arena the caller checks). */
+static struct tensor *staged(struct arena *to, struct arena *from, struct tensor *t,
+                             const char *what)
+{
+    if (!t && arena_status(to) == CBX_OK)
+        arena_fail(to, arena_status(from) != CBX_OK ? arena_status(from) : CBX_ERR_INTERNAL,
+                   "%s: %s", what, arena_errmsg(from));
+    return t;
+}
+
+/* FCM.forward: x [1, 80, T] -> [1, 320, T]. The head's images are the
+ * largest activations (32 x 40 x T), so its stages alternate between
+ * arenas pp[0] and pp[1], each reset once the next stage has read its
+ * output: memory stays at two stages' worth and is reused while warm.
+ * The result lives in pp[1]. */
+static struct tensor *fcm(struct arena *a, struct arena *pp[2], const struct campplus *c,
+                          struct tensor *x)
 {
     int64_t T = x->ne[2];
     x = op_reshape(a, x, 4, (int64_t[]){1, 1, CAMPPLUS_FEAT_DIM, T});  /* x.unsqueeze(1) */
     struct conv2d_params p = {.pad_h = 1, .pad_w = 1};
-    struct tensor *out = relu(a, affine(a, op_conv2d(a, x, c->head_conv1, NULL, &p), &c->head_bn1));
-    for (int l = 0; l < 2; l++)                                      /* layer1, layer2 */
-        for (int k = 0; k < 2; k++) out = resblock(a, &c->layer[l][k], out);
+    int cur = 0; /* arena of the next stage's output */
+    struct tensor *out =
+        relu(pp[cur], op_conv2d(pp[cur], x, &c->head_conv1.w, &c->head_conv1.b, &p));
+    out = staged(a, pp[cur], out, "head.conv1");
+    for (int l = 0; l < 2 && out; l++)                                /* layer1, layer2 */
+        for (int k = 0; k < 2 && out; k++) {
+            cur ^= 1;
+            out = staged(a, pp[cur], resblock(pp[cur], &c->layer[l][k], out), "head.layer");
+            arena_reset(pp[cur ^ 1]);
+        }
+    if (!out) return NULL;
     struct conv2d_params p2 = {.stride_h = 2, .pad_h = 1, .pad_w = 1};
-    out = relu(a, affine(a, op_conv2d(a, out, c->head_conv2, NULL, &p2), &c->head_bn2));
+    cur ^= 1;                                                         /* back to pp[1] */
+    out = relu(pp[cur], op_conv2d(pp[cur], out, &c->head_conv2.w, &c->head_conv2.b, &p2));
+    out = staged(a, pp[cur], out, "head.conv2");
+    arena_reset(pp[cur ^ 1]);
     if (!out) return NULL;                                           /* [1, 32, 10, T] */
     /* out.reshape(B, C * H, T) */
     return op_reshape(a, out, 3, (int64_t[]){1, out->ne[1] * out->ne[2], out->ne[3]});
@@ -353,22 +415,52 @@ static struct tensor *cam_layer(struct arena *a, const struct cp_dense_layer *d,
     return op_mul(a, y, m);                                            /* y * m */
 }
 
-/* CAMPPlus.forward on x [1, 80, T] (mean-normalised fbank, transposed). */
-static struct tensor *campplus_forward(struct arena *a, const struct campplus *c, struct tensor *x)
+/* CAMDenseTDNNBlock b on x [1, c0, T] -> [1, c0 + 32 n_layers, T].
+ * torch.cat([x, layer(x)], dim=1) per layer is done by writing each
+ * layer's 32 channels into one preallocated buffer, whose leading
+ * channels are the next layer's input (a view, B = 1), so nothing is
+ * copied twice. Each layer's intermediates live in scratch arena s, reset
+ * after the layer, so memory stays bounded and warm. */
+static struct tensor *dense_block(struct arena *a, struct arena *s, const struct campplus *c,
+                                  int b, struct tensor *x)
 {
-    x = fcm(a, c, x);                                                  /* [1, 320, T] */
+    if (!x) return NULL;
+    int64_t c0 = x->ne[1], T = x->ne[2];
+    struct tensor *buf = arena_tensor(a, TYPE_F32, 3,
+                                      (int64_t[]){1, c0 + (int64_t)n_layers[b] * GROWTH, T});
+    if (!buf || op_copy_into(a, op_slice(a, buf, 1, 0, c0), x) != CBX_OK) return NULL;
+    for (int i = 0; i < n_layers[b]; i++) {
+        const struct cp_dense_layer *d = &c->block[b][i];
+        int64_t cin = c0 + (int64_t)i * GROWTH;
+        struct tensor *xi = op_slice(a, buf, 1, 0, cin);               /* [1, c_in, T] */
+        /* bn_function: linear1(nonlinear1(x)); then nonlinear2, cam_layer */
+        struct tensor *h = relu(s, affine(s, xi, &d->nonlinear1));
+        h = relu(s, op_conv1d(s, h, &d->linear1.w, &d->linear1.b, NULL)); /* [1, 128, T] */
+        struct tensor *y = cam_layer(s, d, dilations[b], h);           /* [1, 32, T] */
+        if (!y) {
+            arena_fail(a, arena_status(s) != CBX_OK ? arena_status(s) : CBX_ERR_INTERNAL,
+                       "xvector.block%d.tdnnd%d: %s", b + 1, i + 1, arena_errmsg(s));
+            return NULL;
+        }
+        if (op_copy_into(a, op_slice(a, buf, 1, cin, GROWTH), y) != CBX_OK) return NULL;
+        arena_reset(s);
+    }
+    return buf;
+}
+
+/* CAMPPlus.forward on x [1, 80, T] (mean-normalised fbank, transposed);
+ * pp: two scratch arenas (head stages, dense layers). */
+static struct tensor *campplus_forward(struct arena *a, struct arena *pp[2],
+                                       const struct campplus *c, struct tensor *x)
+{
+    x = fcm(a, pp, c, x);                                              /* [1, 320, T] */
     /* xvector.tdnn: Conv1d(320, 128, 5, stride 2, padding 2) -> BN -> ReLU */
     struct conv1d_params pt = {.stride = 2, .pad_left = 2, .pad_right = 2};
-    x = relu(a, affine(a, op_conv1d(a, x, c->tdnn, NULL, &pt), &c->tdnn_bn));  /* [1, 128, T'] */
+    x = relu(a, op_conv1d(a, x, &c->tdnn.w, &c->tdnn.b, &pt));         /* [1, 128, T'] */
+    arena_reset(pp[1]);
+    struct arena *s = pp[0]; /* scratch of the dense layers */
     for (int b = 0; b < 3; b++) {
-        /* CAMDenseTDNNBlock: x = torch.cat([x, layer(x)], dim=1) */
-        for (int i = 0; i < n_layers[b]; i++) {
-            const struct cp_dense_layer *d = &c->block[b][i];
-            struct tensor *h = relu(a, affine(a, x, &d->nonlinear1));
-            h = op_conv1d(a, h, d->linear1, NULL, NULL);               /* [1, 128, T'] */
-            h = relu(a, affine(a, h, &d->nonlinear2));
-            x = op_concat(a, x, cam_layer(a, d, dilations[b], h), 1);  /* +32 channels */
-        }
+        x = dense_block(a, s, c, b, x);                                /* + 32 per layer */
         /* transit: BN -> ReLU -> Conv1d(c, c/2, 1) */
         x = op_conv1d(a, relu(a, affine(a, x, &c->transit_bn[b])), c->transit[b], NULL, NULL);
     }
@@ -379,13 +471,11 @@ static struct tensor *campplus_forward(struct arena *a, const struct campplus *c
     struct tensor *mean = op_reduce(a, x, RED_MEAN);                   /* [1, 512, 1] */
     struct tensor *dev = op_binary(a, x, mean, BIN_SUB);
     struct tensor *var = op_reduce(a, op_unary(a, dev, UN_SQR, 0, 0), RED_SUM);
-    struct tensor *std = op_unary(a, op_scale(a, var, T > 1 ? 1.0f / (float)(T - 1) : NAN),
-                                  UN_SQRT, 0, 0);
+    struct tensor *std = op_unary(a, op_scale(a, var, 1.0f / (float)(T - 1)), UN_SQRT, 0, 0);
     struct tensor *stats = op_concat(a, mean, std, 1);                 /* [1, 1024, 1] */
     stats = op_reshape(a, stats, 2, (int64_t[]){1, 2 * x->ne[1]});
     /* dense: Conv1d(1024, 192, 1) as a linear map, then BatchNorm(affine=False) */
-    struct tensor *e = op_linear(a, stats, &c->dense_w, NULL);         /* [1, 192] */
-    return affine(a, e, &c->dense_bn);
+    return op_linear(a, stats, &c->dense.w, &c->dense.b);              /* [1, 192] */
 }
 
 static cbx_status arena_err(struct arena *a, char *err, const char *what)
@@ -398,20 +488,24 @@ static cbx_status arena_err(struct arena *a, char *err, const char *what)
 cbx_status campplus_embed_fbank(const struct campplus *c, const struct backend *be,
                                 const float *fbank, int64_t frames, float out[192], char *err)
 {
-    if (frames < 2)
+    if (frames < 3)
         return err_setf(err, CBX_ERR_INVALID_ARG,
-                        "campplus: %lld fbank frames, need at least 2 (about 0.035 s of audio)",
+                        "campplus: %lld fbank frames, need at least 3 (the pooled std needs 2 frames after the stride-2 tdnn)",
                         (long long)frames);
-    struct arena *a = arena_create(be, 0);
-    if (!a) return err_setf(err, CBX_ERR_NOMEM, "campplus: out of memory");
+    struct arena *a = arena_create(be, (size_t)16 << 20);
+    struct arena *pp[2] = {arena_create(be, 0), arena_create(be, 0)};
     cbx_status rc = CBX_OK;
+    if (!a || !pp[0] || !pp[1]) {
+        rc = err_setf(err, CBX_ERR_NOMEM, "campplus: out of memory");
+        goto cleanup;
+    }
     /* extract_feature: feature - feature.mean(dim=0, keepdim=True), then
      * CAMPPlus.forward: x.permute(0, 2, 1) -> [1, 80, T] */
     struct tensor *f = op_from_host(a, TYPE_F32, 2, (int64_t[]){frames, CAMPPLUS_FEAT_DIM}, fbank);
     struct tensor *ft = op_transpose(a, f, 0, 1);                      /* [80, T] view */
     struct tensor *x = op_binary(a, ft, op_reduce(a, op_cont(a, ft), RED_MEAN), BIN_SUB);
     x = op_reshape(a, x, 3, (int64_t[]){1, CAMPPLUS_FEAT_DIM, frames});
-    struct tensor *e = campplus_forward(a, c, x);
+    struct tensor *e = campplus_forward(a, pp, c, x);
     if (!e) {
         rc = arena_err(a, err, "campplus forward");
         goto cleanup;
@@ -419,6 +513,8 @@ cbx_status campplus_embed_fbank(const struct campplus *c, const struct backend *
     rc = tensor_to_host(e, out);
     if (rc != CBX_OK) err_setf(err, rc, "campplus: embedding read-back failed");
 cleanup:
+    arena_free(pp[1]);
+    arena_free(pp[0]);
     arena_free(a);
     return rc;
 }

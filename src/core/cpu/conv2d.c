@@ -12,8 +12,9 @@
 #include "../backend.h"
 #include "../threadpool.h"
 
-/* im2col scratch per chunk: 2M floats (8 MiB). */
-#define CHUNK_FLOATS ((int64_t)1 << 21)
+/* im2col scratch per chunk: 256k floats (1 MiB, cache-sized; sgemm still
+ * gets hundreds of columns per call). */
+#define CHUNK_FLOATS ((int64_t)1 << 18)
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
