@@ -2,11 +2,13 @@
  * a Hugging Face model directory -> one GGUF file (layout in
  * src/io/model_file.h, which types each tensor gets in
  * src/io/quant_policy.h). */
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "io/model_file.h"
@@ -43,6 +45,17 @@ __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ..
     fprintf(stderr, " (see 'chatterbox convert --help')\n");
     va_end(ap);
     return 2;
+}
+
+/* The GGUF writer's temporary file ("<path>.tmp.<pid>", io/gguf.h),
+ * removed when the conversion is interrupted so no partial file stays. */
+static char tmp_path[4200];
+
+static void on_signal(int sig)
+{
+    if (tmp_path[0]) unlink(tmp_path); /* async-signal-safe */
+    signal(sig, SIG_DFL);
+    raise(sig);
 }
 
 struct progress {
@@ -107,6 +120,14 @@ int cmd_convert(int argc, char **argv)
     if (!src) return usage_error("a model directory is required");
     if (!dst) return usage_error("-o FILE is required");
 
+    if ((size_t)snprintf(tmp_path, sizeof tmp_path, "%s.tmp.%ld", dst, (long)getpid()) >= sizeof tmp_path)
+        tmp_path[0] = 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     struct progress pr = {{0, 0}, -1};
     clock_gettime(CLOCK_MONOTONIC, &pr.t0);
     if (!quiet) {
