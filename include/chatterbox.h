@@ -8,6 +8,9 @@
 #ifndef CHATTERBOX_H
 #define CHATTERBOX_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -44,6 +47,143 @@ CBX_API const char *cbx_status_str(cbx_status s);
 /* Version of the library as linked (compare with CBX_VERSION_STRING).
  * Thread safety: any thread, concurrently. */
 CBX_API const char *cbx_version(void);
+
+/* ---- handles --------------------------------------------------------------
+ * cbx_model   weights, tokenizer and built-in voice; read-only after load,
+ *             shared by any number of contexts and threads.
+ * cbx_voice   conditioning of one speaker; read-only after load, shared.
+ * cbx_context per-caller working state (thread pool, last error message);
+ *             one thread at a time per context. */
+typedef struct cbx_model cbx_model;
+typedef struct cbx_voice cbx_voice;
+typedef struct cbx_context cbx_context;
+
+/* ---- model ------------------------------------------------------------ */
+
+typedef struct cbx_model_params {
+    /* Type the linear weights are held in: "f32", "f16", "bf16", "q8_0",
+     * "q4_0", ...; NULL: as stored (f32 for a Hugging Face directory, the
+     * converted file's type for a .gguf). */
+    const char *weight_type;
+} cbx_model_params;
+
+/* Defaults of every field (fields are only ever appended).
+ * Thread safety: any thread, concurrently. */
+CBX_API cbx_model_params cbx_model_default_params(void);
+
+/* Load a model from path: a Hugging Face snapshot directory or a .gguf made
+ * by `chatterbox convert` (Turbo and Nano for now). params may be NULL
+ * (defaults). On success *model is owned by the caller, free with
+ * cbx_model_free(); on failure *model is NULL and, when errbuf is not NULL,
+ * errbuf (errlen bytes) receives one line naming the path and the problem.
+ * Thread safety: any thread, concurrently. */
+CBX_API cbx_status cbx_model_load(const char *path, const cbx_model_params *params,
+                                  cbx_model **model, char *errbuf, size_t errlen);
+
+/* Free a model; a no-op on NULL. Every context and voice made from it must
+ * be freed first. Thread safety: once, when no other call uses the model. */
+CBX_API void cbx_model_free(cbx_model *model);
+
+/* Output sample rate (24000). Thread safety: any thread, concurrently. */
+CBX_API int cbx_model_sample_rate(const cbx_model *model);
+
+/* Variant name ("turbo", "nano", ...); static text, never NULL.
+ * Thread safety: any thread, concurrently. */
+CBX_API const char *cbx_model_variant(const cbx_model *model);
+
+/* ---- voice ------------------------------------------------------------ */
+
+/* A voice from path: a voice file (`chatterbox voice create`, .voice), a
+ * directory of conditioning .npy files (speaker_emb.npy,
+ * cond_prompt_speech_tokens.npy, prompt_token.npy, prompt_feat.npy,
+ * embedding.npy), or an audio file (wav, flac, ... longer than 5 s)
+ * conditioned on the fly (needs a model loaded from a directory). Checked
+ * against model. On success *voice is owned by the caller, free with
+ * cbx_voice_free() before the model; on failure *voice is NULL and errbuf
+ * (optional) gets the message.
+ * Thread safety: any thread, concurrently. */
+CBX_API cbx_status cbx_voice_load(const cbx_model *model, const char *path, cbx_voice **voice,
+                                  char *errbuf, size_t errlen);
+
+/* Free a voice; a no-op on NULL. Thread safety: once, when no synthesis
+ * uses the voice. */
+CBX_API void cbx_voice_free(cbx_voice *voice);
+
+/* ---- context ---------------------------------------------------------- */
+
+/* A context for model. On success *ctx is owned by the caller, free with
+ * cbx_context_free() before the model; on failure *ctx is NULL.
+ * Thread safety: any thread, concurrently. */
+CBX_API cbx_status cbx_context_create(const cbx_model *model, cbx_context **ctx);
+
+/* Free a context; a no-op on NULL. Thread safety: once, when no call uses
+ * the context. */
+CBX_API void cbx_context_free(cbx_context *ctx);
+
+/* Last error message of ctx ("" after a successful call); borrowed from
+ * ctx, valid until its next call. Never NULL (a NULL ctx gives a static
+ * text). Thread safety: one thread at a time per context. */
+CBX_API const char *cbx_context_errmsg(const cbx_context *ctx);
+
+/* ---- synthesis -------------------------------------------------------- */
+
+typedef struct cbx_synth_params {
+    /* T3 sampling, upstream Turbo defaults (tts_turbo.py generate) */
+    double temperature;        /* 0.8 */
+    int top_k;                 /* 1000 (1: greedy; 0: off) */
+    double top_p;              /* 0.95 (1: off) */
+    double repetition_penalty; /* 1.2 (1: off) */
+    int max_tokens;            /* speech tokens sampled per segment, stop
+                                * token included: 1001 (max_gen_len 1000) */
+    uint64_t seed;             /* every random stream; 0 */
+    /* S3Gen */
+    int cfm_steps;             /* 0: the model's (2 for Turbo's meanflow) */
+    /* runtime */
+    int n_threads;             /* 0: all CPUs */
+    /* long text: split into sentence segments of at most max_segment_tokens
+     * text tokens, joined with pause_ms of silence; a segment whose speech
+     * stops suspiciously early is retried up to max_retries times */
+    int split_text;            /* 1 (0: the whole text as one segment) */
+    int max_segment_tokens;    /* 60 */
+    int pause_ms;              /* 100 */
+    int max_retries;           /* 2 */
+} cbx_synth_params;
+
+/* Defaults of every field (fields are only ever appended).
+ * Thread safety: any thread, concurrently. */
+CBX_API cbx_synth_params cbx_synth_default_params(void);
+
+/* Audio returned by cbx_synthesize: mono float samples in [-1, 1]. */
+typedef struct cbx_audio {
+    float *samples;  /* owned by the caller, free with cbx_audio_free() */
+    size_t n;        /* number of samples */
+    int sample_rate; /* Hz (24000) */
+} cbx_audio;
+
+/* Free audio->samples and zero *audio; a no-op on NULL or a zeroed audio.
+ * Thread safety: any thread (distinct audio objects). */
+CBX_API void cbx_audio_free(cbx_audio *audio);
+
+/* Receives audio as it is produced: n samples at sample_rate, borrowed
+ * for the duration of the call only (copy what you keep). Concatenating
+ * every chunk gives exactly the whole audio. Return 0 to go on, nonzero to
+ * cancel (cbx_synthesize then returns CBX_ERR_CANCELLED). Today one chunk
+ * per text segment; a streaming mode will make chunks smaller. */
+typedef int (*cbx_chunk_cb)(void *user, const float *samples, size_t n, int sample_rate);
+
+/* Speak UTF-8 text with voice (NULL: the model's built-in voice). params
+ * may be NULL (defaults). chunk (optional) receives audio piece by piece
+ * with user; audio (optional) receives the whole result, owned by the
+ * caller (cbx_audio_free()); on failure *audio is zeroed. Errors:
+ * CBX_ERR_INVALID_ARG (NULL or empty text, text without letters or
+ * digits, bad parameters), CBX_ERR_CANCELLED (the callback asked),
+ * CBX_ERR_NOMEM, CBX_ERR_INTERNAL; the message is in
+ * cbx_context_errmsg(ctx).
+ * Thread safety: one thread at a time per context; any number of contexts
+ * may synthesize concurrently with the same model and voice. */
+CBX_API cbx_status cbx_synthesize(cbx_context *ctx, const cbx_voice *voice, const char *text,
+                                  const cbx_synth_params *params, cbx_chunk_cb chunk, void *user,
+                                  cbx_audio *audio);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,259 @@
+/* api.c - the public C API (include/chatterbox.h) over the engine
+ * (pipeline/engine.h): handles, parameter translation, per-context error
+ * messages. Nothing global: each context keeps its own backend (thread
+ * pool, created on first use with the requested thread count) and message. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chatterbox.h"
+#include "core/backend.h"
+#include "core/tensor.h"
+#include "pipeline/engine.h"
+
+struct cbx_model {
+    struct engine_model *m;
+};
+
+struct cbx_voice {
+    struct conds c;
+};
+
+struct cbx_context {
+    const struct cbx_model *model;
+    struct backend *be;
+    int be_threads;
+    char err[ERR_MAX];
+};
+
+/* Copy a message into an optional caller buffer. */
+static void put_err(char *buf, size_t len, const char *msg)
+{
+    if (buf && len > 0) snprintf(buf, len, "%s", msg);
+}
+
+/* ---- model ---------------------------------------------------------------- */
+
+cbx_model_params cbx_model_default_params(void)
+{
+    cbx_model_params p = {NULL};
+    return p;
+}
+
+cbx_status cbx_model_load(const char *path, const cbx_model_params *params, cbx_model **model,
+                          char *errbuf, size_t errlen)
+{
+    char err[ERR_MAX] = "";
+    if (!model) {
+        put_err(errbuf, errlen, "cbx_model_load: model is NULL");
+        return CBX_ERR_INVALID_ARG;
+    }
+    *model = NULL;
+    if (!path || !*path) {
+        put_err(errbuf, errlen, "cbx_model_load: no model path given");
+        return CBX_ERR_INVALID_ARG;
+    }
+    struct engine_load_params lp = engine_load_default_params();
+    if (params && params->weight_type) {
+        lp.wtype = dtype_from_name(params->weight_type);
+        const struct dtype_traits *t = lp.wtype >= 0 ? dtype_traits(lp.wtype) : NULL;
+        if (!t || lp.wtype == TYPE_I32 || lp.wtype == TYPE_I64 || lp.wtype == TYPE_I8 ||
+            lp.wtype == TYPE_I16 || lp.wtype == TYPE_U8 || lp.wtype == TYPE_BOOL || lp.wtype == TYPE_F64) {
+            snprintf(err, sizeof err, "cbx_model_load: unknown weight type '%s' (f32, f16, bf16, q8_0, q4_0, ...)",
+                     params->weight_type);
+            put_err(errbuf, errlen, err);
+            return CBX_ERR_INVALID_ARG;
+        }
+    }
+    cbx_model *h = calloc(1, sizeof *h);
+    if (!h) {
+        put_err(errbuf, errlen, "out of memory");
+        return CBX_ERR_NOMEM;
+    }
+    cbx_status rc = engine_model_load(path, &lp, &h->m, err);
+    if (rc != CBX_OK) {
+        put_err(errbuf, errlen, err);
+        free(h);
+        return rc;
+    }
+    *model = h;
+    return CBX_OK;
+}
+
+void cbx_model_free(cbx_model *model)
+{
+    if (!model) return;
+    engine_model_free(model->m);
+    free(model);
+}
+
+int cbx_model_sample_rate(const cbx_model *model)
+{
+    (void)model;
+    return ENGINE_SAMPLE_RATE;
+}
+
+const char *cbx_model_variant(const cbx_model *model)
+{
+    const struct model_variant_info *vi = model ? model_variant_info(engine_model_variant(model->m)) : NULL;
+    return vi ? vi->name : "unknown";
+}
+
+/* ---- voice ---------------------------------------------------------------- */
+
+cbx_status cbx_voice_load(const cbx_model *model, const char *path, cbx_voice **voice,
+                          char *errbuf, size_t errlen)
+{
+    char err[ERR_MAX] = "";
+    if (!voice) {
+        put_err(errbuf, errlen, "cbx_voice_load: voice is NULL");
+        return CBX_ERR_INVALID_ARG;
+    }
+    *voice = NULL;
+    if (!model || !path || !*path) {
+        put_err(errbuf, errlen, !model ? "cbx_voice_load: model is NULL" : "cbx_voice_load: no voice path given");
+        return CBX_ERR_INVALID_ARG;
+    }
+    cbx_voice *v = calloc(1, sizeof *v);
+    if (!v) {
+        put_err(errbuf, errlen, "out of memory");
+        return CBX_ERR_NOMEM;
+    }
+    cbx_status rc = engine_voice_load(model->m, NULL, path, &v->c, err);
+    if (rc != CBX_OK) {
+        put_err(errbuf, errlen, err);
+        free(v);
+        return rc;
+    }
+    *voice = v;
+    return CBX_OK;
+}
+
+void cbx_voice_free(cbx_voice *voice)
+{
+    if (!voice) return;
+    conds_free(&voice->c);
+    free(voice);
+}
+
+/* ---- context -------------------------------------------------------------- */
+
+cbx_status cbx_context_create(const cbx_model *model, cbx_context **ctx)
+{
+    if (!ctx) return CBX_ERR_INVALID_ARG;
+    *ctx = NULL;
+    if (!model) return CBX_ERR_INVALID_ARG;
+    cbx_context *c = calloc(1, sizeof *c);
+    if (!c) return CBX_ERR_NOMEM;
+    c->model = model;
+    c->be_threads = -1;
+    *ctx = c;
+    return CBX_OK;
+}
+
+void cbx_context_free(cbx_context *ctx)
+{
+    if (!ctx) return;
+    backend_cpu_free(ctx->be);
+    free(ctx);
+}
+
+const char *cbx_context_errmsg(const cbx_context *ctx)
+{
+    return ctx ? ctx->err : "no context (NULL)";
+}
+
+/* ---- synthesis ------------------------------------------------------------ */
+
+cbx_synth_params cbx_synth_default_params(void)
+{
+    struct engine_params e = engine_default_params();
+    cbx_synth_params p;
+    memset(&p, 0, sizeof p);
+    p.temperature = e.s.temperature;
+    p.top_k = e.s.top_k;
+    p.top_p = e.s.top_p;
+    p.repetition_penalty = e.s.repetition_penalty;
+    p.max_tokens = e.max_tokens;
+    p.seed = e.seed;
+    p.cfm_steps = e.cfm_steps;
+    p.n_threads = 0;
+    p.split_text = e.split;
+    p.max_segment_tokens = e.max_segment_tokens;
+    p.pause_ms = e.pause_ms;
+    p.max_retries = e.max_retries;
+    return p;
+}
+
+void cbx_audio_free(cbx_audio *audio)
+{
+    if (!audio) return;
+    free(audio->samples);
+    memset(audio, 0, sizeof *audio);
+}
+
+struct chunk_relay {
+    cbx_chunk_cb cb;
+    void *user;
+};
+
+static int relay(void *user, const float *pcm, int64_t n, int sample_rate)
+{
+    struct chunk_relay *r = user;
+    return r->cb(r->user, pcm, (size_t)n, sample_rate);
+}
+
+cbx_status cbx_synthesize(cbx_context *ctx, const cbx_voice *voice, const char *text,
+                          const cbx_synth_params *params, cbx_chunk_cb chunk, void *user,
+                          cbx_audio *audio)
+{
+    if (audio) memset(audio, 0, sizeof *audio);
+    if (!ctx) return CBX_ERR_INVALID_ARG;
+    ctx->err[0] = 0;
+    if (!text) return err_setf(ctx->err, CBX_ERR_INVALID_ARG, "cbx_synthesize: text is NULL");
+    cbx_synth_params dp = cbx_synth_default_params();
+    if (!params) params = &dp;
+    if (params->n_threads < 0 || params->n_threads > 1024)
+        return err_setf(ctx->err, CBX_ERR_INVALID_ARG, "cbx_synthesize: n_threads %d outside [0, 1024]",
+                        params->n_threads);
+    if (params->max_segment_tokens < 1)
+        return err_setf(ctx->err, CBX_ERR_INVALID_ARG, "cbx_synthesize: max_segment_tokens %d < 1",
+                        params->max_segment_tokens);
+    if (params->cfm_steps < 0 || params->cfm_steps > 1000)
+        return err_setf(ctx->err, CBX_ERR_INVALID_ARG, "cbx_synthesize: cfm_steps %d outside [0, 1000]",
+                        params->cfm_steps);
+    if (!ctx->be || ctx->be_threads != params->n_threads) {
+        backend_cpu_free(ctx->be);
+        ctx->be_threads = -1;
+        if (!(ctx->be = backend_cpu_create(params->n_threads)))
+            return err_setf(ctx->err, CBX_ERR_NOMEM, "cbx_synthesize: cannot start %d threads",
+                            params->n_threads);
+        ctx->be_threads = params->n_threads;
+    }
+    struct engine_params e = engine_default_params();
+    e.s.temperature = params->temperature;
+    e.s.top_k = params->top_k;
+    e.s.top_p = params->top_p;
+    e.s.repetition_penalty = params->repetition_penalty;
+    e.max_tokens = params->max_tokens;
+    e.seed = params->seed;
+    e.cfm_steps = params->cfm_steps;
+    e.split = params->split_text != 0;
+    e.max_segment_tokens = params->max_segment_tokens;
+    e.pause_ms = params->pause_ms;
+    e.max_retries = params->max_retries;
+    struct chunk_relay r = {chunk, user};
+    float *pcm = NULL;
+    int64_t n = 0;
+    cbx_status rc = engine_synthesize(ctx->model->m, ctx->be, voice ? &voice->c : NULL, text, &e,
+                                      chunk ? relay : NULL, NULL, &r, audio ? &pcm : NULL, &n, NULL,
+                                      ctx->err);
+    if (rc != CBX_OK) return rc;
+    if (audio) {
+        audio->samples = pcm;
+        audio->n = (size_t)n;
+        audio->sample_rate = ENGINE_SAMPLE_RATE;
+    }
+    ctx->err[0] = 0;
+    return CBX_OK;
+}

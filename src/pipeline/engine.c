@@ -1,0 +1,685 @@
+/* engine.c - text -> 24 kHz speech for Turbo/Nano: ports the body of
+ * ChatterboxTurboTTS.generate (chatterbox tts_turbo.py, 0.1.7) on top of
+ * t3.h and s3gen.h, plus long-text splitting, pauses, retries, timings
+ * and progress (engine.h says what and why). */
+#include "pipeline/engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <utf8proc.h>
+
+#include "core/backend.h"
+#include "core/tensor.h"
+#include "io/gguf.h"
+#include "io/model_file.h"
+#include "s3gen/s3gen.h"
+#include "t3/t3.h"
+#include "text/gpt2_bpe.h"
+#include "text/punc_norm.h"
+#include "voice/voice.h"
+
+struct engine_model {
+    struct model *file;
+    enum model_variant variant;
+    struct gpt2_bpe *tok;
+    struct t3_model t3;
+    struct s3gen s3;
+    struct conds builtin;
+    bool has_builtin;
+    char builtin_err[ERR_MAX]; /* why there is no built-in voice */
+    double t_load;
+};
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* ---- model -------------------------------------------------------------- */
+
+struct engine_load_params engine_load_default_params(void)
+{
+    struct engine_load_params p = {-1};
+    return p;
+}
+
+/* A directory's tokenizer files as gpt2_bpe_load_dir reads them; a GGUF's
+ * stored copies (vocab.json, merges.txt, optional added_tokens.json and
+ * tokenizer_config.json). */
+static cbx_status load_tokenizer(const struct model *m, struct gpt2_bpe **tok, char *err)
+{
+    if (!model_is_gguf(m)) return gpt2_bpe_load_dir(model_path(m), tok, err);
+    static const char *const files[4] = {"vocab.json", "merges.txt", "added_tokens.json",
+                                         "tokenizer_config.json"};
+    char *text[4] = {NULL, NULL, NULL, NULL};
+    cbx_status rc = CBX_OK;
+    for (int i = 0; i < 4 && rc == CBX_OK; i++) {
+        rc = model_text_file(m, files[i], &text[i], NULL, err);
+        if (rc == CBX_ERR_NOT_FOUND && i >= 2) rc = CBX_OK; /* optional */
+    }
+    if (rc == CBX_OK) rc = gpt2_bpe_load_mem(text[0], text[1], text[2], text[3], tok, err);
+    for (int i = 0; i < 4; i++) free(text[i]);
+    return rc;
+}
+
+/* The weight type a model is held in: F32 for a directory, the
+ * converted file's chatterbox.quantization for a GGUF. */
+static int stored_wtype(const struct model *m)
+{
+    if (!model_is_gguf(m)) return TYPE_F32;
+    const char *q = NULL;
+    if (io_gguf_get_str(model_get_gguf(m), "chatterbox.quantization", &q, NULL, NULL) != CBX_OK || !q)
+        return TYPE_F32;
+    int t = dtype_from_name(q);
+    return t < 0 ? TYPE_F32 : t;
+}
+
+cbx_status engine_model_load(const char *path, const struct engine_load_params *p,
+                             struct engine_model **out, char *err)
+{
+    *out = NULL;
+    struct engine_load_params dp = engine_load_default_params();
+    if (!p) p = &dp;
+    if (!path || !*path) return err_setf(err, CBX_ERR_INVALID_ARG, "no model path given");
+    const double t0 = now();
+    struct engine_model *m = calloc(1, sizeof *m);
+    if (!m) return err_setf(err, CBX_ERR_NOMEM, "out of memory");
+    cbx_status rc = model_open(path, &m->file, err);
+    if (rc != CBX_OK) goto fail;
+    m->variant = model_get_variant(m->file);
+    if (m->variant != MODEL_TURBO && m->variant != MODEL_NANO) {
+        rc = err_setf(err, CBX_ERR_UNSUPPORTED,
+                      "%s: the %s model is not supported for synthesis yet (turbo, nano)", path,
+                      model_variant_info(m->variant)->name);
+        goto fail;
+    }
+    const int wtype = p->wtype >= 0 ? p->wtype : stored_wtype(m->file);
+    if ((rc = load_tokenizer(m->file, &m->tok, err)) != CBX_OK) goto fail;
+    struct weights w3 = model_weights(m->file, MODEL_T3);
+    if ((rc = t3_load_gpt2(&m->t3, &w3, (enum dtype)wtype, err)) != CBX_OK) goto fail;
+    struct weights ws = model_weights(m->file, MODEL_S3GEN);
+    if ((rc = s3gen_load(&m->s3, &ws, (enum dtype)wtype, err)) != CBX_OK) goto fail;
+    /* a model without a usable built-in voice still speaks with others */
+    if (conds_from_model(m->file, &m->builtin, m->builtin_err) == CBX_OK) m->has_builtin = true;
+    m->t_load = now() - t0;
+    *out = m;
+    return CBX_OK;
+fail:
+    engine_model_free(m);
+    return rc;
+}
+
+void engine_model_free(struct engine_model *m)
+{
+    if (!m) return;
+    conds_free(&m->builtin);
+    s3gen_free(&m->s3);
+    t3_free(&m->t3);
+    gpt2_bpe_free(m->tok);
+    model_close(m->file);
+    free(m);
+}
+
+enum model_variant engine_model_variant(const struct engine_model *m) { return m->variant; }
+double engine_model_load_seconds(const struct engine_model *m) { return m->t_load; }
+const struct conds *engine_model_voice(const struct engine_model *m)
+{
+    return m->has_builtin ? &m->builtin : NULL;
+}
+
+/* ---- voice -------------------------------------------------------------- */
+
+/* What T3 and S3Gen need of a voice, checked before any work. */
+static cbx_status check_voice(const struct engine_model *m, const struct conds *v, const char *name,
+                              char *err)
+{
+    if (!v->speaker_emb || v->n_speaker != m->t3.hp.speaker_embed_size)
+        return err_setf(err, CBX_ERR_FORMAT, "%s: speaker_emb has %lld values, the model needs %lld",
+                        name, (long long)v->n_speaker, (long long)m->t3.hp.speaker_embed_size);
+    for (int64_t i = 0; i < v->n_cond_prompt; i++)
+        if (v->cond_prompt_tokens[i] < 0 || v->cond_prompt_tokens[i] >= m->t3.hp.speech_vocab)
+            return err_setf(err, CBX_ERR_FORMAT, "%s: cond_prompt_speech_tokens[%lld] = %d is outside [0, %lld)",
+                            name, (long long)i, v->cond_prompt_tokens[i],
+                            (long long)m->t3.hp.speech_vocab);
+    if (!v->embedding || v->n_embedding != 192)
+        return err_setf(err, CBX_ERR_FORMAT,
+                        "%s: the S3Gen x-vector (embedding) has %lld values, need 192", name,
+                        (long long)v->n_embedding);
+    if ((v->n_prompt_token > 0) != (v->n_prompt_feat > 0))
+        return err_setf(err, CBX_ERR_FORMAT, "%s: %lld prompt tokens but %lld prompt mel frames", name,
+                        (long long)v->n_prompt_token, (long long)v->n_prompt_feat);
+    for (int64_t i = 0; i < v->n_prompt_token; i++)
+        if (v->prompt_token[i] < 0 || v->prompt_token[i] >= CONDS_SPEECH_VOCAB)
+            return err_setf(err, CBX_ERR_FORMAT, "%s: prompt_token[%lld] = %d is outside [0, %d)", name,
+                            (long long)i, v->prompt_token[i], CONDS_SPEECH_VOCAB);
+    return CBX_OK;
+}
+
+cbx_status engine_voice_load(const struct engine_model *m, const struct backend *be,
+                             const char *path, struct conds *out, char *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!path || !*path) return err_setf(err, CBX_ERR_INVALID_ARG, "no voice path given");
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return err_setf(err, CBX_ERR_NOT_FOUND, "%s: no such voice file, directory or audio file", path);
+    if (S_ISREG(st.st_mode) && !conds_is_gguf(path) && model_is_gguf(m->file))
+        return err_setf(err, CBX_ERR_UNSUPPORTED,
+                        "%s: a voice from audio needs the model directory (the voice networks are "
+                        "not in a converted .gguf); make a .voice file with 'chatterbox voice create'",
+                        path);
+    cbx_status rc = conds_load_any(path, model_get_dir(m->file), be, NULL, out, err);
+    if (rc == CBX_OK && (rc = check_voice(m, out, path, err)) != CBX_OK) conds_free(out);
+    return rc;
+}
+
+/* ---- parameters --------------------------------------------------------- */
+
+struct engine_params engine_default_params(void)
+{
+    struct engine_params p;
+    memset(&p, 0, sizeof p);
+    /* tts_turbo.py generate() defaults (overview.md §4) */
+    p.s.temperature = 0.8;
+    p.s.top_k = 1000;
+    p.s.top_p = 0.95;
+    p.s.min_p = 0.0;
+    p.s.repetition_penalty = 1.2;
+    p.max_tokens = 1001; /* max_gen_len = 1000 */
+    p.seed = 0;
+    p.cfm_steps = 0;
+    p.split = true;
+    p.max_segment_tokens = 60;
+    p.pause_ms = 100;
+    p.max_retries = 2;
+    p.min_speech_per_text = 2.0;
+    return p;
+}
+
+static uint64_t splitmix64(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+uint64_t engine_seed(uint64_t seed, int i, int j)
+{
+    if (i == 0 && j == 0) return seed;
+    return splitmix64(seed ^ splitmix64(((uint64_t)(uint32_t)i << 32) | (uint32_t)j));
+}
+
+/* ---- long text ---------------------------------------------------------- */
+
+bool engine_has_word(const char *s)
+{
+    const utf8proc_uint8_t *p = (const utf8proc_uint8_t *)s;
+    utf8proc_ssize_t len = (utf8proc_ssize_t)strlen(s);
+    while (len > 0) {
+        utf8proc_int32_t c;
+        utf8proc_ssize_t k = utf8proc_iterate(p, len, &c);
+        if (k <= 0) { p++; len--; continue; }
+        utf8proc_category_t cat = utf8proc_category(c);
+        if (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO) return true;
+        if (cat >= UTF8PROC_CATEGORY_ND && cat <= UTF8PROC_CATEGORY_NO) return true;
+        p += k;
+        len -= k;
+    }
+    return false;
+}
+
+/* A piece of text [b, e) of the input and its token count. */
+struct unit { const char *b, *e; int64_t tokens; bool hard; /* ends a line */ };
+
+struct units { struct unit *u; int n, cap; };
+
+static cbx_status push_unit(struct units *U, const char *b, const char *e, bool hard, char *err)
+{
+    while (b < e && (*b == ' ' || *b == '\t' || *b == '\n' || *b == '\r')) b++;
+    while (e > b && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r')) e--;
+    if (b == e) return CBX_OK;
+    if (U->n == U->cap) {
+        int cap = U->cap ? 2 * U->cap : 32;
+        struct unit *u = realloc(U->u, sizeof *u * (size_t)cap);
+        if (!u) return err_setf(err, CBX_ERR_NOMEM, "out of memory splitting the text");
+        U->u = u;
+        U->cap = cap;
+    }
+    U->u[U->n++] = (struct unit){b, e, 0, hard};
+    return CBX_OK;
+}
+
+static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+/* Bytes of a sentence ender at s (0 when none); *cjk: ends a sentence
+ * without a following space. */
+static int ender_len(const char *s, bool *cjk)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    *cjk = false;
+    if (*u == '.' || *u == '!' || *u == '?') return 1;
+    if (u[0] == 0xE2 && u[1] == 0x80 && u[2] == 0xA6) return 3; /* … */
+    if (u[0] == 0xE3 && u[1] == 0x80 && u[2] == 0x82) { *cjk = true; return 3; } /* 。 */
+    if (u[0] == 0xEF && u[1] == 0xBC && (u[2] == 0x81 || u[2] == 0x9F)) { *cjk = true; return 3; } /* ！？ */
+    return 0;
+}
+
+/* Bytes of a closing quote/bracket at s that stays with its sentence. */
+static int closer_len(const char *s)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    if (*u == '"' || *u == '\'' || *u == ')' || *u == ']') return 1;
+    if (u[0] == 0xE2 && u[1] == 0x80 && (u[2] == 0x9D || u[2] == 0x99)) return 3; /* ” ’ */
+    return 0;
+}
+
+/* A '.' at dot that does not end a sentence: after a single letter
+ * ("J. Smith", "e.g.") or a common title/abbreviation. */
+static bool is_abbreviation(const char *text, const char *dot)
+{
+    static const char *const abbr[] = {"mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "vs",
+                                       "mt", "no", "fig", "approx", "dept", "e.g", "i.e", "etc."};
+    const char *w = dot;
+    while (w > text && !is_space(w[-1]) && w[-1] != '(' && w[-1] != '"') w--;
+    size_t n = (size_t)(dot - w);
+    if (n == 0) return false;
+    if (n == 1 && ((*w >= 'A' && *w <= 'Z') || (*w >= 'a' && *w <= 'z'))) return true;
+    for (size_t i = 0; i < sizeof abbr / sizeof abbr[0]; i++)
+        if (strlen(abbr[i]) == n && !strncasecmp(w, abbr[i], n)) return true;
+    return false;
+}
+
+/* Step 1: sentences (and lines). */
+static cbx_status split_sentences(const char *text, struct units *U, char *err)
+{
+    const char *b = text, *s = text;
+    cbx_status rc = CBX_OK;
+    while (*s && rc == CBX_OK) {
+        if (*s == '\n') {
+            rc = push_unit(U, b, s, true, err);
+            b = ++s;
+            continue;
+        }
+        bool cjk;
+        int k = ender_len(s, &cjk);
+        if (!k) { s++; continue; }
+        const char *e = s + k;
+        for (;;) { /* runs of enders ("?!", "...") and closing quotes */
+            bool c2;
+            int k2 = ender_len(e, &c2);
+            if (!k2) k2 = closer_len(e);
+            if (!k2) break;
+            e += k2;
+        }
+        if ((cjk || *e == 0 || is_space(*e)) && !(k == 1 && *s == '.' && e == s + 1 && is_abbreviation(text, s))) {
+            rc = push_unit(U, b, e, false, err);
+            b = e;
+        }
+        s = e;
+    }
+    if (rc == CBX_OK) rc = push_unit(U, b, s, false, err);
+    return rc;
+}
+
+static cbx_status count_tokens(const struct engine_model *m, const char *b, const char *e,
+                               int64_t *n, char *err)
+{
+    size_t len = (size_t)(e - b);
+    char *s = malloc(len + 1);
+    if (!s) return err_setf(err, CBX_ERR_NOMEM, "out of memory splitting the text");
+    memcpy(s, b, len);
+    s[len] = 0;
+    int32_t *ids = NULL;
+    cbx_status rc = gpt2_bpe_encode(m->tok, s, &ids, n, err);
+    free(ids);
+    free(s);
+    return rc;
+}
+
+/* Step 2: a piece over budget is cut at clause marks, then between words.
+ * mode 0: clauses (after , ; : or before a dash), 1: words. */
+static cbx_status split_long(const struct engine_model *m, const struct unit *in, int budget,
+                             int mode, struct units *U, char *err)
+{
+    struct units sub = {0};
+    const char *b = in->b, *s = in->b;
+    cbx_status rc = CBX_OK;
+    while (s < in->e && rc == CBX_OK) {
+        const unsigned char *u = (const unsigned char *)s;
+        bool cut = false;
+        const char *e = s + 1;
+        if (mode == 0) {
+            if ((*s == ',' || *s == ';' || *s == ':') && s + 1 < in->e && is_space(s[1])) cut = true;
+            else if (u[0] == 0xE2 && u[1] == 0x80 && (u[2] == 0x94 || u[2] == 0x93)) { cut = true; e = s + 3; }
+            else if (*s == '-' && s > in->b && is_space(s[-1]) && s + 1 < in->e && is_space(s[1])) cut = true;
+        } else if (is_space(*s)) {
+            cut = true;
+        }
+        if (cut) {
+            rc = push_unit(&sub, b, e, false, err);
+            b = e;
+        }
+        s = e;
+    }
+    if (rc == CBX_OK) rc = push_unit(&sub, b, in->e, in->hard, err);
+    for (int i = 0; i < sub.n && rc == CBX_OK; i++) {
+        struct unit x = sub.u[i];
+        if ((rc = count_tokens(m, x.b, x.e, &x.tokens, err)) != CBX_OK) break;
+        if (x.tokens > budget && mode == 0) {
+            rc = split_long(m, &x, budget, 1, U, err);
+        } else {
+            if ((rc = push_unit(U, x.b, x.e, x.hard, err)) == CBX_OK) U->u[U->n - 1].tokens = x.tokens;
+        }
+    }
+    free(sub.u);
+    return rc;
+}
+
+static cbx_status add_segment(struct engine_segments *S, const struct unit *u, int n, char *err)
+{
+    size_t len = 0;
+    for (int i = 0; i < n; i++) len += (size_t)(u[i].e - u[i].b) + 1;
+    char *s = malloc(len + 1), *p = s;
+    if (!s) return err_setf(err, CBX_ERR_NOMEM, "out of memory splitting the text");
+    for (int i = 0; i < n; i++) {
+        if (i) *p++ = ' ';
+        memcpy(p, u[i].b, (size_t)(u[i].e - u[i].b));
+        p += u[i].e - u[i].b;
+    }
+    *p = 0;
+    if (!engine_has_word(s)) { free(s); return CBX_OK; }
+    char **t = realloc(S->text, sizeof *t * (size_t)(S->n + 1));
+    if (!t) { free(s); return err_setf(err, CBX_ERR_NOMEM, "out of memory splitting the text"); }
+    S->text = t;
+    S->text[S->n++] = s;
+    return CBX_OK;
+}
+
+cbx_status engine_split(const struct engine_model *m, const char *text, int budget,
+                        struct engine_segments *out, char *err)
+{
+    memset(out, 0, sizeof *out);
+    if (budget < 1) budget = 1;
+    struct units sent = {0}, U = {0};
+    cbx_status rc = split_sentences(text, &sent, err);
+    for (int i = 0; i < sent.n && rc == CBX_OK; i++) {
+        struct unit *x = &sent.u[i];
+        if ((rc = count_tokens(m, x->b, x->e, &x->tokens, err)) != CBX_OK) break;
+        if (x->tokens > budget) rc = split_long(m, x, budget, 0, &U, err);
+        else if ((rc = push_unit(&U, x->b, x->e, x->hard, err)) == CBX_OK) U.u[U.n - 1].tokens = x->tokens;
+    }
+    /* Step 3: greedy packing; group g = units [start, i) */
+    int start = 0;
+    int64_t acc = 0;
+    int *cut = calloc((size_t)U.n + 1, sizeof *cut), n_cut = 0; /* segment starts */
+    if (!cut && rc == CBX_OK) rc = err_setf(err, CBX_ERR_NOMEM, "out of memory splitting the text");
+    for (int i = 0; i < U.n && rc == CBX_OK; i++) {
+        if (i > start && acc + U.u[i].tokens > budget) {
+            cut[n_cut++] = start;
+            start = i;
+            acc = 0;
+        }
+        acc += U.u[i].tokens;
+    }
+    if (rc == CBX_OK && U.n > 0) {
+        /* a short tail joins the previous segment (up to 1.5x the budget) */
+        if (n_cut > 0 && acc < 8) {
+            int64_t prev = 0;
+            for (int i = cut[n_cut - 1]; i < start; i++) prev += U.u[i].tokens;
+            if (prev + acc <= budget + budget / 2) start = cut[--n_cut];
+        }
+        cut[n_cut++] = start;
+        cut[n_cut] = U.n;
+        for (int g = 0; g < n_cut && rc == CBX_OK; g++)
+            rc = add_segment(out, &U.u[cut[g]], cut[g + 1] - cut[g], err);
+    }
+    free(cut);
+    free(sent.u);
+    free(U.u);
+    if (rc != CBX_OK) engine_segments_free(out);
+    return rc;
+}
+
+void engine_segments_free(struct engine_segments *s)
+{
+    if (!s) return;
+    for (int i = 0; i < s->n; i++) free(s->text[i]);
+    free(s->text);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---- synthesis ---------------------------------------------------------- */
+
+struct run {
+    engine_progress_fn progress;
+    void *user;
+    struct engine_progress pr;
+    int64_t steps; /* T3 decode steps, all attempts */
+};
+
+static int on_t3_step(void *user, int step, int32_t token, const float *logits, int64_t V)
+{
+    (void)token; (void)logits; (void)V;
+    struct run *r = user;
+    r->steps++;
+    r->pr.tokens = step + 1;
+    return r->progress ? r->progress(r->user, &r->pr) : 0;
+}
+
+static int on_cfm_step(void *user, int step, float t, float rr, const struct tensor *x,
+                       const struct tensor *v)
+{
+    (void)step; (void)t; (void)rr; (void)x; (void)v;
+    struct run *r = user;
+    return r->progress ? r->progress(r->user, &r->pr) : 0;
+}
+
+/* Append n samples (zeros when src is NULL) to *buf. */
+static cbx_status append(float **buf, int64_t *n, int64_t *cap, const float *src, int64_t k, char *err)
+{
+    if (*n + k > *cap) {
+        int64_t c = *cap ? *cap : 24000;
+        while (c < *n + k) c *= 2;
+        float *b = realloc(*buf, sizeof(float) * (size_t)c);
+        if (!b) return err_setf(err, CBX_ERR_NOMEM, "out of memory for %lld samples", (long long)c);
+        *buf = b;
+        *cap = c;
+    }
+    if (src) memcpy(*buf + *n, src, sizeof(float) * (size_t)k);
+    else memset(*buf + *n, 0, sizeof(float) * (size_t)k);
+    *n += k;
+    return CBX_OK;
+}
+
+/* One segment: normalise, tokenise, T3 (with retries). *speech owned by
+ * the caller; it has room for ENGINE_N_SIL more tokens. */
+static cbx_status segment_tokens(const struct engine_model *m, const struct backend *be,
+                                 const struct conds *voice, const char *seg, int i,
+                                 const struct engine_params *p, struct run *r,
+                                 struct engine_stats *st, int32_t **speech, int64_t *n_speech,
+                                 uint64_t *seed_used, char *err)
+{
+    char *norm = NULL;
+    int32_t *ids = NULL, *best = NULL;
+    int64_t n_ids = 0, n_best = -1;
+    *speech = NULL;
+    *n_speech = 0;
+    double t0 = now();
+    cbx_status rc = punc_norm(seg, PUNC_TURBO, &norm, err);
+    if (rc == CBX_OK) rc = gpt2_bpe_encode(m->tok, norm, &ids, &n_ids, err);
+    if (rc != CBX_OK) goto cleanup;
+    /* tokenizer(..., truncation=True): cut at model_max_length */
+    const int64_t maxlen = gpt2_bpe_max_length(m->tok);
+    if (maxlen > 0 && n_ids > maxlen) n_ids = maxlen;
+    st->n_text_tokens += n_ids;
+    st->t_text += now() - t0;
+
+    struct t3_cond cond = {voice->speaker_emb, voice->cond_prompt_tokens, voice->n_cond_prompt};
+    struct t3_gen_params gp = t3_gen_default_params();
+    gp.s = p->s;
+    gp.max_gen_len = p->max_tokens - 1;
+    const bool greedy = p->s.top_k == 1;
+    for (int j = 0; j <= p->max_retries; j++) {
+        int32_t *tok = NULL;
+        int64_t n_tok = 0;
+        gp.seed = engine_seed(p->seed, i, j);
+        r->pr.stage = ENGINE_STAGE_T3;
+        r->pr.attempt = j;
+        r->pr.tokens = 0;
+        t0 = now();
+        rc = t3_inference_turbo(&m->t3, be, &cond, ids, n_ids, &gp, on_t3_step, r, &tok, &n_tok, err);
+        st->t_t3 += now() - t0;
+        if (rc != CBX_OK) goto cleanup;
+        const bool capped = n_tok >= p->max_tokens;
+        /* tts_turbo.py: speech_tokens[speech_tokens < 6561] */
+        n_tok = t3_filter_speech_tokens(tok, n_tok);
+        if (n_tok > n_best) {
+            free(best);
+            best = tok;
+            n_best = n_tok;
+            *seed_used = gp.seed;
+        } else {
+            free(tok);
+        }
+        const bool early = !capped && (double)n_tok < p->min_speech_per_text * (double)n_ids;
+        if (!early || greedy || j == p->max_retries) break;
+        st->n_retries++;
+    }
+    /* room for the silence tokens */
+    int32_t *grown = realloc(best, sizeof(int32_t) * (size_t)(n_best + ENGINE_N_SIL));
+    if (!grown) { rc = err_setf(err, CBX_ERR_NOMEM, "out of memory"); goto cleanup; }
+    *speech = grown;
+    *n_speech = n_best;
+    best = NULL;
+cleanup:
+    free(best);
+    free(ids);
+    free(norm);
+    return rc;
+}
+
+cbx_status engine_synthesize(const struct engine_model *m, const struct backend *be,
+                             const struct conds *voice, const char *text,
+                             const struct engine_params *p, engine_chunk_fn chunk,
+                             engine_progress_fn progress, void *user, float **pcm, int64_t *n,
+                             struct engine_stats *st, char *err)
+{
+    struct engine_stats st_local;
+    if (!st) st = &st_local;
+    memset(st, 0, sizeof *st);
+    if (pcm) *pcm = NULL;
+    if (n) *n = 0;
+    struct engine_params dp = engine_default_params();
+    if (!p) p = &dp;
+    if (!m || !be) return err_setf(err, CBX_ERR_INVALID_ARG, "no model or backend");
+    if (!text) return err_setf(err, CBX_ERR_INVALID_ARG, "no text given");
+    if (p->max_tokens < 1 || p->max_tokens > 100000 || p->pause_ms < 0 || p->pause_ms > 60000 ||
+        p->max_retries < 0 || p->max_retries > 16 || !(p->s.top_p >= 0 && p->s.top_p <= 1) ||
+        !(p->s.temperature >= 0) || p->s.top_k < 0 || !(p->s.repetition_penalty > 0))
+        return err_setf(err, CBX_ERR_INVALID_ARG,
+                        "bad parameters (max_tokens 1..100000, pause_ms 0..60000, max_retries 0..16, "
+                        "top_p in [0, 1], temperature >= 0, top_k >= 0, repetition_penalty > 0)");
+    const char *vname = "voice";
+    if (!voice) {
+        if (!m->has_builtin)
+            return err_setf(err, CBX_ERR_NOT_FOUND, "the model has no usable built-in voice (%s); give a voice",
+                            m->builtin_err);
+        voice = &m->builtin;
+        vname = "built-in voice";
+    }
+    cbx_status rc = check_voice(m, voice, vname, err);
+    if (rc != CBX_OK) return rc;
+
+    const double t_start = now();
+    struct engine_segments S = {0};
+    float *all = NULL;
+    int64_t n_all = 0, cap = 0;
+    int32_t *speech = NULL;
+    float *wav = NULL;
+    if (!engine_has_word(text)) {
+        rc = err_setf(err, CBX_ERR_INVALID_ARG, text[strspn(text, " \t\r\n")] ? "the text has nothing to speak (no letters or digits)" : "the text is empty");
+        goto cleanup;
+    }
+    double t0 = now();
+    if (p->split) {
+        rc = engine_split(m, text, p->max_segment_tokens, &S, err);
+    } else {
+        if ((S.text = malloc(sizeof *S.text)) && (S.text[0] = strdup(text))) S.n = 1;
+        else rc = err_setf(err, CBX_ERR_NOMEM, "out of memory");
+    }
+    st->t_text += now() - t0;
+    if (rc != CBX_OK) goto cleanup;
+    if (S.n == 0) {
+        rc = err_setf(err, CBX_ERR_INVALID_ARG, "the text has nothing to speak (no letters or digits)");
+        goto cleanup;
+    }
+    st->n_segments = S.n;
+    struct run r = {progress, user, {ENGINE_STAGE_T3, 0, S.n, 0, 0, p->max_tokens, 0}, 0};
+    const int64_t pause = (int64_t)p->pause_ms * ENGINE_SAMPLE_RATE / 1000;
+    for (int i = 0; i < S.n; i++) {
+        r.pr.segment = i;
+        int64_t n_speech = 0, n_wav = 0;
+        uint64_t seed = p->seed;
+        rc = segment_tokens(m, be, voice, S.text[i], i, p, &r, st, &speech, &n_speech, &seed, err);
+        if (rc != CBX_OK) goto cleanup;
+        st->n_speech_tokens += n_speech;
+        r.pr.total_tokens = st->n_speech_tokens;
+        /* tts_turbo.py: torch.cat([speech_tokens, S3GEN_SIL x 3]) */
+        for (int k = 0; k < ENGINE_N_SIL; k++) speech[n_speech + k] = ENGINE_S3GEN_SIL;
+        r.pr.stage = ENGINE_STAGE_S3GEN;
+        if (progress && progress(user, &r.pr)) {
+            rc = err_setf(err, CBX_ERR_CANCELLED, "cancelled");
+            goto cleanup;
+        }
+        struct s3gen_params sp = s3gen_default_params();
+        sp.n_cfm_steps = p->cfm_steps;
+        sp.seed = seed;
+        sp.cb = on_cfm_step;
+        sp.user = &r;
+        t0 = now();
+        rc = s3gen_vocode(&m->s3, be, speech, n_speech + ENGINE_N_SIL, voice, &sp, &wav, &n_wav, err);
+        st->t_s3gen += now() - t0;
+        free(speech);
+        speech = NULL;
+        if (rc != CBX_OK) {
+            if (rc == CBX_ERR_CANCELLED) err_setf(err, rc, "cancelled");
+            goto cleanup;
+        }
+        /* the chunk: pause (between segments) + this segment's audio */
+        const int64_t start = n_all;
+        if (i > 0 && (rc = append(&all, &n_all, &cap, NULL, pause, err)) != CBX_OK) goto cleanup;
+        if ((rc = append(&all, &n_all, &cap, wav, n_wav, err)) != CBX_OK) goto cleanup;
+        st->n_samples += n_all - start;
+        free(wav);
+        wav = NULL;
+        if (chunk && chunk(user, all + start, n_all - start, ENGINE_SAMPLE_RATE)) {
+            rc = err_setf(err, CBX_ERR_CANCELLED, "cancelled");
+            goto cleanup;
+        }
+        /* without a whole-audio result, keep only the current chunk */
+        if (!pcm) n_all = 0;
+    }
+    r.pr.stage = ENGINE_STAGE_DONE;
+    if (progress) progress(user, &r.pr);
+    st->n_t3_steps = r.steps;
+    if (pcm) {
+        *pcm = all;
+        all = NULL;
+        if (n) *n = n_all;
+    }
+cleanup:
+    st->t_total = now() - t_start;
+    st->audio_seconds = (double)st->n_samples / ENGINE_SAMPLE_RATE;
+    free(wav);
+    free(speech);
+    free(all);
+    engine_segments_free(&S);
+    return rc;
+}

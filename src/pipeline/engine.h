@@ -1,0 +1,185 @@
+/* engine.h - text -> 24 kHz speech: the whole Turbo pipeline of
+ * chatterbox tts_turbo.py (ChatterboxTurboTTS.generate, chatterbox 0.1.7)
+ * behind one call, plus what upstream leaves to its callers: long text
+ * split into segments the model was trained on, joined with short pauses,
+ * early-stop retries, per-stage timings, progress and cancellation.
+ *
+ * Per segment, in upstream order (spec/overview.md §4, §6, §7):
+ *   punc_norm (Turbo rules) -> GPT-2 BPE (truncated at model_max_length)
+ *   -> T3.inference_turbo -> keep ids < 6561 -> append 3 x S3GEN_SIL (4299)
+ *   -> S3Gen.inference (meanflow, 2 steps; fade-in of the first 960 samples).
+ * No Perth watermark (a separate network upstream; overview.md §7).
+ *
+ * Long text (engine_split):
+ *   1. the raw text is cut into sentences after . ! ? ... (and CJK 。！？)
+ *      followed by white space, and at line breaks; a '.' after a common
+ *      abbreviation ("Mr.", "e.g.") or a single letter ("J. Smith") does not
+ *      end a sentence;
+ *   2. a sentence longer than the token budget is cut at , ; : or a dash,
+ *      and failing that between words;
+ *   3. consecutive pieces are packed greedily into segments of at most
+ *      `max_segment_tokens` GPT-2 tokens (so a short text stays ONE segment
+ *      and goes through exactly as upstream's generate() would take it,
+ *      and very short sentences ride along with their neighbours); a last
+ *      piece under 8 tokens joins the previous segment even over budget
+ *      (up to 1.5x);
+ *   4. a segment without any letter or digit (Unicode L* / N*) is skipped.
+ * The default budget, 60 tokens (about 45 English words, 15-20 s of
+ * speech, about 400-500 speech tokens), keeps each segment a "short
+ * paragraph" as the model was trained on and well inside the 1000-token
+ * speech cap.
+ *
+ * Early-stop retry: a segment whose T3 output has fewer than
+ * `min_speech_per_text` (2.0) speech tokens per text token, without having
+ * reached the token cap, is re-generated with up to `max_retries` (2) other
+ * seeds and the attempt with the most speech tokens is kept. Why 2: speech
+ * tokens run at 25 per second and one GPT-2 token of English is 0.2-0.4 s
+ * of speech (2.5-5 words per second, ~1.3 tokens per word), i.e. 5-10
+ * speech tokens per text token; even very fast speech (6 words/s) gives
+ * ~3.2, so below 2 the model has dropped words. Greedy decoding (top_k 1)
+ * is deterministic, so it is never retried.
+ *
+ * Seeds: segment 0, first attempt, uses `seed` itself for T3 sampling and
+ * every S3Gen stream (as upstream's single torch.manual_seed, rng.md), so a
+ * one-segment text reproduces upstream; segment i, attempt j otherwise uses
+ * engine_seed(seed, i, j) (splitmix64 of seed, i, j): deterministic.
+ *
+ * Joining: between two segments `pause_ms` (default 100 ms) of zeros. Each
+ * Turbo segment already ends in the audio of three silence tokens (120 ms)
+ * and starts with S3Gen's 20 ms silence + 20 ms fade-in, so the gap heard
+ * is ~250 ms, a natural sentence pause.
+ *
+ * Chunks: the callback receives each segment's audio (preceded by its
+ * pause) as soon as it exists; concatenating the chunks gives exactly the
+ * returned audio. A streaming mode will deliver smaller chunks through the
+ * same callback.
+ *
+ * Thread safety: an engine_model is read-only after loading and may serve
+ * any number of concurrent engine_synthesize calls, each with its own
+ * backend (thread pool). */
+#ifndef CBX_PIPELINE_ENGINE_H
+#define CBX_PIPELINE_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/error.h"
+#include "io/model_dir.h"
+#include "t3/sampler.h"
+#include "voice/conds.h"
+
+struct backend;
+struct engine_model; /* opaque: model file, tokenizer, T3, S3Gen, built-in voice */
+
+#define ENGINE_SAMPLE_RATE 24000
+#define ENGINE_S3GEN_SIL 4299 /* tts_turbo.py S3GEN_SIL */
+#define ENGINE_N_SIL 3        /* silence tokens appended before S3Gen */
+
+struct engine_load_params {
+    int wtype; /* enum dtype of the linear weights; < 0: as stored (F32 for a
+                * directory, the file's quantisation for a GGUF) */
+};
+struct engine_load_params engine_load_default_params(void);
+
+/* Open path (HF snapshot directory or converted GGUF, io/model_file.h) and
+ * load tokenizer, T3, S3Gen and the built-in voice. Only Turbo and Nano are
+ * supported for now. *out owned by the caller, engine_model_free(). On
+ * failure *out is NULL and err names the path and the problem. Also
+ * records the load time (engine_model_load_seconds). */
+cbx_status engine_model_load(const char *path, const struct engine_load_params *p,
+                             struct engine_model **out, char *err);
+void engine_model_free(struct engine_model *m); /* no-op on NULL */
+
+enum model_variant engine_model_variant(const struct engine_model *m);
+/* Wall seconds engine_model_load took. */
+double engine_model_load_seconds(const struct engine_model *m);
+/* The built-in voice (conds.pt); borrowed from m. */
+const struct conds *engine_model_voice(const struct engine_model *m);
+
+/* A voice from a voice file (.voice GGUF), a directory of conditioning
+ * .npy files, or an audio file conditioned on the fly (needs a model
+ * directory: the voice networks are not in a converted GGUF yet). Checked
+ * against the model: 256-value speaker embedding, 192-value x-vector,
+ * prompt tokens. *out owned by the caller, conds_free(). be may be NULL. */
+cbx_status engine_voice_load(const struct engine_model *m, const struct backend *be,
+                             const char *path, struct conds *out, char *err);
+
+struct engine_params {
+    struct sampler_params s; /* Turbo: temperature 0.8, top_k 1000, top_p 0.95,
+                              * min_p 0 (unused by Turbo), repetition 1.2 */
+    int max_tokens;          /* sampled speech tokens per segment incl. stop:
+                              * max_gen_len + 1 = 1001 */
+    uint64_t seed;           /* see "Seeds" above; default 0 */
+    int cfm_steps;           /* <= 0: the model's (2 for meanflow) */
+    bool split;              /* long-text splitting (default true); false: the
+                              * whole text is one segment, as upstream */
+    int max_segment_tokens;  /* 60 */
+    int pause_ms;            /* 100 */
+    int max_retries;         /* 2 */
+    double min_speech_per_text; /* 2.0 */
+};
+struct engine_params engine_default_params(void);
+
+/* Seed of segment i, attempt j (seed itself for i = j = 0). */
+uint64_t engine_seed(uint64_t seed, int i, int j);
+
+/* ---- long text -------------------------------------------------------- */
+
+struct engine_segments {
+    char **text;   /* [n] raw segment text (before punc_norm), owned */
+    int n;
+};
+/* Split text as described above, counting tokens with m's tokenizer.
+ * Segments without word characters are dropped here. *out owned by the
+ * caller, engine_segments_free(). */
+cbx_status engine_split(const struct engine_model *m, const char *text, int max_segment_tokens,
+                        struct engine_segments *out, char *err);
+void engine_segments_free(struct engine_segments *s);
+/* True when s (UTF-8) has a letter or digit. */
+bool engine_has_word(const char *s);
+
+/* ---- synthesis -------------------------------------------------------- */
+
+enum engine_stage { ENGINE_STAGE_T3, ENGINE_STAGE_S3GEN, ENGINE_STAGE_DONE };
+
+struct engine_progress {
+    enum engine_stage stage;
+    int segment, n_segments; /* current segment (0-based) */
+    int attempt;             /* 0, or the retry number */
+    int tokens, max_tokens;  /* T3: speech tokens so far in this segment */
+    int64_t total_tokens;    /* speech tokens kept so far, all segments */
+};
+/* Called at each T3 token, each CFM step and at stage changes; nonzero
+ * return cancels (CBX_ERR_CANCELLED). */
+typedef int (*engine_progress_fn)(void *user, const struct engine_progress *p);
+/* Called with each chunk of audio (borrowed for the call); nonzero return
+ * cancels. */
+typedef int (*engine_chunk_fn)(void *user, const float *pcm, int64_t n, int sample_rate);
+
+struct engine_stats {
+    double t_text;      /* split + normalise + tokenise */
+    double t_t3;        /* T3 including retries */
+    double t_s3gen;     /* flow + HiFT */
+    double t_total;
+    int n_segments;
+    int n_retries;
+    int64_t n_text_tokens;
+    int64_t n_speech_tokens;  /* kept, before the silence padding */
+    int64_t n_t3_steps;       /* all T3 decode steps incl. discarded attempts */
+    int64_t n_samples;
+    double audio_seconds;
+};
+
+/* Speak text with voice (NULL: the built-in voice) on backend be. *pcm
+ * (when pcm is not NULL) receives the whole audio, owned by the caller
+ * (free()); chunk (optional) receives it piece by piece. st (optional)
+ * receives timings. Errors: empty text or text with nothing to speak
+ * (CBX_ERR_INVALID_ARG), CBX_ERR_CANCELLED from a callback, and the
+ * stages' own; on failure *pcm is NULL. */
+cbx_status engine_synthesize(const struct engine_model *m, const struct backend *be,
+                             const struct conds *voice, const char *text,
+                             const struct engine_params *p, engine_chunk_fn chunk,
+                             engine_progress_fn progress, void *user, float **pcm, int64_t *n,
+                             struct engine_stats *st, char *err);
+
+#endif

@@ -1,0 +1,414 @@
+/* cmd_say.c - `chatterbox say`: text -> speech through the engine
+ * (src/pipeline/engine.h): long text split into segments, a progress bar
+ * on stderr, output to a wav/flac file (written atomically at the end, so
+ * a failure or Ctrl-C leaves no file) or raw s16le PCM on stdout (each
+ * chunk written and flushed as soon as it exists).
+ *
+ * Errors are one line "chatterbox say: ..." on stderr; usage errors exit 2,
+ * runtime failures 1, an interrupt (SIGINT/SIGTERM) 130. A closed stdout
+ * (broken pipe) is a runtime failure with its own message, not a signal. */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "core/backend.h"
+#include "io/audio.h"
+#include "pipeline/engine.h"
+
+#define PROG "chatterbox say"
+#define MAX_TEXT_BYTES (16u << 20) /* 16 MiB of text is far beyond any sane input */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: chatterbox say [TEXT] -o OUT [options]\n"
+            "\n"
+            "Speak TEXT (or --text-file FILE, or standard input) into OUT: a .wav or\n"
+            ".flac file, or '-' for raw 16-bit little-endian mono PCM at 24 kHz on stdout.\n"
+            "Long text is split into sentences, spoken one by one and joined with short\n"
+            "pauses.\n"
+            "\n"
+            "  -o, --output OUT          output file (.wav, .flac) or '-' (raw s16le)\n"
+            "  --format F                wav (16-bit), wav-float (32-bit float) or flac;\n"
+            "                            default from OUT's extension\n"
+            "  --text-file FILE          read the text from FILE ('-': stdin)\n"
+            "  --model DIR|GGUF          Hugging Face model directory or converted .gguf\n"
+            "                            (default $CHATTERBOX_MODEL)\n"
+            "  --voice V                 a .voice file, a directory of conditioning .npy\n"
+            "                            files, or a reference recording (> 5 s);\n"
+            "                            default: the model's built-in voice\n"
+            "  --seed N                  seed of every random stream (default 0)\n"
+            "  --temperature T           default 0.8\n"
+            "  --top-k K                 default 1000 (1 = greedy)\n"
+            "  --top-p P                 default 0.95\n"
+            "  --repetition-penalty R    default 1.2\n"
+            "  --max-tokens N            speech tokens per segment, stop included\n"
+            "                            (default 1001, about 40 s)\n"
+            "  --cfm-steps N             flow-matching steps (default: the model's, 2)\n"
+            "  --no-split                speak the whole text as one segment (as upstream)\n"
+            "  --pause-ms N              silence between segments (default 100)\n"
+            "  --threads N               CPU threads (default: all)\n"
+            "  -q, --quiet               nothing on stderr but errors\n"
+            "  -v, --verbose             per-stage times, tokens/s and real-time factor\n");
+}
+
+__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, PROG ": ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (see 'chatterbox say --help')\n");
+    va_end(ap);
+    return 2;
+}
+
+static volatile sig_atomic_t interrupted;
+static void on_signal(int sig) { interrupted = sig; }
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* strtod with full-string and range check */
+static int parse_num(const char *opt, const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+        usage_error("%s needs a number in [%g, %g], got '%s'", opt, lo, hi, s);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+static int parse_int(const char *opt, const char *s, long lo, long hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        usage_error("%s needs an integer in [%ld, %ld], got '%s'", opt, lo, hi, s);
+        return 0;
+    }
+    *out = (int)v;
+    return 1;
+}
+
+/* Whole stream into a NUL-terminated buffer (owned by the caller). */
+static char *read_all(FILE *f, const char *name, char *err)
+{
+    size_t n = 0, cap = 4096;
+    char *buf = malloc(cap);
+    if (!buf) { err_setf(err, CBX_ERR_NOMEM, "out of memory"); return NULL; }
+    for (;;) {
+        if (n + 1 == cap) {
+            if (cap >= MAX_TEXT_BYTES) {
+                err_setf(err, CBX_ERR_INVALID_ARG, "%s: more than %u MiB of text", name, MAX_TEXT_BYTES >> 20);
+                free(buf);
+                return NULL;
+            }
+            char *b = realloc(buf, cap * 2);
+            if (!b) { free(buf); err_setf(err, CBX_ERR_NOMEM, "out of memory"); return NULL; }
+            buf = b;
+            cap *= 2;
+        }
+        size_t k = fread(buf + n, 1, cap - 1 - n, f);
+        n += k;
+        if (k == 0) break;
+    }
+    if (ferror(f)) {
+        err_setf(err, CBX_ERR_IO, "%s: cannot read: %s", name, strerror(errno));
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    if (strlen(buf) != n) {
+        err_setf(err, CBX_ERR_INVALID_ARG, "%s: the text contains a NUL byte (not a text file?)", name);
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+/* The output path can be written: not a directory, its directory exists
+ * and is writable (io_audio_write makes a temporary file there). */
+static cbx_status check_output(const char *path, char *err)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return err_setf(err, CBX_ERR_IO, "%s: is a directory", path);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return err_setf(err, CBX_ERR_IO, "%s: cannot write: directory %s does not exist", path, dir);
+    if (access(dir, W_OK) != 0)
+        return err_setf(err, CBX_ERR_IO, "%s: cannot write: directory %s is not writable", path, dir);
+    return CBX_OK;
+}
+
+struct say {
+    int quiet, verbose, tty;
+    FILE *raw;            /* stdout for '-o -', else NULL */
+    int broken_pipe;
+    double t0, t_seg;
+    int last_len;
+    int printed; /* segments reported (verbose, no tty) */
+    int16_t *s16;
+    size_t s16_cap;
+};
+
+static int on_progress(void *user, const struct engine_progress *p)
+{
+    struct say *s = user;
+    if (interrupted) return 1;
+    if (s->quiet) return 0;
+    if (s->tty) {
+        if (p->stage == ENGINE_STAGE_T3 && p->tokens % 8 != 1 && p->tokens != 0) return 0;
+        char bar[21];
+        int filled = (int)(20.0 * (p->segment + (p->stage == ENGINE_STAGE_DONE ? 1 : 0)) / p->n_segments);
+        for (int i = 0; i < 20; i++) bar[i] = i < filled ? '#' : '.';
+        bar[20] = 0;
+        double el = now() - s->t0;
+        int len;
+        if (p->stage == ENGINE_STAGE_DONE) {
+            len = fprintf(stderr, "\rsay: [%s] %d/%d segments, %lld speech tokens, %.1f s", bar,
+                          p->n_segments, p->n_segments, (long long)p->total_tokens, el);
+        } else {
+            len = fprintf(stderr, "\rsay: [%s] segment %d/%d %s %d tokens%s, %.1f s", bar, p->segment + 1,
+                          p->n_segments, p->stage == ENGINE_STAGE_T3 ? "t3" : "s3gen",
+                          p->stage == ENGINE_STAGE_T3 ? p->tokens : (int)(p->total_tokens),
+                          p->attempt ? " (retry)" : "", el);
+        }
+        if (len < s->last_len) fprintf(stderr, "%*s", s->last_len - len, "");
+        s->last_len = len;
+        if (p->stage == ENGINE_STAGE_DONE) fputc('\n', stderr);
+    } else if (s->verbose && p->stage == ENGINE_STAGE_S3GEN && p->segment >= s->printed) {
+        s->printed = p->segment + 1;
+        fprintf(stderr, "say: segment %d/%d: t3 done, %lld speech tokens so far%s\n", p->segment + 1,
+                p->n_segments, (long long)p->total_tokens, p->attempt ? " (after retries)" : "");
+    }
+    return 0;
+}
+
+/* '-o -': each chunk as s16le, flushed at once. */
+static int on_chunk(void *user, const float *pcm, int64_t n, int sample_rate)
+{
+    (void)sample_rate;
+    struct say *s = user;
+    if (interrupted) return 1;
+    if (!s->raw) return 0;
+    if ((size_t)n > s->s16_cap) {
+        int16_t *b = realloc(s->s16, sizeof(int16_t) * (size_t)n);
+        if (!b) return 1;
+        s->s16 = b;
+        s->s16_cap = (size_t)n;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        /* as libsndfile's clipped float -> short: lrintf(x * 32767) */
+        float x = pcm[i] > 1.0f ? 1.0f : pcm[i] < -1.0f ? -1.0f : pcm[i];
+        int16_t v = (int16_t)lrintf(x * 32767.0f);
+        uint8_t *b = (uint8_t *)&s->s16[i];
+        b[0] = (uint8_t)(v & 0xff); /* little-endian whatever the host */
+        b[1] = (uint8_t)((uint16_t)v >> 8);
+    }
+    if (fwrite(s->s16, sizeof(int16_t), (size_t)n, s->raw) != (size_t)n || fflush(s->raw) != 0) {
+        s->broken_pipe = errno == EPIPE ? 1 : 2;
+        return 1;
+    }
+    return 0;
+}
+
+int cmd_say(int argc, char **argv)
+{
+    const char *model_path = getenv("CHATTERBOX_MODEL"), *text_arg = NULL, *text_file = NULL,
+               *voice_path = NULL, *out_path = NULL, *format = NULL;
+    struct engine_params ep = engine_default_params();
+    int threads = 0, quiet = 0, verbose = 0;
+    double v;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) { usage(stdout); return 0; }
+        if (!strcmp(o, "--quiet") || !strcmp(o, "-q")) { quiet = 1; continue; }
+        if (!strcmp(o, "--verbose") || !strcmp(o, "-v")) { verbose = 1; continue; }
+        if (!strcmp(o, "--no-split")) { ep.split = false; continue; }
+        if (!strcmp(o, "-")) { text_file = "-"; continue; } /* stdin, as --text-file - */
+        if (o[0] != '-') {
+            if (text_arg) return usage_error("more than one TEXT argument (quote the text)");
+            text_arg = o;
+            continue;
+        }
+        if (!strcmp(o, "--")) {
+            if (i + 1 < argc) {
+                if (text_arg || i + 2 < argc) return usage_error("more than one TEXT argument (quote the text)");
+                text_arg = argv[++i];
+            }
+            continue;
+        }
+        static const char *const with_value[] = {
+            "-o", "--output", "--format", "--text-file", "--model", "--voice", "--seed", "--temperature",
+            "--top-k", "--top-p", "--repetition-penalty", "--max-tokens", "--cfm-steps", "--threads",
+            "--pause-ms", "-t"};
+        int known = 0;
+        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(o, with_value[k]);
+        if (!known) return usage_error("unknown option '%s'", o);
+        if (i + 1 >= argc) return usage_error("%s needs a value", o);
+        const char *val = argv[++i];
+        if (!strcmp(o, "-o") || !strcmp(o, "--output")) out_path = val;
+        else if (!strcmp(o, "--format")) format = val;
+        else if (!strcmp(o, "--text-file")) text_file = val;
+        else if (!strcmp(o, "--model")) model_path = val;
+        else if (!strcmp(o, "--voice")) voice_path = val;
+        else if (!strcmp(o, "--seed")) {
+            char *end;
+            errno = 0;
+            unsigned long long s = strtoull(val, &end, 10);
+            if (errno || end == val || *end || val[0] == '-')
+                return usage_error("--seed needs a non-negative integer, got '%s'", val);
+            ep.seed = s;
+        } else if (!strcmp(o, "--temperature")) { if (!parse_num(o, val, 1e-6, 100, &ep.s.temperature)) return 2; }
+        else if (!strcmp(o, "--top-k")) { if (!parse_int(o, val, 0, 1000000, &ep.s.top_k)) return 2; }
+        else if (!strcmp(o, "--top-p")) { if (!parse_num(o, val, 0, 1, &ep.s.top_p)) return 2; }
+        else if (!strcmp(o, "--repetition-penalty")) { if (!parse_num(o, val, 1e-6, 100, &ep.s.repetition_penalty)) return 2; }
+        else if (!strcmp(o, "--max-tokens")) { if (!parse_int(o, val, 1, 100000, &ep.max_tokens)) return 2; }
+        else if (!strcmp(o, "--cfm-steps")) { if (!parse_int(o, val, 1, 1000, &ep.cfm_steps)) return 2; }
+        else if (!strcmp(o, "--pause-ms")) { if (!parse_int(o, val, 0, 60000, &ep.pause_ms)) return 2; }
+        else if (!strcmp(o, "--threads") || !strcmp(o, "-t")) { if (!parse_num(o, val, 1, 1024, &v)) return 2; threads = (int)v; }
+    }
+    (void)v;
+    if (!out_path) return usage_error("-o OUT is required (a .wav/.flac file, or '-' for raw PCM on stdout)");
+    if (text_arg && text_file) return usage_error("give the text either as an argument or with --text-file, not both");
+    const int raw = !strcmp(out_path, "-");
+    enum audio_format fmt = AUDIO_WAV_PCM16;
+    char err[ERR_MAX] = "";
+    if (format) {
+        if (!strcmp(format, "wav")) fmt = AUDIO_WAV_PCM16;
+        else if (!strcmp(format, "wav-float")) fmt = AUDIO_WAV_FLOAT;
+        else if (!strcmp(format, "flac")) fmt = AUDIO_FLAC;
+        else return usage_error("unknown --format '%s' (wav, wav-float, flac)", format);
+        if (raw) return usage_error("--format does not apply to '-o -' (raw s16le PCM)");
+    } else if (!raw && io_audio_format_from_path(out_path, &fmt, err) != CBX_OK) {
+        return usage_error("cannot tell the format of '%s' from its extension; use .wav or .flac, or --format",
+                           out_path);
+    }
+    if (!model_path || !*model_path)
+        return usage_error("no model: give --model DIR|GGUF (a Chatterbox Turbo Hugging Face snapshot "
+                           "directory or a converted .gguf) or set CHATTERBOX_MODEL");
+
+    int status = 1;
+    char *text = NULL;
+    struct engine_model *m = NULL;
+    struct backend *be = NULL;
+    struct conds voice = {0};
+    float *pcm = NULL;
+    int64_t n_pcm = 0;
+    struct say s = {quiet, verbose && !quiet, isatty(2), raw ? stdout : NULL, 0, now(), 0, 0, 0, NULL, 0};
+    cbx_status rc = CBX_OK;
+
+    /* text: argument, file, or standard input */
+    if (text_arg) {
+        text = strdup(text_arg);
+        if (!text) { rc = err_setf(err, CBX_ERR_NOMEM, "out of memory"); goto fail; }
+    } else if (text_file && strcmp(text_file, "-")) {
+        FILE *f = fopen(text_file, "rb");
+        if (!f) { rc = err_setf(err, CBX_ERR_IO, "%s: cannot open: %s", text_file, strerror(errno)); goto fail; }
+        text = read_all(f, text_file, err);
+        fclose(f);
+        if (!text) { rc = CBX_ERR_IO; goto fail; }
+    } else {
+        if (!text_file && isatty(0))
+            return usage_error("no text: give TEXT, --text-file FILE, or pipe text on standard input");
+        if (!(text = read_all(stdin, "stdin", err))) { rc = CBX_ERR_IO; goto fail; }
+    }
+    if (!text[strspn(text, " \t\r\n\f\v")]) {
+        free(text);
+        return usage_error("the text is empty");
+    }
+    if (!engine_has_word(text)) {
+        free(text);
+        return usage_error("the text has nothing to speak (no letters or digits)");
+    }
+    if (!raw && (rc = check_output(out_path, err)) != CBX_OK) goto fail;
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    /* a closed stdout shows up as EPIPE from fwrite, reported in one line */
+    signal(SIGPIPE, SIG_IGN);
+
+    if ((rc = engine_model_load(model_path, NULL, &m, err)) != CBX_OK) goto fail;
+    if (interrupted) goto fail;
+    if (s.verbose)
+        fprintf(stderr, "say: model %s (%s) loaded in %.2f s\n", model_path,
+                model_variant_info(engine_model_variant(m))->name, engine_model_load_seconds(m));
+    if (!(be = backend_cpu_create(threads))) {
+        rc = err_setf(err, CBX_ERR_NOMEM, "cannot start %d threads", threads);
+        goto fail;
+    }
+    if (voice_path) {
+        double t0 = now();
+        if ((rc = engine_voice_load(m, be, voice_path, &voice, err)) != CBX_OK) goto fail;
+        if (s.verbose) fprintf(stderr, "say: voice %s loaded in %.2f s\n", voice_path, now() - t0);
+    }
+    if (interrupted) goto fail;
+    struct engine_stats st;
+    s.t0 = now();
+    rc = engine_synthesize(m, be, voice_path ? &voice : NULL, text, &ep, on_chunk, on_progress, &s,
+                           raw ? NULL : &pcm, &n_pcm, &st, err);
+    if (s.tty && !quiet && s.last_len && rc != CBX_OK) fputc('\n', stderr);
+    if (rc != CBX_OK) goto fail;
+    if (!raw && (rc = io_audio_write(out_path, pcm, n_pcm, ENGINE_SAMPLE_RATE, fmt, err)) != CBX_OK)
+        goto fail;
+    if (s.verbose) {
+        const double gen = st.t_t3 + st.t_s3gen;
+        fprintf(stderr,
+                "say: %d segment%s, %lld text tokens, %lld speech tokens (%d retr%s)\n"
+                "say: text %.3f s | t3 %.2f s (%.1f tokens/s) | s3gen %.2f s | total %.2f s\n"
+                "say: %.2f s of audio, real-time factor %.3f (generation / audio)\n",
+                st.n_segments, st.n_segments == 1 ? "" : "s", (long long)st.n_text_tokens,
+                (long long)st.n_speech_tokens, st.n_retries, st.n_retries == 1 ? "y" : "ies", st.t_text,
+                st.t_t3, st.t_t3 > 0 ? (double)st.n_t3_steps / st.t_t3 : 0.0, st.t_s3gen, st.t_total,
+                st.audio_seconds, st.audio_seconds > 0 ? gen / st.audio_seconds : 0.0);
+    }
+    if (!raw && !quiet) fprintf(stderr, "say: wrote %s (%.2f s)\n", out_path, (double)n_pcm / ENGINE_SAMPLE_RATE);
+    status = 0;
+fail:
+    if (status != 0) {
+        if (interrupted) {
+            fprintf(stderr, PROG ": interrupted%s\n", raw ? "" : "; no output written");
+            status = 130;
+        } else if (s.broken_pipe) {
+            fprintf(stderr, PROG ": %s\n", s.broken_pipe == 1 ? "standard output was closed (broken pipe)"
+                                                              : "cannot write to standard output");
+        } else {
+            fprintf(stderr, PROG ": %s\n", err[0] ? err : cbx_status_str(rc));
+        }
+    }
+    free(s.s16);
+    free(pcm);
+    conds_free(&voice);
+    backend_cpu_free(be);
+    engine_model_free(m);
+    free(text);
+    return status;
+}
