@@ -168,6 +168,19 @@ int main(void)
     printf("hift_inference: %.3f s wall (%.3f s cpu, all threads) for %.3f s of audio, "
            "real-time factor %.3f\n", dt, dc, audio_s, dt / audio_s);
 
+    /* the same per stage (cpu seconds) */
+    {
+        arena_reset(a);
+        double c1 = cpu_seconds();
+        struct tensor *ff = hift_f0(a, h, &mel_t);
+        double c2 = cpu_seconds();
+        struct tensor *ss = hift_source(a, h, ff, 42);
+        double c3 = cpu_seconds();
+        CHECK(hift_decode(a, h, &mel_t, ss) != NULL, "timed decode: %s", arena_errmsg(a));
+        double c4 = cpu_seconds();
+        printf("hift stages (cpu s): f0 %.3f, source %.3f, decode %.3f\n", c2 - c1, c3 - c2, c4 - c3);
+    }
+
     /* legacy weight_g / weight_v names load to the same weights */
     {
         arena_reset(a);
