@@ -18,7 +18,7 @@
 #include "chatterbox.h"
 #include "cli.h"
 #include "core/backend.h"
-#include "io/model_dir.h"
+#include "io/model_file.h"
 #include "voice/conds.h"
 #include "voice/voice.h"
 
@@ -39,7 +39,8 @@ static void usage(FILE *f)
             "  -o, --output FILE      voice file to write (e.g. me.voice)\n"
             "  --npy DIR              also write the tensors as .npy files named as\n"
             "                         upstream's conds keys (speaker_emb, ...)\n"
-            "  --model DIR            model directory (default $CHATTERBOX_MODEL)\n"
+            "  --model PATH           model directory or converted .gguf\n"
+            "                         (default $CHATTERBOX_MODEL)\n"
             "  --ref16 FILE           a 16 kHz rendition of REF to use instead of\n"
             "                         resampling (as the test fixtures do)\n"
             "  --no-loudness-norm     Turbo/Nano: keep the level (default: -27 LUFS)\n"
@@ -112,7 +113,7 @@ static int cmd_create(int argc, char **argv)
 
     char err[ERR_MAX] = "";
     int status = 1;
-    struct model_dir *md = NULL;
+    struct model *md = NULL;
     struct voice_models *vm = NULL;
     struct backend *be = NULL;
     struct conds c = {0};
@@ -126,8 +127,8 @@ static int cmd_create(int argc, char **argv)
                       a16.sample_rate, VOICE_S3_SR);
         goto done;
     }
-    if ((rc = model_dir_open(model, &md, err)) != CBX_OK) goto done;
-    if ((rc = voice_models_load(md, &vm, err)) != CBX_OK) goto done;
+    if ((rc = model_open(model, &md, err)) != CBX_OK) goto done;
+    if ((rc = voice_models_load_model(md, &vm, err)) != CBX_OK) goto done;
     if (!(be = backend_cpu_create((int)threads))) {
         rc = err_setf(err, CBX_ERR_NOMEM, "cannot start %d threads", (int)threads);
         goto done;
@@ -176,7 +177,7 @@ done:
     conds_free(&c);
     backend_cpu_free(be);
     voice_models_free(vm);
-    model_dir_close(md);
+    model_close(md);
     io_audio_free(&a16);
     io_audio_free(&a);
     return status;

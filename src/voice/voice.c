@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "core/backend.h"
+#include "io/model_file.h"
 #include "io/weights.h"
 #include "voice/campplus.h"
 #include "voice/mel.h"
@@ -299,14 +300,15 @@ struct voice_models {
     struct s3tokenizer *tokenizer;
 };
 
-cbx_status voice_models_load(const struct model_dir *md, struct voice_models **out, char *err)
+static cbx_status load_models(enum model_variant variant, struct weights w_ve, struct weights w_s3gen,
+                              struct voice_models **out, char *err)
 {
     *out = NULL;
     struct voice_models *vm = calloc(1, sizeof *vm);
     if (!vm) return err_setf(err, CBX_ERR_NOMEM, "voice: out of memory");
-    vm->variant = model_dir_variant(md);
-    vm->w_ve = weights_from_model_dir(md, MODEL_VE);
-    vm->w_s3gen = weights_from_model_dir(md, MODEL_S3GEN);
+    vm->variant = variant;
+    vm->w_ve = w_ve;
+    vm->w_s3gen = w_s3gen;
     cbx_status rc;
     if ((rc = ve_load(&vm->ve, &vm->w_ve, err)) != CBX_OK ||
         (rc = campplus_load(&vm->campplus, &vm->w_s3gen, err)) != CBX_OK ||
@@ -316,6 +318,17 @@ cbx_status voice_models_load(const struct model_dir *md, struct voice_models **o
     }
     *out = vm;
     return CBX_OK;
+}
+
+cbx_status voice_models_load(const struct model_dir *md, struct voice_models **out, char *err)
+{
+    return load_models(model_dir_variant(md), weights_from_model_dir(md, MODEL_VE),
+                       weights_from_model_dir(md, MODEL_S3GEN), out, err);
+}
+
+cbx_status voice_models_load_model(const struct model *m, struct voice_models **out, char *err)
+{
+    return load_models(model_get_variant(m), model_weights(m, MODEL_VE), model_weights(m, MODEL_S3GEN), out, err);
 }
 
 void voice_models_free(struct voice_models *vm)
@@ -530,8 +543,9 @@ cbx_status voice_prepare_file(const struct voice_models *vm, const struct backen
 
 /* ---- --voice anything --------------------------------------------------------- */
 
-cbx_status conds_load_any(const char *path, const struct model_dir *md, const struct backend *be,
-                          const struct voice_params *p, struct conds *out, char *err)
+/* Either md or m names the model (audio only). */
+static cbx_status load_any(const char *path, const struct model_dir *md, const struct model *m,
+                           const struct backend *be, const struct voice_params *p, struct conds *out, char *err)
 {
     memset(out, 0, sizeof *out);
     struct stat st;
@@ -539,10 +553,10 @@ cbx_status conds_load_any(const char *path, const struct model_dir *md, const st
         return err_setf(err, CBX_ERR_NOT_FOUND, "%s: no such voice file, directory or audio file", path);
     if (S_ISDIR(st.st_mode)) return conds_from_npy_dir(path, out, err);
     if (conds_is_gguf(path)) return conds_read_voice(path, out, NULL, err);
-    if (!md) return err_setf(err, CBX_ERR_INVALID_ARG, "%s: conditioning audio needs a model", path);
+    if (!md && !m) return err_setf(err, CBX_ERR_INVALID_ARG, "%s: conditioning audio needs a model", path);
     struct voice_models *vm = NULL;
     struct backend *own = NULL;
-    cbx_status rc = voice_models_load(md, &vm, err);
+    cbx_status rc = md ? voice_models_load(md, &vm, err) : voice_models_load_model(m, &vm, err);
     if (rc != CBX_OK) return rc;
     if (!be && !(be = own = backend_cpu_create(0))) {
         voice_models_free(vm);
@@ -552,4 +566,16 @@ cbx_status conds_load_any(const char *path, const struct model_dir *md, const st
     backend_cpu_free(own);
     voice_models_free(vm);
     return rc;
+}
+
+cbx_status conds_load_any(const char *path, const struct model_dir *md, const struct backend *be,
+                          const struct voice_params *p, struct conds *out, char *err)
+{
+    return load_any(path, md, NULL, be, p, out, err);
+}
+
+cbx_status conds_load_any_model(const char *path, const struct model *m, const struct backend *be,
+                                const struct voice_params *p, struct conds *out, char *err)
+{
+    return load_any(path, NULL, m, be, p, out, err);
 }

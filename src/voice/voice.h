@@ -39,6 +39,7 @@
 #include "voice/conds.h"
 
 struct backend;
+struct model;
 
 #define VOICE_S3GEN_SR 24000
 #define VOICE_S3_SR 16000
@@ -104,6 +105,9 @@ struct voice_models; /* VoiceEncoder + CAMPPlus + S3Tokenizer of one model */
  * tokenizer.*). They borrow md's weights: md must outlive *out. *out owned
  * by the caller, free with voice_models_free(). */
 cbx_status voice_models_load(const struct model_dir *md, struct voice_models **out, char *err);
+/* The same from any weight source: a model directory or a converted GGUF
+ * (io/model_file.h), which holds the VE and S3Gen tensors too. */
+cbx_status voice_models_load_model(const struct model *m, struct voice_models **out, char *err);
 void voice_models_free(struct voice_models *vm); /* no-op on NULL */
 enum model_variant voice_models_variant(const struct voice_models *vm);
 
@@ -130,5 +134,8 @@ cbx_status voice_prepare_file(const struct voice_models *vm, const struct backen
  * conds_free(). Thread safety: any thread, concurrently. */
 cbx_status conds_load_any(const char *path, const struct model_dir *md, const struct backend *be,
                           const struct voice_params *p, struct conds *out, char *err);
+/* The same with a model opened by model_open (directory or GGUF). */
+cbx_status conds_load_any_model(const char *path, const struct model *m, const struct backend *be,
+                                const struct voice_params *p, struct conds *out, char *err);
 
 #endif

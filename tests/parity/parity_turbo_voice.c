@@ -11,7 +11,8 @@
  * embedding (campplus_embedding); the .npy files hold the same values as
  * the voice file. Then the default path (soxr resampling, torchaudio
  * resampling inside embed_ref, loudness normalisation) runs and records
- * pyloudnorm's loudness in the file, and bad inputs (missing file, a text
+ * pyloudnorm's loudness in the file, a 44.1 kHz FLAC reference is
+ * accepted, and bad inputs (missing file, a text
  * file, a 3 s clip) fail with exit 1, one line on stderr and no output. */
 #include <math.h>
 #include <stdio.h>
@@ -24,6 +25,7 @@
 #include "io/npy.h"
 #include "testutil.h"
 #include "voice/conds.h"
+#include "voice/voice.h"
 
 #define MODEL CBX_BINARY_DIR "/models/turbo"
 
@@ -207,7 +209,30 @@ int main(void)
         conds_free(&c);
     }
 
-    /* 3. bad inputs */
+    /* 3. another rate and format: the reference as 44.1 kHz FLAC goes
+     * through soxr to 24 kHz first (librosa.load(sr=24000)) */
+    {
+        struct audio a0 = {0};
+        float *y = NULL;
+        int64_t ny = 0;
+        st = io_audio_read(ref24, &a0, err);
+        if (st == CBX_OK) st = voice_resample(a0.pcm, a0.n, 24000, 44100, &y, &ny, err);
+        if (st == CBX_OK) st = io_audio_write(tpath("ref44.flac"), y, ny, 44100, AUDIO_FLAC, err);
+        CHECK(st == CBX_OK, "write ref44.flac: %s", st ? err : "ok");
+        free(y);
+        io_audio_free(&a0);
+        snprintf(args, sizeof args, "create '%s' --model '%s' -o '%s' --quiet", tpath("ref44.flac"), MODEL,
+                 tpath("flac.voice"));
+        rc = run(args);
+        st = rc == 0 ? conds_read_voice(tpath("flac.voice"), &c, &m, err) : CBX_ERR_IO;
+        CHECK(st == CBX_OK && m.sample_rate == 44100 && c.n_prompt_feat == 500 && c.n_prompt_token == 250 &&
+                  !strcmp(m.source, "ref44.flac"),
+              "44.1 kHz FLAC reference: exit %d, %u Hz, %lld frames, %lld tokens %s", rc, m.sample_rate,
+              (long long)c.n_prompt_feat, (long long)c.n_prompt_token, err_text);
+        if (st == CBX_OK) conds_free(&c);
+    }
+
+    /* 4. bad inputs */
     check_bad("missing file", tpath("no_such.wav"), "no_such.wav");
     FILE *f = fopen(tpath("notes.wav"), "wb");
     if (f) fputs("these are not audio samples\n", f), fclose(f);
