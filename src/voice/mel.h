@@ -16,7 +16,7 @@ struct backend;
 
 /* librosa.filters.mel(sr=sr, n_fft=n_fft, n_mels=n_mels, fmin=fmin,
  * fmax=fmax (<= 0: sr/2), htk=htk, norm="slaney") as float32:
- * out[n_mels, n_fft/2+1], written by the caller's buffer. Computed in
+ * out[n_mels, n_fft/2+1], a caller buffer. Computed in
  * double and rounded where librosa rounds (each triangle to float32, then
  * the Slaney scaling in double, rounded again). */
 void mel_filters_librosa(int sr, int n_fft, int n_mels, double fmin, double fmax,

@@ -268,10 +268,10 @@ cbx_status s3tok_log_mel(const struct s3tokenizer *t, const struct backend *be,
 {
     *mel = NULL;
     *frames = 0;
-    if (n < HOP)
+    if (n <= N_FFT / 2) /* torch.stft's reflect padding needs more than 200 samples */
         return err_setf(err, CBX_ERR_INVALID_ARG,
-                        "s3tokenizer: %lld samples at 16 kHz, need at least %d (one mel frame)",
-                        (long long)n, HOP);
+                        "s3tokenizer: %lld samples at 16 kHz, need more than %d",
+                        (long long)n, N_FFT / 2);
     struct arena *a = arena_create(be, 0);
     if (!a) return err_setf(err, CBX_ERR_NOMEM, "s3tokenizer: out of memory");
     cbx_status rc = CBX_OK;
@@ -399,10 +399,10 @@ cbx_status s3tok_tokenize(const struct s3tokenizer *t, const struct backend *be,
     if (max_len < 0)
         return err_setf(err, CBX_ERR_INVALID_ARG, "s3tokenizer: max_len %lld < 0",
                         (long long)max_len);
-    if (n < HOP)
+    if (n <= N_FFT / 2) /* torch.stft's reflect padding needs more than 200 samples */
         return err_setf(err, CBX_ERR_INVALID_ARG,
-                        "s3tokenizer: %lld samples at 16 kHz, need at least %d (one mel frame)",
-                        (long long)n, HOP);
+                        "s3tokenizer: %lld samples at 16 kHz, need more than %d",
+                        (long long)n, N_FFT / 2);
     struct arena *a = arena_create(be, 0);
     if (!a) return err_setf(err, CBX_ERR_NOMEM, "s3tokenizer: out of memory");
     cbx_status rc;

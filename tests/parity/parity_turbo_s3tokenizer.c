@@ -177,6 +177,46 @@ int main(void)
               s3tok_reconcile_prompt(250, 499) == 249 && s3tok_reconcile_prompt(10, 500) == 10,
           "reconcile: keep mel_frames // 2 tokens");
 
+    /* > 3000 frames (30 s): 3000-frame windows every 2600 frames, merged by
+     * dropping 50 tokens at each inner edge. 32 s (3200 frames): windows
+     * [0, 3000) -> 750 tokens, keep [0, 700); [2600, 3200) -> 150, keep
+     * [50, 150): 800 tokens, each window as quantize() of its own frames. */
+    {
+        int64_t nl = 512000;
+        float *longw = malloc((size_t)nl * sizeof *longw);
+        for (int64_t i = 0; i < nl; i++) longw[i] = wav.pcm[i % n10];
+        rc = s3tok_tokenize(tok, cpu, longw, nl, 0, &t, &nt, err);
+        rc2 = rc == CBX_OK ? s3tok_log_mel(tok, cpu, longw, nl, &mel, &F, err) : rc;
+        CHECK(rc == CBX_OK && rc2 == CBX_OK && F == 3200 && nt == 800,
+              "32 s input: %lld frames -> %lld tokens (want 3200 -> 800): %s", (long long)F,
+              (long long)nt, rc == CBX_OK && rc2 == CBX_OK ? "ok" : err);
+        if (rc == CBX_OK && rc2 == CBX_OK && F == 3200 && nt == 800) {
+            float *win = malloc(128 * 3000 * sizeof *win);
+            int32_t *w0 = NULL, *w1 = NULL;
+            int64_t n0 = 0, n1 = 0;
+            for (int m = 0; m < 128; m++) memcpy(win + m * 3000, mel + m * F, 3000 * sizeof *win);
+            cbx_status r0 = s3tok_quantize(tok, cpu, win, 3000, &w0, &n0, err);
+            for (int m = 0; m < 128; m++) memcpy(win + m * 600, mel + m * F + 2600, 600 * sizeof *win);
+            cbx_status r1 = s3tok_quantize(tok, cpu, win, 600, &w1, &n1, err);
+            CHECK(r0 == CBX_OK && r1 == CBX_OK && n0 == 750 && n1 == 150 &&
+                      !memcmp(t, w0, 700 * sizeof *t) && !memcmp(t + 700, w1 + 50, 100 * sizeof *t),
+                  "32 s input = window [0, 3000) tokens [0, 700) + window [2600, 3200) tokens [50, 150)");
+            free(w1);
+            free(w0);
+            free(win);
+        }
+        free(mel);
+        free(t);
+        free(longw);
+    }
+
+    /* shortest input: torch.stft's reflect padding needs n > 200 */
+    rc = s3tok_tokenize(tok, cpu, wav.pcm, 201, 0, &t, &nt, err);
+    CHECK(rc == CBX_OK && nt == 1, "201 samples -> 1 frame -> 1 token (%lld)", (long long)nt);
+    free(t);
+    rc = s3tok_tokenize(tok, cpu, wav.pcm, 200, 0, &t, &nt, err);
+    CHECK(rc == CBX_ERR_INVALID_ARG && !t, "200 samples refused: %s", err);
+
     /* bad input */
     rc = s3tok_tokenize(tok, cpu, wav.pcm, 100, 0, &t, &nt, err);
     CHECK(rc == CBX_ERR_INVALID_ARG && !t, "100 samples refused: %s", err);
