@@ -21,7 +21,7 @@ bool bench_parse(int argc, char **argv, struct bench_opts *o, int default_reps)
     o->reps = default_reps;
     o->filter = NULL;
     o->mem_mib = 256;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* options come as pairs */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { usage(argv[0]); return false; }
         if (!v) { fprintf(stderr, "%s: %s needs a value\n", argv[0], a); usage(argv[0]); return false; }
@@ -37,7 +37,6 @@ bool bench_parse(int argc, char **argv, struct bench_opts *o, int default_reps)
             usage(argv[0]);
             return false;
         }
-        i++;
     }
     return true;
 }
