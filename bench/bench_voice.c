@@ -3,7 +3,9 @@
  * own duration (ratio = real-time factor; the target is <= 0.1, 1 s for
  * 10 s of audio).
  *
- *   voice_total        the whole prepare_conditionals
+ *   voice_total        the whole prepare_conditionals (wall)
+ *   voice_total_cpu    its CPU time summed over threads (robust on a
+ *                      shared machine: wall >= cpu / threads)
  *   voice_resample     soxr and torchaudio resampling
  *   voice_loudness     pyloudnorm meter (default path only)
  *   voice_prompt_mel   S3Gen 24 kHz prompt mel
@@ -19,12 +21,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common.h"
 #include "core/backend.h"
 #include "io/audio.h"
 #include "io/model_dir.h"
 #include "voice/voice.h"
+
+static double cpu_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 /* take "--name VALUE" out of argv */
 static const char *take_opt(int *argc, char **argv, const char *name, const char *def)
@@ -65,8 +75,8 @@ int main(int argc, char **argv)
         return 1;
     }
     double clip = (double)a.n / a.sample_rate;
-    enum { N_STAGE = 8 };
-    static const char *names[N_STAGE] = {"voice_total", "voice_resample", "voice_loudness", "voice_prompt_mel",
+    enum { N_STAGE = 9 };
+    static const char *names[N_STAGE] = {"voice_total", "voice_total_cpu", "voice_resample", "voice_loudness", "voice_prompt_mel",
                                          "voice_campplus", "voice_prompt_tokens", "voice_t3_tokens", "voice_ve"};
     int reps = opt.reps > 0 ? opt.reps : 1;
     double *t[N_STAGE];
@@ -75,16 +85,16 @@ int main(int argc, char **argv)
     for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
         struct conds c;
         struct voice_report rep;
-        double t0 = bench_now();
+        double t0 = bench_now(), c0 = cpu_now();
         rc = voice_prepare(vm, be, &a, ref16 ? &a16 : NULL, &p, &c, &rep, err);
-        double total = bench_now() - t0;
+        double total = bench_now() - t0, cpu = cpu_now() - c0;
         conds_free(&c);
         if (rc != CBX_OK) {
             fprintf(stderr, "bench_voice: %s\n", err);
             return 1;
         }
         if (r < 0) continue;
-        double v[N_STAGE] = {total, rep.t_resample, rep.t_loudness, rep.t_prompt_mel, rep.t_campplus,
+        double v[N_STAGE] = {total, cpu, rep.t_resample, rep.t_loudness, rep.t_prompt_mel, rep.t_campplus,
                              rep.t_prompt_tokens, rep.t_t3_tokens, rep.t_ve};
         for (int s = 0; s < N_STAGE; s++) t[s][r] = v[s];
     }
