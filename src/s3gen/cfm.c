@@ -554,8 +554,10 @@ struct tensor *s3gen_estimator_forward(struct arena *a, const struct s3gen_cfm *
     h = block1d(s, h, &e->final_block);
     h = conv(s, h, &e->final_proj);                            /* [B, T, 80] */
     out = op_cont(a, op_transpose(a, h, 1, 2));
-    if (!out) next(&p); /* report a scratch failure to a */
 done:
+    for (int i = 0; i < 2; i++) /* a failure in a scratch arena is reported in a */
+        if (p.ar[i] && arena_status(p.ar[i]) != CBX_OK && arena_status(a) == CBX_OK)
+            arena_fail(a, arena_status(p.ar[i]), "s3gen estimator: %s", arena_errmsg(p.ar[i]));
     arena_free(p.ar[0]);
     arena_free(p.ar[1]);
     return arena_status(a) == CBX_OK ? out : NULL;
