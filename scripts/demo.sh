@@ -1,26 +1,38 @@
 #!/usr/bin/env bash
-# demo.sh - the README's main command: set up, build, and synthesize.
+# demo.sh - the README's main command: set up, build, get the model, speak.
 #
-# Status: the foundation (compute core, model file I/O, synthetic
-# checkpoints) is built; text-to-speech (`chatterbox say`) lands with the
-# T3 / S3Gen / end-to-end issues. Until then this script builds everything,
-# writes a synthetic Turbo checkpoint directory (the model layout the runtime
-# reads) and says which files a real model needs.
+#   bash scripts/demo.sh ["text to speak" [out.wav]]
+#
+# On a fresh Debian 12 machine: installs the build dependencies
+# (scripts/setup.sh), builds, downloads Chatterbox Turbo from Hugging Face
+# into ~/.cache/chatterbox (skipped when already complete; resumes an
+# interrupted download; uses $CHATTERBOX_MODEL instead when set, a snapshot
+# directory or a converted .gguf) and speaks the text into a wav file.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+text="${1:-Hello from chatterbox.c.}"
+out="${2:-hello.wav}"
+
 bash scripts/setup.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$(nproc)"
 ./build/chatterbox --version
-if ./build/chatterbox --help | grep -q '^  say '; then
-  exec ./build/chatterbox say "${1:-Hello from chatterbox.c.}" -o "${2:-hello.wav}"
+
+model="${CHATTERBOX_MODEL:-}"
+if [ -z "$model" ]; then
+  # prints the snapshot directory; progress on stderr
+  model="$(./build/chatterbox download turbo)"
 fi
-cat >&2 <<'MSG'
-chatterbox: speech synthesis is not implemented yet (the `say` command lands
-with the Turbo end-to-end issue). A Turbo model directory needs:
-  t3_turbo_v1.safetensors  s3gen_meanflow.safetensors  ve.safetensors  conds.pt
-  vocab.json  merges.txt  added_tokens.json  special_tokens_map.json  tokenizer_config.json
-What works today: `./build/chatterbox synth turbo -o DIR` writes such a
-directory with synthetic weights (about 3 GB), bit-exact to the test spec.
+
+if ./build/chatterbox --help | grep -q '^  say '; then
+  ./build/chatterbox say --model "$model" -o "$out" -- "$text"
+  echo "demo: wrote $out" >&2
+  exit 0
+fi
+cat >&2 <<MSG
+chatterbox: the model is ready in $model, but this build has no \`say\`
+command yet (it lands with the Turbo end-to-end issue). What works today:
+  ./build/chatterbox tokens --model "$model" --text "$text"
+prints the T3 speech tokens for the text.
 MSG
 exit 1

@@ -14,5 +14,6 @@ int cmd_tokens(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_model_info(int argc, char **argv);
 int cmd_voice(int argc, char **argv);
+int cmd_download(int argc, char **argv);
 
 #endif

@@ -12,6 +12,7 @@ static const struct cli_command commands[] = {
     {"convert", "model directory -> one GGUF file (f32, f16, bf16, q8_0, q4_0, ...)", cmd_convert},
     {"info", "describe a model (GGUF file or directory)", cmd_model_info},
     {"voice", "voice profile from a reference recording: create, info", cmd_voice},
+    {"download", "fetch a model from Hugging Face (turbo, nano, english, multilingual)", cmd_download},
 };
 
 static void usage(FILE *f)
