@@ -169,7 +169,10 @@ static int cmd_create(int argc, char **argv)
                  CBX_GIT_COMMIT, CBX_GIT_COMMIT[0] ? ")" : "");
         if ((rc = conds_write_voice(out, &c, &m, err)) != CBX_OK) goto done;
     }
-    if (npy && (rc = conds_write_npy_dir(npy, &c, err)) != CBX_OK) goto done;
+    if (npy && (rc = conds_write_npy_dir(npy, &c, err)) != CBX_OK) {
+        if (out) remove(out); /* all or nothing */
+        goto done;
+    }
     if (!quiet && out) fprintf(stderr, "voice: wrote %s\n", out);
     status = 0;
 done:

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "io/gguf.h"
 #include "io/model_dir.h"
@@ -412,7 +413,8 @@ cbx_status conds_write_npy_dir(const char *dir, const struct conds *c, char *err
 {
     if (!c->speaker_emb || !c->cond_prompt_tokens)
         return err_setf(err, CBX_ERR_INVALID_ARG, "voice: nothing to write to %s (no T3 conditioning)", dir);
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+    bool made = mkdir(dir, 0777) == 0;
+    if (!made && errno != EEXIST)
         return err_setf(err, CBX_ERR_IO, "%s: cannot create directory: %s", dir, strerror(errno));
     float emotion = c->emotion_adv;
     struct { const char *name; enum dtype type; int ndim; int64_t ne[3]; const void *data; } f[6] = {
@@ -424,12 +426,20 @@ cbx_status conds_write_npy_dir(const char *dir, const struct conds *c, char *err
         {"embedding", TYPE_F32, 2, {1, c->n_embedding}, c->embedding},
     };
     char path[4096];
-    for (int i = 0; i < 6; i++) {
+    cbx_status rc = CBX_OK;
+    int i;
+    for (i = 0; i < 6 && rc == CBX_OK; i++) {
         if (!f[i].data) continue;
         if ((size_t)snprintf(path, sizeof path, "%s/%s.npy", dir, f[i].name) >= sizeof path)
-            return err_setf(err, CBX_ERR_INVALID_ARG, "voice: directory name too long: %s", dir);
-        cbx_status rc = io_npy_write(path, f[i].type, f[i].ndim, f[i].ne, f[i].data, err);
-        if (rc != CBX_OK) return rc;
+            rc = err_setf(err, CBX_ERR_INVALID_ARG, "voice: directory name too long: %s", dir);
+        else
+            rc = io_npy_write(path, f[i].type, f[i].ndim, f[i].ne, f[i].data, err);
     }
-    return CBX_OK;
+    if (rc != CBX_OK) { /* leave nothing half-written: the files so far, the directory if new */
+        for (int k = 0; k < i; k++)
+            if (f[k].data && (size_t)snprintf(path, sizeof path, "%s/%s.npy", dir, f[k].name) < sizeof path)
+                remove(path);
+        if (made) rmdir(dir);
+    }
+    return rc;
 }

@@ -109,7 +109,8 @@ bool conds_is_gguf(const char *path);
  * into dir (created if missing): speaker_emb (1,256) f32,
  * cond_prompt_speech_tokens (1,P) i32, emotion_adv (1,1,1) f32, and when
  * present prompt_token (1,Np) i32, prompt_feat (1,Tp,80) f32, embedding
- * (1,192) f32 - what conds_from_npy_dir reads back. */
+ * (1,192) f32 - what conds_from_npy_dir reads back. On failure the files
+ * written so far (and the directory, if this call made it) are removed. */
 cbx_status conds_write_npy_dir(const char *dir, const struct conds *c, char *err);
 
 #endif

@@ -4,7 +4,8 @@
  * refused with a message naming the file and the field: missing file, not
  * GGUF, GGUF that is not a voice, newer format version, missing tensor,
  * wrong shape, wrong type, out-of-range token, NaN, truncated file; an
- * incomplete voice or an unwritable target leaves no file. */
+ * incomplete voice, an unwritable target or an .npy write failing
+ * half-way leaves no file. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -216,6 +217,14 @@ int main(void)
     rc = conds_from_npy_dir(tpath("npy"), &r, err);
     CHECK(rc == CBX_OK && same_conds(&c, &r, true), "npy dir round trip: %s", rc ? err : "identical");
     if (rc == CBX_OK) conds_free(&r);
+
+    /* a write failing half-way (a directory where the second file goes)
+     * removes what it wrote */
+    mkdir(tpath("npy_bad"), 0777);
+    mkdir(tpath("npy_bad/cond_prompt_speech_tokens.npy"), 0777);
+    rc = conds_write_npy_dir(tpath("npy_bad"), &c, err);
+    CHECK(rc != CBX_OK && !exists(tpath("npy_bad/speaker_emb.npy")) && exists(tpath("npy_bad")),
+          "npy dir write failing half-way leaves no file: %s", err);
 
     /* bad files */
     expect_bad("missing file", tpath("nope.voice"), "nope.voice");
