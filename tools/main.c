@@ -7,6 +7,7 @@
 #include "cli.h"
 
 static const struct cli_command commands[] = {
+    {"say", "text -> speech (wav, flac, or raw PCM on stdout)", cmd_say},
     {"tokens", "text -> T3 speech tokens (Turbo, Nano), printed on stdout", cmd_tokens},
     {"synth", "write a synthetic Hugging Face model directory", cmd_synth},
     {"convert", "model directory -> one GGUF file (f32, f16, bf16, q8_0, q4_0, ...)", cmd_convert},

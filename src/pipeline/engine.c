@@ -128,6 +128,7 @@ void engine_model_free(struct engine_model *m)
 
 enum model_variant engine_model_variant(const struct engine_model *m) { return m->variant; }
 double engine_model_load_seconds(const struct engine_model *m) { return m->t_load; }
+const struct gpt2_bpe *engine_model_tokenizer(const struct engine_model *m) { return m->tok; }
 const struct conds *engine_model_voice(const struct engine_model *m)
 {
     return m->has_builtin ? &m->builtin : NULL;
@@ -296,6 +297,16 @@ static bool is_abbreviation(const char *text, const char *dot)
     return false;
 }
 
+static bool unit_has_word(const struct unit *u)
+{
+    char buf[64];
+    size_t n = (size_t)(u->e - u->b);
+    if (n >= sizeof buf) return true; /* long pieces are checked per segment */
+    memcpy(buf, u->b, n);
+    buf[n] = 0;
+    return engine_has_word(buf);
+}
+
 /* Step 1: sentences (and lines). */
 static cbx_status split_sentences(const char *text, struct units *U, char *err)
 {
@@ -328,7 +339,7 @@ static cbx_status split_sentences(const char *text, struct units *U, char *err)
     return rc;
 }
 
-static cbx_status count_tokens(const struct engine_model *m, const char *b, const char *e,
+static cbx_status count_tokens(const struct gpt2_bpe *tok, const char *b, const char *e,
                                int64_t *n, char *err)
 {
     size_t len = (size_t)(e - b);
@@ -337,7 +348,7 @@ static cbx_status count_tokens(const struct engine_model *m, const char *b, cons
     memcpy(s, b, len);
     s[len] = 0;
     int32_t *ids = NULL;
-    cbx_status rc = gpt2_bpe_encode(m->tok, s, &ids, n, err);
+    cbx_status rc = gpt2_bpe_encode(tok, s, &ids, n, err);
     free(ids);
     free(s);
     return rc;
@@ -345,7 +356,7 @@ static cbx_status count_tokens(const struct engine_model *m, const char *b, cons
 
 /* Step 2: a piece over budget is cut at clause marks, then between words.
  * mode 0: clauses (after , ; : or before a dash), 1: words. */
-static cbx_status split_long(const struct engine_model *m, const struct unit *in, int budget,
+static cbx_status split_long(const struct gpt2_bpe *tok, const struct unit *in, int budget,
                              int mode, struct units *U, char *err)
 {
     struct units sub = {0};
@@ -371,9 +382,9 @@ static cbx_status split_long(const struct engine_model *m, const struct unit *in
     if (rc == CBX_OK) rc = push_unit(&sub, b, in->e, in->hard, err);
     for (int i = 0; i < sub.n && rc == CBX_OK; i++) {
         struct unit x = sub.u[i];
-        if ((rc = count_tokens(m, x.b, x.e, &x.tokens, err)) != CBX_OK) break;
+        if ((rc = count_tokens(tok, x.b, x.e, &x.tokens, err)) != CBX_OK) break;
         if (x.tokens > budget && mode == 0) {
-            rc = split_long(m, &x, budget, 1, U, err);
+            rc = split_long(tok, &x, budget, 1, U, err);
         } else {
             if ((rc = push_unit(U, x.b, x.e, x.hard, err)) == CBX_OK) U->u[U->n - 1].tokens = x.tokens;
         }
@@ -402,7 +413,7 @@ static cbx_status add_segment(struct engine_segments *S, const struct unit *u, i
     return CBX_OK;
 }
 
-cbx_status engine_split(const struct engine_model *m, const char *text, int budget,
+cbx_status engine_split(const struct gpt2_bpe *tok, const char *text, int budget,
                         struct engine_segments *out, char *err)
 {
     memset(out, 0, sizeof *out);
@@ -411,8 +422,9 @@ cbx_status engine_split(const struct engine_model *m, const char *text, int budg
     cbx_status rc = split_sentences(text, &sent, err);
     for (int i = 0; i < sent.n && rc == CBX_OK; i++) {
         struct unit *x = &sent.u[i];
-        if ((rc = count_tokens(m, x->b, x->e, &x->tokens, err)) != CBX_OK) break;
-        if (x->tokens > budget) rc = split_long(m, x, budget, 0, &U, err);
+        if (!unit_has_word(x)) continue; /* a lone "..." or "!!!" */
+        if ((rc = count_tokens(tok, x->b, x->e, &x->tokens, err)) != CBX_OK) break;
+        if (x->tokens > budget) rc = split_long(tok, x, budget, 0, &U, err);
         else if ((rc = push_unit(&U, x->b, x->e, x->hard, err)) == CBX_OK) U.u[U.n - 1].tokens = x->tokens;
     }
     /* Step 3: greedy packing; group g = units [start, i) */
@@ -429,8 +441,9 @@ cbx_status engine_split(const struct engine_model *m, const char *text, int budg
         acc += U.u[i].tokens;
     }
     if (rc == CBX_OK && U.n > 0) {
-        /* a short tail joins the previous segment (up to 1.5x the budget) */
-        if (n_cut > 0 && acc < 8) {
+        /* a tail under 1/8 of the budget joins the previous segment (up to
+         * 1.5x the budget) */
+        if (n_cut > 0 && acc * 8 < budget) {
             int64_t prev = 0;
             for (int i = cut[n_cut - 1]; i < start; i++) prev += U.u[i].tokens;
             if (prev + acc <= budget + budget / 2) start = cut[--n_cut];
@@ -609,7 +622,7 @@ cbx_status engine_synthesize(const struct engine_model *m, const struct backend 
     }
     double t0 = now();
     if (p->split) {
-        rc = engine_split(m, text, p->max_segment_tokens, &S, err);
+        rc = engine_split(m->tok, text, p->max_segment_tokens, &S, err);
     } else {
         if ((S.text = malloc(sizeof *S.text)) && (S.text[0] = strdup(text))) S.n = 1;
         else rc = err_setf(err, CBX_ERR_NOMEM, "out of memory");

@@ -21,8 +21,8 @@
  *      `max_segment_tokens` GPT-2 tokens (so a short text stays ONE segment
  *      and goes through exactly as upstream's generate() would take it,
  *      and very short sentences ride along with their neighbours); a last
- *      piece under 8 tokens joins the previous segment even over budget
- *      (up to 1.5x);
+ *      segment under 1/8 of the budget joins the previous one even over
+ *      budget (up to 1.5x);
  *   4. a segment without any letter or digit (Unicode L* / N*) is skipped.
  * The default budget, 60 tokens (about 45 English words, 15-20 s of
  * speech, about 400-500 speech tokens), keeps each segment a "short
@@ -129,11 +129,14 @@ struct engine_segments {
     char **text;   /* [n] raw segment text (before punc_norm), owned */
     int n;
 };
-/* Split text as described above, counting tokens with m's tokenizer.
- * Segments without word characters are dropped here. *out owned by the
- * caller, engine_segments_free(). */
-cbx_status engine_split(const struct engine_model *m, const char *text, int max_segment_tokens,
+struct gpt2_bpe;
+/* Split text as described above, counting tokens with tok (the model's:
+ * engine_model_tokenizer). Segments without word characters are dropped
+ * here. *out owned by the caller, engine_segments_free(). */
+cbx_status engine_split(const struct gpt2_bpe *tok, const char *text, int max_segment_tokens,
                         struct engine_segments *out, char *err);
+/* The model's tokenizer; borrowed from m. */
+const struct gpt2_bpe *engine_model_tokenizer(const struct engine_model *m);
 void engine_segments_free(struct engine_segments *s);
 /* True when s (UTF-8) has a letter or digit. */
 bool engine_has_word(const char *s);

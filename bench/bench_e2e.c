@@ -1,0 +1,226 @@
+/* bench_e2e.c - Turbo end to end for a fixed ~10 s utterance, per weight
+ * type (F32, Q8_0, Q4_0): load time, T3 time, S3Gen time, generation
+ * real-time factor and peak RSS, with Q8_0/Q4_0 as ratios to F32 from the
+ * same run.
+ *
+ *   bench_e2e --model DIR|GGUF [--tokens N] [--threads N] [--reps N] [--filter q4_0]
+ *
+ * A directory is loaded once per type with the linear weights converted to
+ * that type at load (so its load time includes the conversion); a .gguf is
+ * measured as stored (one type, the file's). The workload is fixed so that
+ * synthetic weights give a stable one: T3 decodes greedily up to N speech
+ * tokens (default 250 = 10 s at 25 tokens/s) after the prompt of the
+ * built-in voice and a fixed sentence; should it stop early, its time is
+ * scaled to N tokens (reported: t3 tokens actually decoded). S3Gen then
+ * vocodes exactly N tokens (T3's, repeated) + 3 silence tokens, as `say`
+ * does. One untimed warm-up (8 tokens through both) precedes the timed
+ * repetitions. Peak RSS is the process high-water mark (VmHWM), reset per
+ * type through /proc/self/clear_refs.
+ *
+ * Real-time factor = (T3 time + S3Gen time) / audio seconds (lower is
+ * faster; < 1 is faster than real time). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "core/backend.h"
+#include "io/model_file.h"
+#include "pipeline/engine.h"
+#include "s3gen/s3gen.h"
+#include "t3/t3.h"
+#include "text/gpt2_bpe.h"
+#include "text/punc_norm.h"
+#include "voice/conds.h"
+
+#define TEXT "The quick brown fox jumps over the lazy dog, and then, after a short rest in the warm " \
+             "afternoon sun, it runs back across the green field to its den by the old river."
+
+static double vm_hwm_mib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6)) kb = atof(line + 6);
+    if (f) fclose(f);
+    return kb / 1024.0;
+}
+
+static void reset_hwm(void)
+{
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (f) {
+        fputs("5", f);
+        fclose(f);
+    }
+}
+
+static cbx_status load_tokens(const struct model *m, int32_t **ids, int64_t *n, char *err)
+{
+    struct gpt2_bpe *tok = NULL;
+    char *norm = NULL;
+    cbx_status rc;
+    if (!model_is_gguf(m)) {
+        rc = gpt2_bpe_load_dir(model_path(m), &tok, err);
+    } else {
+        char *v = NULL, *mg = NULL;
+        rc = model_text_file(m, "vocab.json", &v, NULL, err);
+        if (rc == CBX_OK) rc = model_text_file(m, "merges.txt", &mg, NULL, err);
+        if (rc == CBX_OK) rc = gpt2_bpe_load_mem(v, mg, NULL, NULL, &tok, err);
+        free(v);
+        free(mg);
+    }
+    if (rc == CBX_OK) rc = punc_norm(TEXT, PUNC_TURBO, &norm, err);
+    if (rc == CBX_OK) rc = gpt2_bpe_encode(tok, norm, ids, n, err);
+    free(norm);
+    gpt2_bpe_free(tok);
+    return rc;
+}
+
+struct result { double load, t3, t3_tokens, s3gen, rtf, rss; };
+
+/* One type: load (timed through the engine, as `say` loads), then the
+ * workload on directly loaded T3/S3Gen. */
+static int run_type(const char *path, int wtype, int N, const struct bench_opts *o, struct backend *be,
+                    struct result *res)
+{
+    char err[ERR_MAX] = "";
+    double *tl = calloc((size_t)o->reps, sizeof(double)), *t3t = calloc((size_t)o->reps, sizeof(double)),
+           *s3t = calloc((size_t)o->reps, sizeof(double));
+    struct model *m = NULL;
+    struct t3_model t3 = {0};
+    struct s3gen s3 = {0};
+    struct conds voice = {0};
+    int32_t *ids = NULL, *tok = NULL, *feed = NULL;
+    int64_t n_ids = 0;
+    float *pcm = NULL;
+    int ok = 0;
+    reset_hwm();
+    struct engine_load_params lp = {wtype};
+    for (int r = 0; r < o->reps; r++) {
+        struct engine_model *em = NULL;
+        double t0 = bench_now();
+        if (engine_model_load(path, &lp, &em, err) != CBX_OK) goto done;
+        tl[r] = bench_now() - t0;
+        engine_model_free(em);
+    }
+    if (model_open(path, &m, err) != CBX_OK) goto done;
+    if (wtype < 0) wtype = TYPE_F32;
+    struct weights w3 = model_weights(m, MODEL_T3), ws = model_weights(m, MODEL_S3GEN);
+    if (t3_load_gpt2(&t3, &w3, (enum dtype)wtype, err) != CBX_OK) goto done;
+    if (s3gen_load(&s3, &ws, (enum dtype)wtype, err) != CBX_OK) goto done;
+    if (conds_from_model(m, &voice, err) != CBX_OK) goto done;
+    if (load_tokens(m, &ids, &n_ids, err) != CBX_OK) goto done;
+    struct t3_cond cond = {voice.speaker_emb, voice.cond_prompt_tokens, voice.n_cond_prompt};
+    struct t3_gen_params gp = t3_gen_default_params();
+    gp.s.top_k = 1;
+    struct s3gen_params sp = s3gen_default_params();
+    feed = malloc(sizeof(int32_t) * (size_t)(N + ENGINE_N_SIL));
+    if (!feed) goto done;
+    double n_dec = 0;
+    for (int r = -1; r < o->reps; r++) {
+        const int n_want = r < 0 ? 8 : N; /* warm-up: 8 tokens */
+        gp.max_gen_len = n_want - 1;
+        int64_t n = 0;
+        double t0 = bench_now();
+        if (t3_inference_turbo(&t3, be, &cond, ids, n_ids, &gp, NULL, NULL, &tok, &n, err) != CBX_OK) goto done;
+        double tt = bench_now() - t0;
+        n = t3_filter_speech_tokens(tok, n);
+        for (int i = 0; i < n_want; i++) feed[i] = n > 0 ? tok[i % n] : ENGINE_S3GEN_SIL;
+        for (int i = 0; i < ENGINE_N_SIL; i++) feed[n_want + i] = ENGINE_S3GEN_SIL;
+        free(tok);
+        tok = NULL;
+        int64_t n_pcm = 0;
+        t0 = bench_now();
+        if (s3gen_vocode(&s3, be, feed, n_want + ENGINE_N_SIL, &voice, &sp, &pcm, &n_pcm, err) != CBX_OK) goto done;
+        double ts = bench_now() - t0;
+        free(pcm);
+        pcm = NULL;
+        if (r < 0) continue;
+        n_dec = (double)(n > 0 ? n : 1);
+        t3t[r] = n < n_want ? tt * n_want / n_dec : tt;
+        s3t[r] = ts;
+    }
+    res->load = bench_stats(tl, o->reps).median;
+    res->t3 = bench_stats(t3t, o->reps).median;
+    res->t3_tokens = n_dec;
+    res->s3gen = bench_stats(s3t, o->reps).median;
+    res->rtf = (res->t3 + res->s3gen) / ((double)(N + ENGINE_N_SIL) * 960.0 / ENGINE_SAMPLE_RATE);
+    res->rss = vm_hwm_mib();
+    ok = 1;
+done:
+    if (!ok) fprintf(stderr, "bench_e2e: %s\n", err);
+    free(pcm);
+    free(tok);
+    free(feed);
+    free(ids);
+    conds_free(&voice);
+    s3gen_free(&s3);
+    t3_free(&t3);
+    model_close(m);
+    free(tl);
+    free(t3t);
+    free(s3t);
+    return ok;
+}
+
+static void emit(const char *bench, const char *type, int N, const struct bench_opts *o, const char *unit,
+                 double v, const char *base, double base_v)
+{
+    const int64_t shape[1] = {N};
+    struct bench_stats s = {v, v, v};
+    bench_emit(bench, type, shape, 1, o->threads, o->reps, unit, s, base, base_v);
+}
+
+int main(int argc, char **argv)
+{
+    const char *model = getenv("CHATTERBOX_MODEL");
+    int N = 250;
+    for (int i = 1; i + 1 < argc;) { /* our options; the rest goes to bench_parse */
+        if (!strcmp(argv[i], "--model")) model = argv[i + 1];
+        else if (!strcmp(argv[i], "--tokens")) N = atoi(argv[i + 1]);
+        else { i += 2; continue; }
+        memmove(argv + i, argv + i + 2, sizeof *argv * (size_t)(argc - i - 2));
+        argc -= 2;
+    }
+    struct bench_opts opt;
+    if (!bench_parse(argc, argv, &opt, 1)) return 2;
+    if (!model || N < 8 || N > 4000) {
+        fprintf(stderr, "bench_e2e: needs --model DIR|GGUF (or CHATTERBOX_MODEL) and --tokens in [8, 4000]\n");
+        return 2;
+    }
+    struct backend *be = backend_cpu_create(opt.threads);
+    if (!be) return 1;
+    struct model *probe = NULL;
+    char err[ERR_MAX];
+    if (model_open(model, &probe, err) != CBX_OK) {
+        fprintf(stderr, "bench_e2e: %s\n", err);
+        return 1;
+    }
+    const int gguf = model_is_gguf(probe);
+    model_close(probe);
+    static const int types[] = {TYPE_F32, TYPE_Q8_0, TYPE_Q4_0};
+    struct result f32 = {0};
+    int have_f32 = 0;
+    for (size_t i = 0; i < (gguf ? 1 : sizeof types / sizeof types[0]); i++) {
+        const int wt = gguf ? -1 : types[i];
+        const char *name = gguf ? "gguf" : dtype_name((enum dtype)wt);
+        if (!gguf && !bench_selected(&opt, name)) continue;
+        struct result r = {0};
+        if (!run_type(model, wt, N, &opt, be, &r)) return 1;
+        if (wt == TYPE_F32) { f32 = r; have_f32 = 1; }
+        const char *base = have_f32 && wt != TYPE_F32 ? "f32" : NULL;
+        emit("e2e_load", name, N, &opt, "s", r.load, base, f32.load);
+        emit("e2e_t3", name, N, &opt, "s", r.t3, base, f32.t3);
+        emit("e2e_s3gen", name, N, &opt, "s", r.s3gen, base, f32.s3gen);
+        emit("e2e_rtf", name, N, &opt, "x", r.rtf, base, f32.rtf);
+        emit("e2e_peak_rss", name, N, &opt, "MiB", r.rss, base, f32.rss);
+        fprintf(stderr,
+                "e2e %-5s %d tokens (%.1f s audio): load %.2f s | t3 %.2f s (%.1f tok/s, %.0f decoded) | s3gen %.2f s "
+                "| RTF %.3f | peak RSS %.0f MiB\n",
+                name, N, (N + ENGINE_N_SIL) * 0.04, r.load, r.t3, N / r.t3, r.t3_tokens, r.s3gen, r.rtf, r.rss);
+    }
+    backend_cpu_free(be);
+    return 0;
+}

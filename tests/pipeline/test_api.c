@@ -1,0 +1,253 @@
+/* test_api.c - the public C API (include/chatterbox.h, src/pipeline/api.c).
+ *
+ * Without arguments (ctest pipeline_api; no model needed): version, the
+ * defaults of every parameter, no-op frees, and misuse - NULL arguments,
+ * missing/wrong/corrupt model files, a bad weight type, truncated error
+ * buffers - each giving a status and a message; say_example's usage error.
+ * With --model (ctest pipeline_api_model, needs the synthetic Turbo
+ * directory): say_example run end to end, then misuse with a loaded model
+ * (bad voices, empty text, bad parameters, cancellation from the chunk
+ * callback), chunks adding up to the returned audio, determinism for a
+ * fixed seed, and two segments joined by the stated pause. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "chatterbox.h"
+#include "io/audio.h"
+#include "testutil.h"
+
+#define EXAMPLE CBX_BINARY_DIR "/examples/say_example"
+
+static void write_file(const char *path, const void *data, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    fwrite(data, 1, n, f);
+    fclose(f);
+}
+
+static int run(const char *cmd)
+{
+    int st = system(cmd);
+    return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* A failed load: status want, *model NULL, message containing what. */
+static void load_fails(const char *what_path, const char *path, cbx_status want, const char *what)
+{
+    char err[512] = "";
+    cbx_model *m = (cbx_model *)1;
+    cbx_status rc = cbx_model_load(path, NULL, &m, err, sizeof err);
+    printf("  load %s -> %s: %s\n", what_path, cbx_status_str(rc), err);
+    CHECK(rc == want && m == NULL && strstr(err, what), "cbx_model_load(%s): %s (want %s), '%s'", what_path,
+          cbx_status_str(rc), cbx_status_str(want), err);
+}
+
+static void no_model(void)
+{
+    CHECK(!strcmp(cbx_version(), CBX_VERSION_STRING), "cbx_version %s = header %s", cbx_version(),
+          CBX_VERSION_STRING);
+    cbx_synth_params p = cbx_synth_default_params();
+    CHECK(p.temperature == 0.8 && p.top_k == 1000 && p.top_p == 0.95 && p.repetition_penalty == 1.2 &&
+              p.max_tokens == 1001 && p.seed == 0 && p.cfm_steps == 0 && p.n_threads == 0 && p.split_text == 1 &&
+              p.max_segment_tokens == 60 && p.pause_ms == 100 && p.max_retries == 2,
+          "cbx_synth_default_params: tts_turbo.py defaults");
+    CHECK(cbx_model_default_params().weight_type == NULL, "cbx_model_default_params: weights as stored");
+
+    /* frees are no-ops on NULL */
+    cbx_model_free(NULL);
+    cbx_voice_free(NULL);
+    cbx_context_free(NULL);
+    cbx_audio_free(NULL);
+    cbx_audio empty = {0};
+    cbx_audio_free(&empty);
+    CHECK(1, "frees accept NULL");
+
+    char err[512] = "";
+    CHECK(cbx_model_load("x", NULL, NULL, err, sizeof err) == CBX_ERR_INVALID_ARG && strstr(err, "NULL"),
+          "cbx_model_load(model NULL): '%s'", err);
+    load_fails("NULL", NULL, CBX_ERR_INVALID_ARG, "no model path");
+    load_fails("\"\"", "", CBX_ERR_INVALID_ARG, "no model path");
+    load_fails("a missing path", "/nonexistent/chatterbox-model", CBX_ERR_IO, "/nonexistent/chatterbox-model");
+
+    const char *dir = test_tmpdir("api");
+    char text[600], gguf[600], bad_gguf[600];
+    snprintf(text, sizeof text, "%s/notes.txt", dir);
+    snprintf(gguf, sizeof gguf, "%s/corrupt.gguf", dir);
+    snprintf(bad_gguf, sizeof bad_gguf, "%s/truncated.gguf", dir);
+    write_file(text, "just some text\n", 15);
+    unsigned char g[64] = {'G', 'G', 'U', 'F', 3, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f};
+    write_file(gguf, g, sizeof g);
+    write_file(bad_gguf, "GGUF", 4);
+    char err2[512] = "";
+    cbx_model *m = NULL;
+    cbx_status rc = cbx_model_load(text, NULL, &m, err2, sizeof err2);
+    printf("  load a text file -> %s: %s\n", cbx_status_str(rc), err2);
+    CHECK(rc != CBX_OK && m == NULL && strstr(err2, "notes.txt"), "a text file as model: '%s'", err2);
+    rc = cbx_model_load(gguf, NULL, &m, err2, sizeof err2);
+    printf("  load a corrupt gguf -> %s: %s\n", cbx_status_str(rc), err2);
+    CHECK((rc == CBX_ERR_FORMAT || rc == CBX_ERR_IO) && m == NULL && strstr(err2, "corrupt.gguf"),
+          "a corrupt gguf: '%s'", err2);
+    rc = cbx_model_load(bad_gguf, NULL, &m, err2, sizeof err2);
+    printf("  load a truncated gguf -> %s: %s\n", cbx_status_str(rc), err2);
+    CHECK(rc != CBX_OK && m == NULL && strstr(err2, "truncated.gguf"), "a truncated gguf: '%s'", err2);
+    cbx_model_params mp = cbx_model_default_params();
+    mp.weight_type = "q9_9";
+    rc = cbx_model_load(text, &mp, &m, err2, sizeof err2);
+    CHECK(rc == CBX_ERR_INVALID_ARG && strstr(err2, "q9_9"), "unknown weight type: '%s'", err2);
+
+    /* a short caller buffer gets a truncated, terminated message; NULL is fine */
+    char small[8];
+    memset(small, 'x', sizeof small);
+    rc = cbx_model_load("/nonexistent/x", NULL, &m, small, sizeof small);
+    CHECK(rc != CBX_OK && memchr(small, 0, sizeof small) && strlen(small) == 7, "errlen 8: '%s'", small);
+    rc = cbx_model_load("/nonexistent/x", NULL, &m, NULL, 0);
+    CHECK(rc != CBX_OK && m == NULL, "errbuf NULL: %s", cbx_status_str(rc));
+
+    cbx_context *ctx = (cbx_context *)1;
+    CHECK(cbx_context_create(NULL, &ctx) == CBX_ERR_INVALID_ARG && ctx == NULL, "cbx_context_create(NULL model)");
+    CHECK(cbx_context_create(NULL, NULL) == CBX_ERR_INVALID_ARG, "cbx_context_create(NULL, NULL)");
+    cbx_voice *v = (cbx_voice *)1;
+    rc = cbx_voice_load(NULL, "x", &v, err, sizeof err);
+    CHECK(rc == CBX_ERR_INVALID_ARG && v == NULL && strstr(err, "model"), "cbx_voice_load(NULL model): '%s'", err);
+    cbx_audio a = {(float *)1, 5, 1};
+    CHECK(cbx_synthesize(NULL, NULL, "hi", NULL, NULL, NULL, &a) == CBX_ERR_INVALID_ARG && a.samples == NULL && a.n == 0,
+          "cbx_synthesize(NULL ctx): status, audio zeroed");
+    CHECK(cbx_context_errmsg(NULL) != NULL, "cbx_context_errmsg(NULL) is a text");
+
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "'%s' 2>/dev/null", EXAMPLE);
+    CHECK(run(cmd) == 2, "say_example without arguments: usage, exit 2");
+}
+
+/* ---- with a model --------------------------------------------------------- */
+
+struct chunks {
+    float *pcm;
+    size_t n, cap;
+    int count, cancel_at;
+    size_t first[4]; /* length of each of the first chunks */
+};
+
+static int collect(void *user, const float *s, size_t n, int sr)
+{
+    struct chunks *c = user;
+    if (sr != 24000) return 1;
+    if (c->count < 4) c->first[c->count] = n;
+    if (++c->count == c->cancel_at) return 1;
+    if (c->n + n > c->cap) {
+        c->cap = (c->n + n) * 2;
+        c->pcm = realloc(c->pcm, c->cap * sizeof(float));
+    }
+    memcpy(c->pcm + c->n, s, n * sizeof(float));
+    c->n += n;
+    return 0;
+}
+
+static void with_model(void)
+{
+    char path[600], err[512] = "", cmd[3000], out[600];
+    snprintf(path, sizeof path, "%s/models/turbo", CBX_BINARY_DIR);
+    const char *dir = test_tmpdir("api-model");
+
+    /* the example program, end to end (a short token cap keeps it quick) */
+    snprintf(out, sizeof out, "%s/example.wav", dir);
+    snprintf(cmd, sizeof cmd, "'%s' --max-tokens 24 '%s' 'Hello from the example.' '%s'", EXAMPLE, path, out);
+    int st = run(cmd);
+    struct audio wav = {0};
+    cbx_status rc = st == 0 ? io_audio_read(out, &wav, err) : CBX_ERR_IO;
+    CHECK(st == 0 && rc == CBX_OK && wav.sample_rate == 24000 && wav.n > 24000 / 10,
+          "say_example: exit %d, %s: %lld samples at %d Hz", st, out, (long long)wav.n, wav.sample_rate);
+    io_audio_free(&wav);
+
+    cbx_model *m = NULL;
+    rc = cbx_model_load(path, NULL, &m, err, sizeof err);
+    CHECK(rc == CBX_OK, "cbx_model_load(%s): %s", path, err);
+    if (rc != CBX_OK) return;
+    CHECK(!strcmp(cbx_model_variant(m), "turbo") && cbx_model_sample_rate(m) == 24000, "variant %s, %d Hz",
+          cbx_model_variant(m), cbx_model_sample_rate(m));
+
+    /* voices: missing, not a voice, a directory without the tensors */
+    cbx_voice *v = (cbx_voice *)1;
+    rc = cbx_voice_load(m, "/nonexistent/me.voice", &v, err, sizeof err);
+    printf("  voice: missing -> %s: %s\n", cbx_status_str(rc), err);
+    CHECK(rc == CBX_ERR_NOT_FOUND && v == NULL && strstr(err, "/nonexistent/me.voice"), "missing voice: '%s'", err);
+    char notes[700];
+    snprintf(notes, sizeof notes, "%s/notes.txt", dir);
+    write_file(notes, "not audio at all\n", 17);
+    rc = cbx_voice_load(m, notes, &v, err, sizeof err);
+    printf("  voice: a text file -> %s: %s\n", cbx_status_str(rc), err);
+    CHECK(rc != CBX_OK && v == NULL && strstr(err, "notes.txt"), "a text file as voice: '%s'", err);
+    rc = cbx_voice_load(m, dir, &v, err, sizeof err);
+    printf("  voice: empty directory -> %s: %s\n", cbx_status_str(rc), err);
+    CHECK(rc != CBX_OK && v == NULL && strstr(err, "speaker_emb"), "a directory without tensors: '%s'", err);
+
+    cbx_context *ctx = NULL;
+    CHECK(cbx_context_create(m, &ctx) == CBX_OK && ctx, "cbx_context_create");
+    cbx_synth_params p = cbx_synth_default_params();
+    p.max_tokens = 8;
+    p.top_k = 1; /* greedy: deterministic, never retried */
+    cbx_audio a = {0};
+    struct {
+        const char *text, *what;
+    } bad[] = {{NULL, "NULL"}, {"", "empty"}, {"  \n ", "empty"}, {"... !!! ?", "nothing to speak"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rc = cbx_synthesize(ctx, NULL, bad[i].text, &p, NULL, NULL, &a);
+        printf("  text %s -> %s: %s\n", bad[i].what, cbx_status_str(rc), cbx_context_errmsg(ctx));
+        CHECK(rc == CBX_ERR_INVALID_ARG && a.samples == NULL && strstr(cbx_context_errmsg(ctx), bad[i].what),
+              "text '%s': '%s'", bad[i].text ? bad[i].text : "(null)", cbx_context_errmsg(ctx));
+    }
+    cbx_synth_params q = p;
+    q.max_tokens = 0;
+    rc = cbx_synthesize(ctx, NULL, "Hello.", &q, NULL, NULL, &a);
+    CHECK(rc == CBX_ERR_INVALID_ARG && strstr(cbx_context_errmsg(ctx), "max_tokens"), "max_tokens 0: '%s'",
+          cbx_context_errmsg(ctx));
+    q = p;
+    q.n_threads = -1;
+    rc = cbx_synthesize(ctx, NULL, "Hello.", &q, NULL, NULL, &a);
+    CHECK(rc == CBX_ERR_INVALID_ARG && strstr(cbx_context_errmsg(ctx), "n_threads"), "n_threads -1: '%s'",
+          cbx_context_errmsg(ctx));
+
+    /* cancellation from the chunk callback */
+    struct chunks c = {0};
+    c.cancel_at = 1;
+    rc = cbx_synthesize(ctx, NULL, "Hello there.", &p, collect, &c, &a);
+    printf("  cancel in the first chunk -> %s: %s\n", cbx_status_str(rc), cbx_context_errmsg(ctx));
+    CHECK(rc == CBX_ERR_CANCELLED && a.samples == NULL && a.n == 0 && strstr(cbx_context_errmsg(ctx), "cancel"),
+          "chunk callback cancels: %s", cbx_status_str(rc));
+
+    /* two segments: two chunks adding up to the audio, with the pause */
+    c = (struct chunks){0};
+    q = p;
+    q.max_segment_tokens = 4;
+    q.pause_ms = 100;
+    rc = cbx_synthesize(ctx, NULL, "Good morning. Good night.", &q, collect, &c, &a);
+    CHECK(rc == CBX_OK && *cbx_context_errmsg(ctx) == 0, "two segments: %s", cbx_context_errmsg(ctx));
+    CHECK(c.count == 2 && c.n == a.n && a.n > 0 && !memcmp(c.pcm, a.samples, a.n * sizeof(float)),
+          "%d chunks, %zu samples, = the returned %zu", c.count, c.n, a.n);
+    if (c.count == 2) {
+        int zeros = 1;
+        for (size_t i = 0; i < 2400; i++) zeros &= a.samples[c.first[0] + i] == 0.0f;
+        CHECK(zeros && c.first[1] > 2400, "second chunk starts with the 100 ms pause (2400 zero samples)");
+    }
+    /* same seed, same audio; another seed differs in sampling */
+    cbx_audio b = {0};
+    rc = cbx_synthesize(ctx, NULL, "Good morning. Good night.", &q, NULL, NULL, &b);
+    CHECK(rc == CBX_OK && b.n == a.n && !memcmp(a.samples, b.samples, a.n * sizeof(float)),
+          "deterministic for a fixed seed (%zu samples)", b.n);
+    cbx_audio_free(&b);
+    cbx_audio_free(&a);
+    free(c.pcm);
+    cbx_context_free(ctx);
+    cbx_model_free(m);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && !strcmp(argv[1], "--model")) with_model();
+    else no_model();
+    return test_summary();
+}
