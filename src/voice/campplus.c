@@ -410,8 +410,9 @@ static struct tensor *cam_layer(struct arena *a, const struct cp_dense_layer *d,
     /* m = sigmoid(linear2(relu(linear1(context)))) */
     context = relu(a, op_conv1d(a, context, d->l1_w, d->l1_b, NULL));
     struct tensor *m = op_unary(a, op_conv1d(a, context, d->l2_w, d->l2_b, NULL), UN_SIGMOID, 0, 0);
-    /* repeat each segment's mask over its frames: [1, 32, n_seg*100][..., :T] */
-    if (n_seg > 1 || T != 1) m = op_slice(a, op_upsample_nearest(a, m, SEG_LEN), 2, 0, T);
+    /* repeat each segment's mask over its frames: [1, 32, n_seg*100][..., :T]
+     * (one segment: m [1, 32, 1] broadcasts in the product) */
+    if (n_seg > 1) m = op_slice(a, op_upsample_nearest(a, m, SEG_LEN), 2, 0, T);
     return op_mul(a, y, m);                                            /* y * m */
 }
 
