@@ -554,6 +554,7 @@ struct tensor *s3gen_estimator_forward(struct arena *a, const struct s3gen_cfm *
     h = block1d(s, h, &e->final_block);
     h = conv(s, h, &e->final_proj);                            /* [B, T, 80] */
     out = op_cont(a, op_transpose(a, h, 1, 2));
+    if (out) out->name = "flow.decoder.estimator";
 done:
     for (int i = 0; i < 2; i++) /* a failure in a scratch arena is reported in a */
         if (p.ar[i] && arena_status(p.ar[i]) != CBX_OK && arena_status(a) == CBX_OK)
@@ -666,6 +667,7 @@ struct tensor *s3gen_cfm_solve(struct arena *a, const struct s3gen_cfm *c,
         }
     }
     arena_free(s);
+    if (x) x->name = "flow.decoder";
     return arena_status(a) == CBX_OK ? x : NULL;
 }
 

@@ -96,5 +96,7 @@ struct tensor *s3gen_flow_inference(struct arena *a, const struct s3gen_flow *f,
     struct tensor *x = s3gen_cfm_forward(a, &f->cfm, mu, spks, cond, noised_mels, z_stream, p);
     if (mu_out) *mu_out = mu;
     /* feat[:, :, mel_len1:] */
-    return op_cont(a, op_slice(a, x, 2, tp, tm - tp));
+    struct tensor *feat = op_cont(a, op_slice(a, x, 2, tp, tm - tp));
+    if (feat) feat->name = "flow";
+    return feat;
 }

@@ -92,6 +92,7 @@ struct tensor *s3gen_inference(struct arena *a, const struct s3gen *s, const int
     struct tensor *faded = op_mul(a, head, op_from_host(a, TYPE_F32, 1, fne, s->trim_fade));
     if (!faded || op_copy_into(a, head, faded) != CBX_OK) return NULL;
     if (mel_out) *mel_out = mel;
+    wav->name = "mel2wav";
     return wav;
 }
 
