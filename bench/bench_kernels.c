@@ -20,6 +20,11 @@
  *   sgemm        op_linear with many rows (CFM-like: M = 602 or 1204
  *                frames), F32 weights straight to OpenBLAS, F16/Q8_0
  *                dequantised per tile; GFLOP/s and ratio to fma_peak.
+ *   conv1d       op_conv1d at the HiFT decoder's shapes (134 mel frames:
+ *                conv_pre, ResBlocks of the three stages, conv_post), F32,
+ *                through the AVX-512 direct kernel ("direct") and through
+ *                im2col + sgemm (the AVX2 level's path, "im2col"); GFLOP/s,
+ *                ratio to fma_peak, and direct / im2col speed-up.
  * Every figure is the median over --reps timed repetitions after one
  * untimed warm-up; p10/p90 are of the same samples. */
 #include <immintrin.h>
@@ -315,6 +320,63 @@ static void bench_sgemm(void)
     }
 }
 
+/* ---- conv1d ------------------------------------------------------------ */
+
+static void bench_conv1d(void)
+{
+    static const int64_t shapes[][5] = { /* Cin, Cout, K, dilation, T */
+        {80, 512, 7, 1, 134},     {256, 256, 3, 1, 1072},  {256, 256, 11, 5, 1072},
+        {128, 128, 7, 3, 5360},   {128, 128, 11, 1, 5360}, {64, 64, 3, 1, 16080},
+        {64, 64, 11, 5, 16080},   {64, 18, 7, 1, 16080},
+    };
+    if (!bench_selected(&opt, "conv1d")) return;
+    if (peak_gflops == 0) bench_fma_peak();
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        int64_t cin = shapes[si][0], cout = shapes[si][1], K = shapes[si][2];
+        int64_t dil = shapes[si][3], T = shapes[si][4];
+        float *xv = malloc((size_t)(cin * T) * sizeof *xv);
+        float *wv = malloc((size_t)(cout * cin * K) * sizeof *wv);
+        float *bv = malloc((size_t)cout * sizeof *bv);
+        double *v = calloc(2 * (size_t)opt.reps, sizeof *v);
+        if (!xv || !wv || !bv || !v) { free(xv); free(wv); free(bv); free(v); return; }
+        fill_random(xv, (size_t)(cin * T), 3);
+        fill_random(wv, (size_t)(cout * cin * K), 4);
+        fill_random(bv, (size_t)cout, 5);
+        int64_t xne[3] = {1, cin, T}, wne[3] = {cout, cin, K}, bne[1] = {cout};
+        struct tensor x = tensor_make(TYPE_F32, 3, xne, xv, NULL);
+        struct tensor w = tensor_make(TYPE_F32, 3, wne, wv, NULL);
+        struct tensor b = tensor_make(TYPE_F32, 1, bne, bv, NULL);
+        struct conv1d_params p = {.stride = 1, .dilation = (int)dil, .groups = 1,
+                                  .pad_left = (int)(dil * (K - 1) / 2),
+                                  .pad_right = (int)(dil * (K - 1) / 2)};
+        double flops = 2.0 * (double)(cout * cin * K * T), gf[2] = {0, 0}, best[2] = {0, 0};
+        /* the two paths alternate rep by rep, so both see the same load */
+        for (int r = -1; r < opt.reps; r++)
+            for (int path = 0; path < 2; path++) {
+                cpu_set_level(path == 0 ? CPU_AVX512 : CPU_AVX2);
+                arena_reset(ar);
+                double t0 = bench_now();
+                if (!op_conv1d(ar, &x, &w, &b, &p)) fprintf(stderr, "op_conv1d: %s\n", arena_errmsg(ar));
+                if (r >= 0) v[path * opt.reps + r] = flops / (bench_now() - t0) * 1e-9;
+            }
+        for (int path = 0; path < 2; path++) {
+            struct bench_stats s = bench_stats(v + path * opt.reps, opt.reps);
+            gf[path] = s.median;
+            best[path] = s.p90;
+            int64_t shape[5] = {cin, cout, K, dil, T};
+            bench_emit("conv1d", path == 0 ? "f32:direct" : "f32:im2col", shape, 5, opt.threads,
+                       opt.reps, "GFLOP/s", s, "fma_peak", peak_gflops);
+        }
+        cpu_set_level(CPU_AVX512);
+        fprintf(stderr, "conv1d %4lld->%-4lld K%-2lld d%lld T%-6lld GFLOP/s median (p90): direct %5.1f"
+                " (%5.1f), im2col %5.1f (%5.1f); speed-up %.2fx (p90 %.2fx); direct %3.0f%% of peak\n",
+                (long long)cin, (long long)cout, (long long)K, (long long)dil, (long long)T, gf[0],
+                best[0], gf[1], best[1], gf[1] > 0 ? gf[0] / gf[1] : 0,
+                best[1] > 0 ? best[0] / best[1] : 0, peak_gflops > 0 ? 100 * gf[0] / peak_gflops : 0);
+        free(xv); free(wv); free(bv); free(v);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (!bench_parse(argc, argv, &opt, 20)) return 2;
@@ -332,6 +394,7 @@ int main(int argc, char **argv)
     bench_matvec(true);
     bench_rows();
     bench_sgemm();
+    bench_conv1d();
     arena_free(ar);
     backend_cpu_free(cpu);
     return 0;

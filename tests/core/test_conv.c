@@ -309,6 +309,24 @@ static void cpu_vs_ref_conv1d(void)
     /* long enough for several im2col chunks (Cin*K = 5632 -> 372 columns) */
     struct conv1d_params pl = {.pad_left = 5, .pad_right = 5, .pad_mode = PAD_REFLECT};
     conv1d_case(1, 512, 6, 11, 1001, 0, true, TYPE_F32, &pl);
+    /* the AVX-512 direct path (stride 1): tiles whose input window lies
+     * inside x read it in place, edge tiles a padded copy; column tails of
+     * 1..63, output channels not a multiple of the 6-row tile, channel
+     * blocks of the blocked sum, groups, batches, row-padded (S) views;
+     * transposed (T) inputs take the padded-chunk path, in two chunks for
+     * 520 x 4500 */
+    struct conv1d_params pg = {.dilation = 3, .groups = 2, .pad_left = 6, .pad_right = 6};
+    conv1d_case(2, 12, 20, 5, 700, 2, true, TYPE_F32, &pg);
+    struct conv1d_params pr = {.dilation = 2, .pad_left = 6, .pad_right = 6,
+                               .pad_mode = PAD_REFLECT};
+    conv1d_case(1, 9, 13, 7, 333, 0, false, TYPE_F32, &pr);
+    conv1d_case(2, 9, 13, 7, 333, 1, true, TYPE_F32, &pr);
+    struct conv1d_params pcz = {.dilation = 5, .pad_left = 50};
+    conv1d_case(0, 70, 7, 11, 1111, 2, true, TYPE_F16, &pcz);
+    struct conv1d_params prp = {.pad_left = 1, .pad_right = 1, .pad_mode = PAD_REPLICATE};
+    conv1d_case(1, 520, 7, 3, 4500, 1, true, TYPE_F32, &prp);
+    struct conv1d_params pv = {.dilation = 1};
+    conv1d_case(1, 3, 5, 2, 65, 0, true, TYPE_F32, &pv);
     /* HiFT source downsampling conv: 18 -> 32, K 30, stride 15, padding 7 */
     struct conv1d_params ps = {.stride = 15, .pad_left = 7, .pad_right = 7};
     conv1d_case(1, 18, 32, 30, 1500, 0, true, TYPE_F32, &ps);
