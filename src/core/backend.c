@@ -4,14 +4,26 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "threadpool.h"
+
+#define HUGE_PAGE ((size_t)2 << 20)
 
 static void *host_alloc(const struct backend *be, size_t n)
 {
     (void)be;
-    /* 64-byte aligned for AVX-512 loads; aligned_alloc needs a multiple */
-    return aligned_alloc(64, (n + 63) & ~(size_t)63);
+    if (n < 4 * HUGE_PAGE) /* 64-byte aligned for AVX-512 loads */
+        return aligned_alloc(64, (n + 63) & ~(size_t)63);
+    /* Large arena blocks: 2 MiB aligned and marked for transparent huge
+     * pages, so first-touch page faults (a quarter of the CPU time of some
+     * stages with 4 KiB pages) drop by a factor of 512. Advisory only. */
+    size_t sz = (n + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+    void *p = aligned_alloc(HUGE_PAGE, sz);
+#ifdef MADV_HUGEPAGE
+    if (p) madvise(p, sz, MADV_HUGEPAGE);
+#endif
+    return p;
 }
 static void host_free(const struct backend *be, void *p) { (void)be; free(p); }
 static void host_copy(const struct backend *be, void *dst, const void *src, size_t n)
