@@ -20,6 +20,12 @@
  *   sgemm        op_linear with many rows (CFM-like: M = 602 or 1204
  *                frames), F32 weights straight to OpenBLAS, F16/Q8_0
  *                dequantised per tile; GFLOP/s and ratio to fma_peak.
+ *   dotx         the AVX-512 q4_0/q8_0 row kernels alone, one thread, hot
+ *                (a [256, K] matrix in L2): one row per call (dotx) vs four
+ *                rows sharing the x loads (dotx4); the best of --reps * 20
+ *                short samples (a sample rarely sees a preemption, so the
+ *                best is the kernel's own speed even on a loaded machine),
+ *                weight GB/s and the 4-row speed-up.
  *   conv1d       op_conv1d at the HiFT decoder's shapes (134 mel frames:
  *                conv_pre, ResBlocks of the three stages, conv_post), F32,
  *                through the AVX-512 direct kernel ("direct") and through
@@ -320,6 +326,63 @@ static void bench_sgemm(void)
     }
 }
 
+/* ---- dotx kernels --------------------------------------------------------- */
+
+static void bench_dotx(void)
+{
+    if (!bench_selected(&opt, "dotx") || cpu_level() < CPU_AVX512) return;
+    const enum dtype types[] = {TYPE_Q8_0, TYPE_Q4_0};
+    const int64_t ks[] = {1024, 4096}, n = 256;
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t ki = 0; ki < 2; ki++) {
+            enum dtype t = types[ti];
+            int64_t k = ks[ki], nb = k / QK;
+            size_t wbytes, row = dtype_row_size(t, k);
+            char *w = make_weights(t, n, k, 1, &wbytes);
+            float *x = malloc((size_t)k * sizeof *x), *out = malloc((size_t)n * sizeof *out);
+            struct block_q8_0 *xq = malloc((size_t)nb * sizeof *xq);
+            int8_t *qs = malloc((size_t)k);
+            float *d = malloc((size_t)(2 * nb) * sizeof *d);
+            if (!w || !x || !out || !xq || !qs || !d) {
+                free(w); free(x); free(out); free(xq); free(qs); free(d);
+                return;
+            }
+            fill_random(x, (size_t)k, 7);
+            quantize_row(TYPE_Q8_0, x, xq, k);
+            struct linear_xq xp = {.q = xq};
+            linear_xq_prepare(&xp, qs, d, d + nb, k);
+            linear_dotx_fn f1 = linear_dotx_avx512(t);
+            linear_dotx4_fn f4 = linear_dotx4_avx512(t);
+            double best[2] = {1e30, 1e30};
+            volatile float sink = 0;
+            for (int r = 0; r < opt.reps * 20; r++)
+                for (int v = 0; v < 2; v++) {
+                    double t0 = bench_now();
+                    if (v == 0)
+                        for (int64_t i = 0; i < n; i++) out[i] = f1(w + (size_t)i * row, &xp, k);
+                    else
+                        for (int64_t i = 0; i < n; i += 4) f4(w + (size_t)i * row, row, &xp, k, out + i);
+                    double dt = bench_now() - t0;
+                    sink += out[n - 1];
+                    if (dt < best[v]) best[v] = dt;
+                }
+            (void)sink;
+            for (int v = 0; v < 2; v++) {
+                double g = (double)wbytes / best[v] * 1e-9;
+                struct bench_stats s = {g, g, g};
+                char ty[32];
+                snprintf(ty, sizeof ty, "%s:%s", dtype_name(t), v == 0 ? "dotx" : "dotx4");
+                int64_t shape[2] = {n, k};
+                bench_emit("dotx", ty, shape, 2, 1, opt.reps * 20, "GB/s", s, "copy", copy_gbs);
+            }
+            fprintf(stderr, "dotx %-5s [%lld,%lld] hot, 1 thread, best: 1 row %6.1f GB/s, 4 rows "
+                    "%6.1f GB/s, speed-up %.2fx\n", dtype_name(t), (long long)n, (long long)k,
+                    (double)wbytes / best[0] * 1e-9, (double)wbytes / best[1] * 1e-9,
+                    best[0] / best[1]);
+            free(w); free(x); free(out); free(xq); free(qs); free(d);
+        }
+}
+
 /* ---- conv1d ------------------------------------------------------------ */
 
 static void bench_conv1d(void)
@@ -394,6 +457,7 @@ int main(int argc, char **argv)
     bench_matvec(true);
     bench_rows();
     bench_sgemm();
+    bench_dotx();
     bench_conv1d();
     arena_free(ar);
     backend_cpu_free(cpu);

@@ -305,6 +305,144 @@ TGT static float dotx_q8_0(const void *vw, const struct linear_xq *x, int64_t n)
     return sum;
 }
 
+/* ---- four weight rows per pass (prepared x) -------------------------- */
+
+/* r[0..3] = the sums of the four accumulators a0..a3 (16 lanes each), by
+ * a transposing reduction: 3 adds per pair level instead of four
+ * separate horizontal sums. */
+TGT static inline __m128 hsum4x16(__m512 a0, __m512 a1, __m512 a2, __m512 a3)
+{
+    __m512 s01 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
+    __m512 s23 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
+    /* per 128-bit lane: [a0, a1, a0, a1] and [a2, a3, a2, a3] partials */
+    __m512 s = _mm512_add_ps(_mm512_shuffle_ps(s01, s23, 0x44), _mm512_shuffle_ps(s01, s23, 0xee));
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(s),
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+/* q4_0, four rows w, w + stride, ... (stride in bytes) against one x: the
+ * x quants, d and ds are loaded once per step for all four rows, and the
+ * four results come out of one reduction. Same arithmetic per block as
+ * dotx_q4_0, so results differ from it only in float summation order. */
+TGT static void dotx4_q4_0(const void *vw, size_t stride, const struct linear_xq *x, int64_t n,
+                           float *out)
+{
+    const int64_t nb = n / QK, nb8 = nb / 8 * 8;
+    const struct block_q4_0 *w[4];
+    for (int r = 0; r < 4; r++) w[r] = (const struct block_q4_0 *)((const char *)vw + r * stride);
+    const __m512i shift = _mm512_set_epi64(4 * 0x0001000100010001ll, 4 * 0x0001000100010001ll, 0, 0,
+                                           4 * 0x0001000100010001ll, 4 * 0x0001000100010001ll, 0, 0);
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i sp0 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i sp1 = _mm512_add_epi32(sp0, _mm512_set1_epi32(2));
+    const __m512i sp2 = _mm512_add_epi32(sp0, _mm512_set1_epi32(4));
+    const __m512i sp3 = _mm512_add_epi32(sp0, _mm512_set1_epi32(6));
+    __m512 acc[4];
+    __m256 corr[4];
+    for (int r = 0; r < 4; r++) {
+        acc[r] = _mm512_setzero_ps();
+        corr[r] = _mm256_setzero_ps();
+    }
+#define Q4_PAIR(wb, b)                                                                     \
+    _mm512_and_si512(_mm512_srlv_epi16(_mm512_mask_broadcast_i32x4(                        \
+                         _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(wb)[b].qs)), \
+                         0xff00, _mm_loadu_si128((const __m128i *)(wb)[(b) + 1].qs)),       \
+                         shift), m4)
+#define DOT_PAIR(wb, b, xq) _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), \
+                                Q4_PAIR(wb, b), xq))
+    for (int64_t i = 0; i < nb8; i += 8) {
+        __m512i x0 = _mm512_loadu_si512(x->qs + i * QK), x1 = _mm512_loadu_si512(x->qs + (i + 2) * QK);
+        __m512i x2 = _mm512_loadu_si512(x->qs + (i + 4) * QK), x3 = _mm512_loadu_si512(x->qs + (i + 6) * QK);
+        __m256 xd = _mm256_loadu_ps(x->d + i), xds = _mm256_loadu_ps(x->ds + i);
+        for (int r = 0; r < 4; r++) {
+            const struct block_q4_0 *wr = w[r] + i;
+            for (int l = 0; l < 3; l++) /* 144 bytes per step */
+                _mm_prefetch((const char *)wr + LIN_PREFETCH + 64 * l, _MM_HINT_T0);
+            __m256 dw = scales8_q4_0((const uint8_t *)wr);
+            __m512 s16 = _mm512_castps256_ps512(_mm256_mul_ps(dw, xd));
+            corr[r] = _mm256_fmadd_ps(dw, xds, corr[r]);
+            __m512 a = _mm512_mul_ps(DOT_PAIR(wr, 0, x0), _mm512_permutexvar_ps(sp0, s16));
+            __m512 b = _mm512_mul_ps(DOT_PAIR(wr, 2, x1), _mm512_permutexvar_ps(sp1, s16));
+            a = _mm512_fmadd_ps(DOT_PAIR(wr, 4, x2), _mm512_permutexvar_ps(sp2, s16), a);
+            b = _mm512_fmadd_ps(DOT_PAIR(wr, 6, x3), _mm512_permutexvar_ps(sp3, s16), b);
+            acc[r] = _mm512_add_ps(acc[r], _mm512_add_ps(a, b));
+        }
+    }
+#undef DOT_PAIR
+#undef Q4_PAIR
+    /* sum(q x) - 8 sum(x) per block: fold -8 corr into the accumulators */
+    const __m256 m8 = _mm256_set1_ps(-8.0f);
+    for (int r = 0; r < 4; r++)
+        acc[r] = _mm512_add_ps(acc[r], _mm512_zextps256_ps512(_mm256_mul_ps(corr[r], m8)));
+    _mm_storeu_ps(out, hsum4x16(acc[0], acc[1], acc[2], acc[3]));
+    if (nb8 < nb)
+        for (int r = 0; r < 4; r++)
+            out[r] += dot_q4_0(w[r] + nb8, (const struct block_q8_0 *)x->q + nb8, (nb - nb8) * QK);
+}
+
+/* q8_0, four rows at once (see dotx4_q4_0 and dotx_q8_0). */
+TGT static void dotx4_q8_0(const void *vw, size_t stride, const struct linear_xq *x, int64_t n,
+                           float *out)
+{
+    const int64_t nb = n / QK, nb8 = nb / 8 * 8;
+    const struct block_q8_0 *w[4];
+    for (int r = 0; r < 4; r++) w[r] = (const struct block_q8_0 *)((const char *)vw + r * stride);
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    const __m512i sp0 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i sp1 = _mm512_add_epi32(sp0, _mm512_set1_epi32(2));
+    const __m512i sp2 = _mm512_add_epi32(sp0, _mm512_set1_epi32(4));
+    const __m512i sp3 = _mm512_add_epi32(sp0, _mm512_set1_epi32(6));
+    __m512 acc[4];
+    __m256 corr[4];
+    for (int r = 0; r < 4; r++) {
+        acc[r] = _mm512_setzero_ps();
+        corr[r] = _mm256_setzero_ps();
+    }
+#define Q8_PAIR(wb, b)                                                                      \
+    _mm512_xor_si512(_mm512_inserti64x4(                                                    \
+                         _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(wb)[b].qs)), \
+                         _mm256_loadu_si256((const __m256i *)(wb)[(b) + 1].qs), 1), flip)
+#define DOT_PAIR(wb, b, xq) _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), \
+                                Q8_PAIR(wb, b), xq))
+    for (int64_t i = 0; i < nb8; i += 8) {
+        __m512i x0 = _mm512_loadu_si512(x->qs + i * QK), x1 = _mm512_loadu_si512(x->qs + (i + 2) * QK);
+        __m512i x2 = _mm512_loadu_si512(x->qs + (i + 4) * QK), x3 = _mm512_loadu_si512(x->qs + (i + 6) * QK);
+        __m256 xd = _mm256_loadu_ps(x->d + i), xds = _mm256_loadu_ps(x->ds + i);
+        for (int r = 0; r < 4; r++) {
+            const struct block_q8_0 *wr = w[r] + i;
+            for (int l = 0; l < 5; l++) /* 272 bytes per step */
+                _mm_prefetch((const char *)wr + LIN_PREFETCH + 64 * l, _MM_HINT_T0);
+            __m256 dw = scales8_q8_0((const uint8_t *)wr);
+            __m512 s16 = _mm512_castps256_ps512(_mm256_mul_ps(dw, xd));
+            corr[r] = _mm256_fmadd_ps(dw, xds, corr[r]);
+            __m512 a = _mm512_mul_ps(DOT_PAIR(wr, 0, x0), _mm512_permutexvar_ps(sp0, s16));
+            __m512 b = _mm512_mul_ps(DOT_PAIR(wr, 2, x1), _mm512_permutexvar_ps(sp1, s16));
+            a = _mm512_fmadd_ps(DOT_PAIR(wr, 4, x2), _mm512_permutexvar_ps(sp2, s16), a);
+            b = _mm512_fmadd_ps(DOT_PAIR(wr, 6, x3), _mm512_permutexvar_ps(sp3, s16), b);
+            acc[r] = _mm512_add_ps(acc[r], _mm512_add_ps(a, b));
+        }
+    }
+#undef DOT_PAIR
+#undef Q8_PAIR
+    const __m256 m128 = _mm256_set1_ps(-128.0f);
+    for (int r = 0; r < 4; r++)
+        acc[r] = _mm512_add_ps(acc[r], _mm512_zextps256_ps512(_mm256_mul_ps(corr[r], m128)));
+    _mm_storeu_ps(out, hsum4x16(acc[0], acc[1], acc[2], acc[3]));
+    if (nb8 < nb)
+        for (int r = 0; r < 4; r++)
+            out[r] += dot_q8_0(w[r] + nb8, (const struct block_q8_0 *)x->q + nb8, (nb - nb8) * QK);
+}
+
+linear_dotx4_fn linear_dotx4_avx512(enum dtype t)
+{
+    switch (t) {
+    case TYPE_Q4_0: return dotx4_q4_0;
+    case TYPE_Q8_0: return dotx4_q8_0;
+    default: return NULL;
+    }
+}
+
 linear_dotx_fn linear_dotx_avx512(enum dtype t)
 {
     switch (t) {

@@ -25,6 +25,13 @@ typedef float (*linear_dotx_fn)(const void *w, const struct linear_xq *x, int64_
 void linear_xq_prepare(struct linear_xq *xq, int8_t *qs, float *d, float *ds, int64_t n);
 /* AVX-512 VNNI dotx kernel for t, or NULL. */
 linear_dotx_fn linear_dotx_avx512(enum dtype t);
+/* out[r] = row r of four weight rows (w + r * stride bytes) . x, the x
+ * loads shared by the four rows; the same per-block arithmetic as the
+ * dotx kernel, so only float summation order differs. */
+typedef void (*linear_dotx4_fn)(const void *w, size_t stride, const struct linear_xq *x,
+                                int64_t n, float *out);
+/* AVX-512 VNNI four-row dotx kernel for t, or NULL. */
+linear_dotx4_fn linear_dotx4_avx512(enum dtype t);
 
 /* Row dequantisation for the sgemm tiles, same results as
  * dequantize_row (each value is one float product, or exact); NULL
