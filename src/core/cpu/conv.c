@@ -23,6 +23,7 @@
  * float summation order. */
 #include <cblas.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "../backend.h"
@@ -46,6 +47,17 @@ static int64_t grain_for(int64_t per_item)
 }
 
 static struct threadpool *pool(struct arena *a) { return arena_backend(a)->tp; }
+
+/* BLAS threads follow the pool size (as in linear.c), so a backend of n
+ * threads never runs more than n; set only when it changes since the call
+ * is global to the process. sgemm runs while the pool is idle: one level
+ * of parallelism at a time. */
+static atomic_int blas_threads;
+static void set_blas_threads(struct arena *a)
+{
+    int n = tp_n_threads(pool(a));
+    if (atomic_exchange(&blas_threads, n) != n) openblas_set_num_threads(n);
+}
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -475,6 +487,7 @@ static void conv1d(struct arena *a, struct tensor *out, const struct tensor *x,
         j.scratch = arena_alloc(a, (size_t)(kk * chunk) * sizeof(float));
         if (!j.scratch) return;
     }
+    set_blas_threads(a);
     for (j.b = 0; j.b < B; j.b++)
         for (j.g = 0; j.g < p->groups; j.g++) {
             const float *wg = j.w + j.g * j.cout_g * kk;
@@ -585,6 +598,7 @@ static void conv_transpose1d(struct arena *a, struct tensor *out, const struct t
     if (!direct) j.xs = arena_alloc(a, (size_t)(j.cin_g * chunk) * sizeof(float));
     if (!j.cols || (!direct && !j.xs)) return;
 
+    set_blas_threads(a);
     for (j.b = 0; j.b < B; j.b++)
         for (j.g = 0; j.g < p->groups; j.g++) {
             const float *wg = wf + j.g * j.cin_g * m; /* rows ci of the group: [cin_g, m] */
@@ -803,6 +817,7 @@ static void lstm(struct arena *a, struct tensor *out, struct tensor *h_n, struct
     load_state(c, c0, B, H);
 
     if (T > 0) {
+        set_blas_threads(a);
         /* gx[b*T + t] = x_t @ W_ih^T + b_ih + b_hh, all steps at once */
         for (int64_t r = 0; r < B * T; r++)
             for (int64_t k = 0; k < G; k++)
