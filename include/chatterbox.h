@@ -147,6 +147,13 @@ typedef struct cbx_synth_params {
     int max_segment_tokens;    /* 60 */
     int pause_ms;              /* 100 */
     int max_retries;           /* 2 */
+    /* streaming: the chunk callback gets each segment's audio in pieces
+     * while the speech tokens are still being generated (first audio after
+     * stream_first_tokens tokens, ~200 ms of speech; later chunks grow from
+     * stream_chunk_tokens, doubling up to 80). No early-stop retries. */
+    int stream;                /* 0 (1: on) */
+    int stream_first_tokens;   /* 10 (at least 8) */
+    int stream_chunk_tokens;   /* 20 (at least 3) */
 } cbx_synth_params;
 
 /* Defaults of every field (fields are only ever appended).
@@ -167,8 +174,9 @@ CBX_API void cbx_audio_free(cbx_audio *audio);
 /* Receives audio as it is produced: n samples at sample_rate, borrowed
  * for the duration of the call only (copy what you keep). Concatenating
  * every chunk gives exactly the whole audio. Return 0 to go on, nonzero to
- * cancel (cbx_synthesize then returns CBX_ERR_CANCELLED). Today one chunk
- * per text segment; a streaming mode will make chunks smaller. */
+ * cancel (cbx_synthesize then returns CBX_ERR_CANCELLED). One chunk per
+ * text segment (and one per pause), or with cbx_synth_params.stream
+ * several per segment, each delivered as soon as it exists. */
 typedef int (*cbx_chunk_cb)(void *user, const float *samples, size_t n, int sample_rate);
 
 /* Speak UTF-8 text with voice (NULL: the model's built-in voice). params

@@ -56,6 +56,12 @@ static void usage(FILE *f)
             "  --no-split                speak the whole text as one segment (as upstream)\n"
             "  --pause-ms N              silence between segments (default 100)\n"
             "  --threads N               CPU threads (default: all)\n"
+            "  --stream                  audio in chunks while generating: with '-o -'\n"
+            "                            each chunk is written and flushed at once\n"
+            "                            (first audio after 10 speech tokens)\n"
+            "  --lines                   live mode: speak each line of standard input\n"
+            "                            as it arrives (streamed), for piping from\n"
+            "                            another program; ends at end of input\n"
             "  -q, --quiet               nothing on stderr but errors\n"
             "  -v, --verbose             per-stage times, tokens/s and real-time factor\n");
 }
@@ -236,12 +242,77 @@ static int on_chunk(void *user, const float *pcm, int64_t n, int sample_rate)
     return 0;
 }
 
+/* ---- --lines: live mode ------------------------------------------------ */
+
+/* Each line of standard input spoken as soon as it is read (streamed, so
+ * with '-o -' its first chunk follows within the first-audio latency);
+ * lines without letters or digits are skipped. Each line is one
+ * engine_synthesize call with the same parameters, so a line sounds as
+ * `say --stream LINE` would. *pcm (file output) collects every line; st
+ * sums the lines' figures. */
+static cbx_status say_lines(const struct engine_model *m, const struct backend *be,
+                            const struct conds *voice, const struct engine_params *ep, struct say *s,
+                            float **pcm, int64_t *n_pcm, struct engine_stats *st, char *err)
+{
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int64_t cap_all = 0;
+    int n_lines = 0;
+    cbx_status rc = CBX_OK;
+    memset(st, 0, sizeof *st);
+    while (rc == CBX_OK && !interrupted && (len = getline(&line, &cap, stdin)) >= 0) {
+        if (!engine_has_word(line)) continue;
+        float *one = NULL;
+        int64_t n_one = 0;
+        struct engine_stats ls;
+        const double t0 = now();
+        rc = engine_synthesize(m, be, voice, line, ep, on_chunk, on_progress, s, pcm ? &one : NULL,
+                               &n_one, &ls, err);
+        if (rc != CBX_OK) break;
+        n_lines++;
+        if (s->verbose)
+            fprintf(stderr, "say: line %d: %.2f s of audio, first audio after %.0f ms, done in %.2f s\n",
+                    n_lines, ls.audio_seconds, 1000 * ls.t_first_audio, now() - t0);
+        if (pcm && n_one > 0) {
+            if (*n_pcm + n_one > cap_all) {
+                int64_t c = (*n_pcm + n_one) * 2;
+                float *b = realloc(*pcm, sizeof *b * (size_t)c);
+                if (!b) { free(one); rc = err_setf(err, CBX_ERR_NOMEM, "out of memory"); break; }
+                *pcm = b;
+                cap_all = c;
+            }
+            memcpy(*pcm + *n_pcm, one, sizeof *one * (size_t)n_one);
+            *n_pcm += n_one;
+        }
+        free(one);
+        st->n_segments += ls.n_segments;
+        st->n_retries += ls.n_retries;
+        st->n_text_tokens += ls.n_text_tokens;
+        st->n_speech_tokens += ls.n_speech_tokens;
+        st->n_t3_steps += ls.n_t3_steps;
+        st->n_samples += ls.n_samples;
+        st->audio_seconds += ls.audio_seconds;
+        st->t_text += ls.t_text;
+        st->t_t3 += ls.t_t3;
+        st->t_s3gen += ls.t_s3gen;
+        st->t_total += ls.t_total;
+        st->n_chunks += ls.n_chunks;
+        if (n_lines == 1) st->t_first_audio = ls.t_first_audio;
+    }
+    free(line);
+    if (rc == CBX_OK && interrupted) rc = err_setf(err, CBX_ERR_CANCELLED, "interrupted");
+    if (rc == CBX_OK && ferror(stdin)) rc = err_setf(err, CBX_ERR_IO, "stdin: cannot read: %s", strerror(errno));
+    if (rc == CBX_OK && n_lines == 0) rc = err_setf(err, CBX_ERR_INVALID_ARG, "no line of the input has anything to speak");
+    return rc;
+}
+
 int cmd_say(int argc, char **argv)
 {
     const char *model_path = getenv("CHATTERBOX_MODEL"), *text_arg = NULL, *text_file = NULL,
                *voice_path = NULL, *out_path = NULL, *format = NULL;
     struct engine_params ep = engine_default_params();
-    int threads = 0, quiet = 0, verbose = 0;
+    int threads = 0, quiet = 0, verbose = 0, lines = 0;
     double v;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
@@ -249,6 +320,8 @@ int cmd_say(int argc, char **argv)
         if (!strcmp(o, "--quiet") || !strcmp(o, "-q")) { quiet = 1; continue; }
         if (!strcmp(o, "--verbose") || !strcmp(o, "-v")) { verbose = 1; continue; }
         if (!strcmp(o, "--no-split")) { ep.split = false; continue; }
+        if (!strcmp(o, "--stream")) { ep.stream = true; continue; }
+        if (!strcmp(o, "--lines")) { lines = 1; ep.stream = true; continue; }
         if (!strcmp(o, "-")) { text_file = "-"; continue; } /* stdin, as --text-file - */
         if (o[0] != '-') {
             if (text_arg) return usage_error("more than one TEXT argument (quote the text)");
@@ -295,6 +368,8 @@ int cmd_say(int argc, char **argv)
     (void)v;
     if (!out_path) return usage_error("-o OUT is required (a .wav/.flac file, or '-' for raw PCM on stdout)");
     if (text_arg && text_file) return usage_error("give the text either as an argument or with --text-file, not both");
+    if (lines && (text_arg || (text_file && strcmp(text_file, "-"))))
+        return usage_error("--lines reads its text from standard input, line by line");
     const int raw = !strcmp(out_path, "-");
     enum audio_format fmt = AUDIO_WAV_PCM16;
     char err[ERR_MAX] = "";
@@ -322,8 +397,10 @@ int cmd_say(int argc, char **argv)
     struct say s = {quiet, verbose && !quiet, isatty(2), raw ? stdout : NULL, 0, now(), 0, 0, 0, NULL, 0};
     cbx_status rc = CBX_OK;
 
-    /* text: argument, file, or standard input */
-    if (text_arg) {
+    /* text: argument, file, or standard input (--lines: read as it comes) */
+    if (lines) {
+        /* say_lines */
+    } else if (text_arg) {
         text = strdup(text_arg);
         if (!text) { rc = err_setf(err, CBX_ERR_NOMEM, "out of memory"); goto fail; }
     } else if (text_file && strcmp(text_file, "-")) {
@@ -337,11 +414,11 @@ int cmd_say(int argc, char **argv)
             return usage_error("no text: give TEXT, --text-file FILE, or pipe text on standard input");
         if (!(text = read_all(stdin, "stdin", err))) { rc = CBX_ERR_IO; goto fail; }
     }
-    if (!text[strspn(text, " \t\r\n\f\v")]) {
+    if (!lines && !text[strspn(text, " \t\r\n\f\v")]) {
         free(text);
         return usage_error("the text is empty");
     }
-    if (!engine_has_word(text)) {
+    if (!lines && !engine_has_word(text)) {
         free(text);
         return usage_error("the text has nothing to speak (no letters or digits)");
     }
@@ -373,8 +450,11 @@ int cmd_say(int argc, char **argv)
     if (interrupted) goto fail;
     struct engine_stats st;
     s.t0 = now();
-    rc = engine_synthesize(m, be, voice_path ? &voice : NULL, text, &ep, on_chunk, on_progress, &s,
-                           raw ? NULL : &pcm, &n_pcm, &st, err);
+    if (lines)
+        rc = say_lines(m, be, voice_path ? &voice : NULL, &ep, &s, raw ? NULL : &pcm, &n_pcm, &st, err);
+    else
+        rc = engine_synthesize(m, be, voice_path ? &voice : NULL, text, &ep, on_chunk, on_progress, &s,
+                               raw ? NULL : &pcm, &n_pcm, &st, err);
     if (s.tty && !quiet && s.last_len && rc != CBX_OK) fputc('\n', stderr);
     if (rc != CBX_OK) goto fail;
     if (!raw && (rc = io_audio_write(out_path, pcm, n_pcm, ENGINE_SAMPLE_RATE, fmt, err)) != CBX_OK)
@@ -389,6 +469,9 @@ int cmd_say(int argc, char **argv)
                 (long long)st.n_speech_tokens, st.n_retries, st.n_retries == 1 ? "y" : "ies", st.t_text,
                 st.t_t3, st.t_t3 > 0 ? (double)st.n_t3_steps / st.t_t3 : 0.0, st.t_s3gen, st.t_total,
                 st.audio_seconds, st.audio_seconds > 0 ? gen / st.audio_seconds : 0.0);
+        if (ep.stream && !lines)
+            fprintf(stderr, "say: stream: first audio after %.0f ms, %d chunks\n", 1000 * st.t_first_audio,
+                    st.n_chunks);
     }
     if (!raw && !quiet) fprintf(stderr, "say: wrote %s (%.2f s)\n", out_path, (double)n_pcm / ENGINE_SAMPLE_RATE);
     status = 0;

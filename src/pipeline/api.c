@@ -182,6 +182,9 @@ cbx_synth_params cbx_synth_default_params(void)
     p.max_segment_tokens = e.max_segment_tokens;
     p.pause_ms = e.pause_ms;
     p.max_retries = e.max_retries;
+    p.stream = e.stream;
+    p.stream_first_tokens = e.stream_first_tokens;
+    p.stream_chunk_tokens = e.stream_chunk_tokens;
     return p;
 }
 
@@ -242,6 +245,9 @@ cbx_status cbx_synthesize(cbx_context *ctx, const cbx_voice *voice, const char *
     e.max_segment_tokens = params->max_segment_tokens;
     e.pause_ms = params->pause_ms;
     e.max_retries = params->max_retries;
+    e.stream = params->stream != 0;
+    e.stream_first_tokens = params->stream_first_tokens;
+    e.stream_chunk_tokens = params->stream_chunk_tokens;
     struct chunk_relay r = {chunk, user};
     float *pcm = NULL;
     int64_t n = 0;

@@ -16,6 +16,7 @@
 #include "core/tensor.h"
 #include "io/gguf.h"
 #include "io/model_file.h"
+#include "pipeline/stream.h"
 #include "s3gen/s3gen.h"
 #include "t3/t3.h"
 #include "text/gpt2_bpe.h"
@@ -200,6 +201,9 @@ struct engine_params engine_default_params(void)
     p.pause_ms = 100;
     p.max_retries = 2;
     p.min_speech_per_text = 2.0;
+    p.stream = false;
+    p.stream_first_tokens = stream_default_params().first_tokens;
+    p.stream_chunk_tokens = stream_default_params().chunk_tokens;
     return p;
 }
 
@@ -475,6 +479,9 @@ struct run {
     void *user;
     struct engine_progress pr;
     int64_t steps; /* T3 decode steps, all attempts */
+    struct stream *stream;  /* streaming: T3's speech tokens go here */
+    cbx_status stream_rc;
+    char stream_err[ERR_MAX];
 };
 
 static int on_t3_step(void *user, int step, int32_t token, const float *logits, int64_t V)
@@ -483,6 +490,11 @@ static int on_t3_step(void *user, int step, int32_t token, const float *logits, 
     struct run *r = user;
     r->steps++;
     r->pr.tokens = step + 1;
+    /* streaming: each speech token (ids < 6561, as tts_turbo.py keeps) on
+     * to S3Gen at once; a failure stops T3 */
+    if (r->stream && token >= 0 && token < S3GEN_SPEECH_VOCAB &&
+        (r->stream_rc = stream_push(r->stream, &token, 1, r->stream_err)) != CBX_OK)
+        return 1;
     return r->progress ? r->progress(r->user, &r->pr) : 0;
 }
 
@@ -578,6 +590,96 @@ cleanup:
     return rc;
 }
 
+/* ---- streaming (pipeline/stream.h) -------------------------------------- */
+
+/* Where streamed audio goes: the caller's chunk callback, the whole-audio
+ * buffer when one is wanted, the pause owed before a segment. */
+struct stream_out {
+    engine_chunk_fn chunk;
+    void *user;
+    float **all;
+    int64_t *n_all, *cap;
+    bool keep;             /* the caller wants the whole audio */
+    int64_t pause;         /* zeros owed before the segment's first samples */
+    struct engine_stats *st;
+    double t_start;
+    cbx_status rc;         /* why a chunk was refused (CBX_OK: cancelled) */
+    char err[ERR_MAX];
+};
+
+static int out_samples(struct stream_out *o, const float *pcm, int64_t n)
+{
+    const int64_t start = *o->n_all;
+    if ((o->keep || !pcm) && (o->rc = append(o->all, o->n_all, o->cap, pcm, n, o->err)) != CBX_OK) return 1;
+    const float *x = o->keep || !pcm ? *o->all + start : pcm;
+    o->st->n_samples += n;
+    int stop = o->chunk && o->chunk(o->user, x, n, ENGINE_SAMPLE_RATE);
+    if (!o->keep) *o->n_all = 0;
+    return stop;
+}
+
+static int on_stream_audio(void *user, const float *pcm, int64_t n)
+{
+    struct stream_out *o = user;
+    if (o->st->n_chunks++ == 0) o->st->t_first_audio = now() - o->t_start;
+    if (o->pause > 0) {
+        int64_t k = o->pause;
+        o->pause = 0;
+        if (out_samples(o, NULL, k)) return 1;
+    }
+    return out_samples(o, pcm, n);
+}
+
+/* One segment streamed: T3 (no retries) pushes its tokens into a stream
+ * through on_t3_step; the final chunk adds the 3 silence tokens. */
+static cbx_status stream_segment(const struct engine_model *m, const struct backend *be,
+                                 const struct conds *voice, const char *seg, int i,
+                                 const struct engine_params *p, struct run *r,
+                                 struct engine_stats *st, struct stream_out *o, char *err)
+{
+    struct engine_params q = *p;
+    q.max_retries = 0;
+    struct stream_params sp = stream_default_params();
+    sp.first_tokens = p->stream_first_tokens;
+    sp.chunk_tokens = p->stream_chunk_tokens;
+    if (sp.max_chunk_tokens < sp.chunk_tokens) sp.max_chunk_tokens = sp.chunk_tokens;
+    sp.noise_frames = 2 * (p->max_tokens + ENGINE_N_SIL); /* a bound known before T3 starts */
+    sp.n_cfm_steps = p->cfm_steps;
+    sp.seed = engine_seed(p->seed, i, 0); /* the seed T3 uses (no retries) */
+    const struct s3gen_ref ref = {voice->prompt_token, voice->n_prompt_token, voice->prompt_feat,
+                                  voice->n_prompt_feat, voice->embedding};
+    int32_t *speech = NULL;
+    int64_t n_speech = 0;
+    uint64_t seed = sp.seed;
+    cbx_status rc = stream_create(&m->s3, be, &ref, &sp, on_stream_audio, o, &r->stream, err);
+    if (rc != CBX_OK) return rc;
+    r->stream_rc = CBX_OK;
+    rc = segment_tokens(m, be, voice, seg, i, &q, r, st, &speech, &n_speech, &seed, err);
+    const struct stream_stats *ss = stream_get_stats(r->stream);
+    st->t_t3 -= ss->t_flow + ss->t_hift; /* S3Gen ran inside T3's callback */
+    if (rc == CBX_ERR_CANCELLED && r->stream_rc != CBX_OK) {
+        rc = r->stream_rc;
+        err_setf(err, rc, "%s", o->rc != CBX_OK ? o->err : r->stream_err);
+    }
+    if (rc == CBX_OK) {
+        st->n_speech_tokens += n_speech;
+        r->pr.total_tokens = st->n_speech_tokens;
+        r->pr.stage = ENGINE_STAGE_S3GEN;
+        if (r->progress && r->progress(r->user, &r->pr)) rc = err_setf(err, CBX_ERR_CANCELLED, "cancelled");
+    }
+    if (rc == CBX_OK) {
+        /* tts_turbo.py: torch.cat([speech_tokens, S3GEN_SIL x 3]), at the true end only */
+        const int32_t sil[ENGINE_N_SIL] = {ENGINE_S3GEN_SIL, ENGINE_S3GEN_SIL, ENGINE_S3GEN_SIL};
+        rc = stream_finish(r->stream, sil, ENGINE_N_SIL, err);
+        if (rc == CBX_ERR_CANCELLED && o->rc != CBX_OK) rc = err_setf(err, o->rc, "%s", o->err);
+    }
+    st->t_s3gen += ss->t_flow + ss->t_hift;
+    stream_free(r->stream);
+    r->stream = NULL;
+    free(speech);
+    return rc;
+}
+
 cbx_status engine_synthesize(const struct engine_model *m, const struct backend *be,
                              const struct conds *voice, const char *text,
                              const struct engine_params *p, engine_chunk_fn chunk,
@@ -634,10 +736,16 @@ cbx_status engine_synthesize(const struct engine_model *m, const struct backend 
         goto cleanup;
     }
     st->n_segments = S.n;
-    struct run r = {progress, user, {ENGINE_STAGE_T3, 0, S.n, 0, 0, p->max_tokens, 0}, 0};
+    struct run r = {progress, user, {ENGINE_STAGE_T3, 0, S.n, 0, 0, p->max_tokens, 0}, 0, NULL, CBX_OK, ""};
     const int64_t pause = (int64_t)p->pause_ms * ENGINE_SAMPLE_RATE / 1000;
     for (int i = 0; i < S.n; i++) {
         r.pr.segment = i;
+        if (p->stream) { /* pipeline/stream.h */
+            struct stream_out o = {chunk, user, &all, &n_all, &cap, pcm != NULL, i > 0 ? pause : 0,
+                                   st, t_start, CBX_OK, ""};
+            if ((rc = stream_segment(m, be, voice, S.text[i], i, p, &r, st, &o, err)) != CBX_OK) goto cleanup;
+            continue;
+        }
         int64_t n_speech = 0, n_wav = 0;
         uint64_t seed = p->seed;
         rc = segment_tokens(m, be, voice, S.text[i], i, p, &r, st, &speech, &n_speech, &seed, err);

@@ -51,8 +51,9 @@
  *
  * Chunks: the callback receives each segment's audio (preceded by its
  * pause) as soon as it exists; concatenating the chunks gives exactly the
- * returned audio. A streaming mode will deliver smaller chunks through the
- * same callback.
+ * returned audio. With `stream` the chunks are smaller: the T3 tokens of
+ * a segment feed S3Gen chunk by chunk as they are sampled (stream.h), the
+ * pause goes out as a chunk of its own before the segment's first audio.
  *
  * Thread safety: an engine_model is read-only after loading and may serve
  * any number of concurrent engine_synthesize calls, each with its own
@@ -117,6 +118,12 @@ struct engine_params {
     int pause_ms;            /* 100 */
     int max_retries;         /* 2 */
     double min_speech_per_text; /* 2.0 */
+    /* streaming (pipeline/stream.h): each segment's audio reaches `chunk`
+     * in pieces while T3 still runs; no early-stop retries (audio already
+     * delivered cannot be taken back) */
+    bool stream;             /* false */
+    int stream_first_tokens; /* speech tokens before the first chunk: 10 */
+    int stream_chunk_tokens; /* the second chunk; later ones double up to 80: 20 */
 };
 struct engine_params engine_default_params(void);
 
@@ -171,6 +178,8 @@ struct engine_stats {
     int64_t n_t3_steps;       /* all T3 decode steps incl. discarded attempts */
     int64_t n_samples;
     double audio_seconds;
+    double t_first_audio;     /* seconds from the call to the first chunk */
+    int n_chunks;             /* chunks delivered (pauses not counted) */
 };
 
 /* Speak text with voice (NULL: the built-in voice) on backend be. *pcm

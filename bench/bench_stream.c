@@ -1,0 +1,172 @@
+/* bench_stream.c - streaming synthesis (say --stream) end to end through
+ * the engine, per weight type (F32, Q8_0, Q4_0): first-audio latency and
+ * its parts, chunk count, and the streamed run's real-time factor, with
+ * the whole-utterance run of the same text and parameters from the same
+ * invocation as baseline (its first audio is its end).
+ *
+ *   bench_stream --model DIR|GGUF [--tokens N] [--threads N] [--reps N] [--filter q4_0]
+ *
+ * Workload: a fixed sentence with the built-in voice, seed 0, upstream
+ * sampling defaults, at most N speech tokens (default 250 = 10 s); the
+ * engine's defaults for streaming (first chunk after 10 tokens, then 20,
+ * 40, 80, 80, ...). One untimed warm-up (12 tokens, streamed) per type.
+ * First-audio latency is measured from the engine_synthesize call to the
+ * first chunk's callback; its parts: T3 prefill (call -> first token),
+ * the first chunk's tokens (-> token `first_tokens`), and S3Gen's first
+ * chunk (-> first audio). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "core/backend.h"
+#include "io/model_file.h"
+#include "pipeline/engine.h"
+
+#define TEXT "The quick brown fox jumps over the lazy dog, and then, after a short rest in the warm " \
+             "afternoon sun, it runs back across the green field to its den by the old river."
+
+struct probe {
+    double t0, t_tok1, t_tokf, t_audio;
+    int first_tokens;
+};
+
+static int on_progress(void *user, const struct engine_progress *p)
+{
+    struct probe *b = user;
+    if (p->stage == ENGINE_STAGE_T3 && p->segment == 0) {
+        if (p->tokens == 1 && !b->t_tok1) b->t_tok1 = bench_now() - b->t0;
+        if (p->tokens == b->first_tokens && !b->t_tokf) b->t_tokf = bench_now() - b->t0;
+    }
+    return 0;
+}
+
+static int on_chunk(void *user, const float *pcm, int64_t n, int sr)
+{
+    (void)pcm; (void)n; (void)sr;
+    struct probe *b = user;
+    if (!b->t_audio) b->t_audio = bench_now() - b->t0;
+    return 0;
+}
+
+struct result {
+    double first, prefill, tokens, s3first, total, rtf, whole, whole_rtf, audio;
+    int chunks;
+    int64_t speech;
+};
+
+static int run_type(const char *path, int wtype, int N, const struct bench_opts *o, struct backend *be,
+                    struct result *res)
+{
+    char err[ERR_MAX] = "";
+    struct engine_model *m = NULL;
+    const int R = o->reps;
+    double *v[7];
+    for (int i = 0; i < 7; i++) v[i] = calloc((size_t)R, sizeof(double));
+    int ok = 0;
+    struct engine_load_params lp = {wtype};
+    if (engine_model_load(path, &lp, &m, err) != CBX_OK) goto done;
+    struct engine_params p = engine_default_params();
+    p.split = false;
+    p.stream = true;
+    for (int r = -1; r < R; r++) {
+        struct probe b = {0, 0, 0, 0, p.stream_first_tokens};
+        struct engine_stats st;
+        p.stream = true;
+        p.max_tokens = r < 0 ? 12 : N;
+        b.t0 = bench_now();
+        if (engine_synthesize(m, be, NULL, TEXT, &p, on_chunk, on_progress, &b, NULL, NULL, &st, err) != CBX_OK)
+            goto done;
+        if (r < 0) continue;
+        v[0][r] = b.t_audio;
+        v[1][r] = b.t_tok1;
+        v[2][r] = b.t_tokf - b.t_tok1;
+        v[3][r] = b.t_audio - b.t_tokf;
+        v[4][r] = st.t_total;
+        res->chunks = st.n_chunks;
+        res->speech = st.n_speech_tokens;
+        res->audio = st.audio_seconds;
+        /* the baseline: the same utterance, not streamed */
+        p.stream = false;
+        p.max_retries = 0;
+        if (engine_synthesize(m, be, NULL, TEXT, &p, NULL, NULL, NULL, NULL, NULL, &st, err) != CBX_OK) goto done;
+        v[5][r] = st.t_total;
+        v[6][r] = st.audio_seconds;
+    }
+    res->first = bench_stats(v[0], R).median;
+    res->prefill = bench_stats(v[1], R).median;
+    res->tokens = bench_stats(v[2], R).median;
+    res->s3first = bench_stats(v[3], R).median;
+    res->total = bench_stats(v[4], R).median;
+    res->whole = bench_stats(v[5], R).median;
+    res->rtf = res->audio > 0 ? res->total / res->audio : 0;
+    const double wa = bench_stats(v[6], R).median;
+    res->whole_rtf = wa > 0 ? res->whole / wa : 0;
+    ok = 1;
+done:
+    if (!ok) fprintf(stderr, "bench_stream: %s\n", err);
+    engine_model_free(m);
+    for (int i = 0; i < 7; i++) free(v[i]);
+    return ok;
+}
+
+static void emit(const char *bench, const char *type, int N, const struct bench_opts *o, const char *unit,
+                 double v, const char *base, double base_v)
+{
+    const int64_t shape[1] = {N};
+    struct bench_stats s = {v, v, v};
+    bench_emit(bench, type, shape, 1, o->threads, o->reps, unit, s, base, base_v);
+}
+
+int main(int argc, char **argv)
+{
+    const char *model = getenv("CHATTERBOX_MODEL");
+    int N = 250;
+    for (int i = 1; i + 1 < argc;) { /* our options; the rest goes to bench_parse */
+        if (!strcmp(argv[i], "--model")) model = argv[i + 1];
+        else if (!strcmp(argv[i], "--tokens")) N = atoi(argv[i + 1]);
+        else { i += 2; continue; }
+        memmove(argv + i, argv + i + 2, sizeof *argv * (size_t)(argc - i - 2));
+        argc -= 2;
+    }
+    struct bench_opts opt;
+    if (!bench_parse(argc, argv, &opt, 1)) return 2;
+    if (!model || N < 12 || N > 4000) {
+        fprintf(stderr, "bench_stream: needs --model DIR|GGUF (or CHATTERBOX_MODEL) and --tokens in [12, 4000]\n");
+        return 2;
+    }
+    struct backend *be = backend_cpu_create(opt.threads);
+    if (!be) return 1;
+    struct model *probe = NULL;
+    char err[ERR_MAX];
+    if (model_open(model, &probe, err) != CBX_OK) {
+        fprintf(stderr, "bench_stream: %s\n", err);
+        backend_cpu_free(be);
+        return 1;
+    }
+    const int gguf = model_is_gguf(probe);
+    model_close(probe);
+    static const int types[] = {TYPE_F32, TYPE_Q8_0, TYPE_Q4_0};
+    for (size_t i = 0; i < (gguf ? 1 : sizeof types / sizeof types[0]); i++) {
+        const int wt = gguf ? -1 : types[i];
+        const char *name = gguf ? "gguf" : dtype_name((enum dtype)wt);
+        if (!gguf && !bench_selected(&opt, name)) continue;
+        struct result r = {0};
+        if (!run_type(model, wt, N, &opt, be, &r)) {
+            backend_cpu_free(be);
+            return 1;
+        }
+        emit("stream_first_audio", name, N, &opt, "s", r.first, "whole_utterance", r.whole);
+        emit("stream_t3_prefill", name, N, &opt, "s", r.prefill, NULL, 0);
+        emit("stream_first_tokens", name, N, &opt, "s", r.tokens, NULL, 0);
+        emit("stream_s3gen_first_chunk", name, N, &opt, "s", r.s3first, NULL, 0);
+        emit("stream_rtf", name, N, &opt, "x", r.rtf, "whole_rtf", r.whole_rtf);
+        fprintf(stderr,
+                "stream %-5s %lld tokens (%.1f s audio, %d chunks): first audio %.0f ms = prefill %.0f + 10 tokens "
+                "%.0f + s3gen chunk %.0f | stream total %.2f s (RTF %.3f) vs whole %.2f s (RTF %.3f)\n",
+                name, (long long)r.speech, r.audio, r.chunks, 1000 * r.first, 1000 * r.prefill, 1000 * r.tokens,
+                1000 * r.s3first, r.total, r.rtf, r.whole, r.whole_rtf);
+    }
+    backend_cpu_free(be);
+    return 0;
+}
