@@ -97,6 +97,17 @@ struct backend {
     struct kernels k;
 };
 
+/* For the op layer (ops_*.c): take the arena backend's kernel `kname`
+ * into scope as be_->k.kname, or fail the arena and return NULL from the
+ * calling op when the backend lacks it. */
+#define KERNEL(a, kname)                                                       \
+    const struct backend *be_ = arena_backend(a);                              \
+    if (!be_->k.kname) {                                                       \
+        arena_fail(a, CBX_ERR_UNSUPPORTED, "%s: backend %s has no kernel",     \
+                   #kname, be_->name);                                         \
+        return NULL;                                                           \
+    }
+
 static inline void *backend_buf_alloc(const struct backend *be, size_t n)
 {
     return be->buf_alloc(be, n);

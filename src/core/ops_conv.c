@@ -13,14 +13,6 @@
 
 #include "backend.h"
 
-#define KERNEL(a, kname)                                                        \
-    const struct backend *be_ = arena_backend(a);                              \
-    if (!be_->k.kname) {                                                       \
-        arena_fail(a, CBX_ERR_UNSUPPORTED, "%s: backend %s has no kernel",     \
-                   #kname, be_->name);                                          \
-        return NULL;                                                           \
-    }
-
 static bool weight_type_ok(enum dtype t)
 {
     return t == TYPE_F32 || t == TYPE_F16 || t == TYPE_BF16;

@@ -18,14 +18,6 @@
 
 #include "backend.h"
 
-#define KERNEL(a, kname)                                                        \
-    const struct backend *be_ = arena_backend(a);                              \
-    if (!be_->k.kname) {                                                      \
-        arena_fail(a, CBX_ERR_UNSUPPORTED, "%s: backend %s has no kernel",     \
-                   #kname, be_->name);                                          \
-        return NULL;                                                           \
-    }
-
 static bool is_f32(struct arena *a, const char *op, const char *what, const struct tensor *t)
 {
     if (t->type == TYPE_F32) return true;

@@ -5,14 +5,6 @@
 
 #include "backend.h"
 
-#define KERNEL(a, kname)                                                        \
-    const struct backend *be_ = arena_backend(a);                              \
-    if (!be_->k.kname) {                                                      \
-        arena_fail(a, CBX_ERR_UNSUPPORTED, "%s: backend %s has no kernel",     \
-                   #kname, be_->name);                                          \
-        return NULL;                                                           \
-    }
-
 struct tensor *op_from_host(struct arena *a, enum dtype type, int ndim,
                             const int64_t *ne, const void *host)
 {

@@ -48,14 +48,6 @@ static bool resolve(struct arena *a, const char *op, const struct stft_params *p
     return true;
 }
 
-#define KERNEL(a, kname)                                                        \
-    const struct backend *be_ = arena_backend(a);                              \
-    if (!be_->k.kname) {                                                      \
-        arena_fail(a, CBX_ERR_UNSUPPORTED, "%s: backend %s has no kernel",     \
-                   #kname, be_->name);                                          \
-        return NULL;                                                           \
-    }
-
 struct tensor *op_stft(struct arena *a, const struct tensor *x,
                        const struct tensor *window, const struct stft_params *p)
 {
