@@ -490,12 +490,14 @@ static int on_t3_step(void *user, int step, int32_t token, const float *logits, 
     struct run *r = user;
     r->steps++;
     r->pr.tokens = step + 1;
+    if (r->progress && r->progress(r->user, &r->pr)) return 1;
     /* streaming: each speech token (ids < 6561, as tts_turbo.py keeps) on
-     * to S3Gen at once; a failure stops T3 */
+     * to S3Gen at once (after the token's progress report); a failure
+     * stops T3 */
     if (r->stream && token >= 0 && token < S3GEN_SPEECH_VOCAB &&
         (r->stream_rc = stream_push(r->stream, &token, 1, r->stream_err)) != CBX_OK)
         return 1;
-    return r->progress ? r->progress(r->user, &r->pr) : 0;
+    return 0;
 }
 
 static int on_cfm_step(void *user, int step, float t, float rr, const struct tensor *x,
