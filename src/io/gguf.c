@@ -16,6 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "atomic_file.h"
+
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "gguf.c assumes a little-endian host (GGUF and tensor data are little-endian)"
 #endif
@@ -667,8 +669,7 @@ struct io_gguf_writer {
     int n_t, cap_t;
     size_t alignment;
     /* streaming state */
-    FILE *f;
-    char *path, *tmp;
+    struct atomic_file out;
     uint64_t pos;        /* bytes written to f */
     uint64_t data_off;   /* file offset of the data section */
     int cur;             /* tensor being streamed */
@@ -787,12 +788,7 @@ cbx_status io_gguf_writer_create(struct io_gguf_writer **out, char *err)
 
 static void stream_abort(struct io_gguf_writer *w)
 {
-    if (w->f) fclose(w->f);
-    if (w->tmp) unlink(w->tmp);
-    free(w->tmp);
-    free(w->path);
-    w->f = NULL;
-    w->tmp = w->path = NULL;
+    atomic_file_abort(&w->out);
     w->failed = false;
 }
 
@@ -812,7 +808,7 @@ void io_gguf_writer_free(struct io_gguf_writer *w)
 
 cbx_status io_gguf_writer_set(struct io_gguf_writer *w, const char *key, const struct io_gguf_value *v, char *err)
 {
-    if (w->f) return err_setf(err, CBX_ERR_INVALID_ARG, "gguf writer: metadata cannot change while streaming");
+    if (w->out.f) return err_setf(err, CBX_ERR_INVALID_ARG, "gguf writer: metadata cannot change while streaming");
     if (!key || !key[0]) return err_setf(err, CBX_ERR_INVALID_ARG, "gguf writer: empty key");
     if (strcmp(key, "general.alignment") == 0) {
         if (v->type != GGUF_TYPE_UINT32 || v->v.u32 == 0 || (v->v.u32 & (v->v.u32 - 1)))
@@ -914,7 +910,7 @@ cbx_status io_gguf_writer_set_arr(struct io_gguf_writer *w, const char *key, enu
 cbx_status io_gguf_writer_add_tensor(struct io_gguf_writer *w, const char *name, enum dtype type, int ndim,
                                      const int64_t *ne, const void *data, char *err)
 {
-    if (w->f) return err_setf(err, CBX_ERR_INVALID_ARG, "gguf writer: tensors cannot change while streaming");
+    if (w->out.f) return err_setf(err, CBX_ERR_INVALID_ARG, "gguf writer: tensors cannot change while streaming");
     if (!name || !name[0]) return err_setf(err, CBX_ERR_INVALID_ARG, "gguf writer: empty tensor name");
     if (!tensor_type_ok((uint32_t)type))
         return err_setf(err, CBX_ERR_INVALID_ARG, "gguf writer: tensor '%s': type %s has no ggml id", name,
@@ -957,7 +953,7 @@ cbx_status io_gguf_writer_add_tensor(struct io_gguf_writer *w, const char *name,
 static void put(struct io_gguf_writer *w, const void *p, size_t n)
 {
     if (w->failed || !n) return;
-    if (fwrite(p, 1, n, w->f) != n) {
+    if (fwrite(p, 1, n, w->out.f) != n) {
         w->failed = true;
         return;
     }
@@ -1015,23 +1011,12 @@ static void stream_next(struct io_gguf_writer *w)
 
 cbx_status io_gguf_writer_begin(struct io_gguf_writer *w, const char *path, char *err)
 {
-    if (w->f) return err_setf(err, CBX_ERR_INVALID_ARG, "%s: gguf writer already streaming to %s", path, w->path);
-    w->path = strdup(path);
-    w->tmp = malloc(strlen(path) + 32);
-    if (!w->path || !w->tmp) {
+    if (w->out.f) return err_setf(err, CBX_ERR_INVALID_ARG, "%s: gguf writer already streaming to %s", path, w->out.path);
+    cbx_status orc = atomic_file_open(&w->out, path, err);
+    if (orc != CBX_OK) {
         stream_abort(w);
-        return err_setf(err, CBX_ERR_NOMEM, "%s: out of memory", path);
+        return orc;
     }
-    sprintf(w->tmp, "%s.tmp.%ld", path, (long)getpid());
-    w->f = fopen(w->tmp, "wb");
-    if (!w->f) {
-        cbx_status rc = err_setf(err, CBX_ERR_IO, "%s: cannot create: %s", w->tmp, strerror(errno));
-        free(w->tmp);
-        w->tmp = NULL;
-        stream_abort(w);
-        return rc;
-    }
-    setvbuf(w->f, NULL, _IOFBF, (size_t)1 << 20); /* many small tensors */
     w->pos = 0;
     w->failed = false;
 
@@ -1073,7 +1058,7 @@ cbx_status io_gguf_writer_begin(struct io_gguf_writer *w, const char *path, char
     w->cur_done = 0;
     stream_next(w);
     if (w->failed) {
-        cbx_status rc = err_setf(err, CBX_ERR_IO, "%s: write failed: %s", w->tmp, strerror(errno));
+        cbx_status rc = err_setf(err, CBX_ERR_IO, "%s: write failed: %s", w->out.tmp, strerror(errno));
         stream_abort(w);
         return rc;
     }
@@ -1082,13 +1067,13 @@ cbx_status io_gguf_writer_begin(struct io_gguf_writer *w, const char *path, char
 
 cbx_status io_gguf_writer_append(struct io_gguf_writer *w, const void *bytes, size_t n, char *err)
 {
-    if (!w->f) return err_setf(err, CBX_ERR_INVALID_ARG, "gguf writer: append without begin");
-    if (w->failed) return err_setf(err, CBX_ERR_IO, "%s: writer already failed", w->path);
+    if (!w->out.f) return err_setf(err, CBX_ERR_INVALID_ARG, "gguf writer: append without begin");
+    if (w->failed) return err_setf(err, CBX_ERR_IO, "%s: writer already failed", w->out.path);
     const uint8_t *p = bytes;
     while (n) {
         if (w->cur >= w->n_t) {
             w->failed = true;
-            return err_setf(err, CBX_ERR_INVALID_ARG, "%s: %zu bytes appended past the last tensor", w->path, n);
+            return err_setf(err, CBX_ERR_INVALID_ARG, "%s: %zu bytes appended past the last tensor", w->out.path, n);
         }
         uint64_t room = w->t[w->cur].size - w->cur_done;
         size_t k = n < room ? n : (size_t)room;
@@ -1097,35 +1082,23 @@ cbx_status io_gguf_writer_append(struct io_gguf_writer *w, const void *bytes, si
         p += k;
         n -= k;
         stream_next(w);
-        if (w->failed) return err_setf(err, CBX_ERR_IO, "%s: write failed: %s", w->tmp, strerror(errno));
+        if (w->failed) return err_setf(err, CBX_ERR_IO, "%s: write failed: %s", w->out.tmp, strerror(errno));
     }
     return CBX_OK;
 }
 
 cbx_status io_gguf_writer_finish(struct io_gguf_writer *w, char *err)
 {
-    if (!w->f) return err_setf(err, CBX_ERR_INVALID_ARG, "gguf writer: finish without begin");
+    if (!w->out.f) return err_setf(err, CBX_ERR_INVALID_ARG, "gguf writer: finish without begin");
     cbx_status rc = CBX_OK;
     if (w->failed) {
-        rc = err_setf(err, CBX_ERR_IO, "%s: not written (an earlier write failed)", w->path);
+        rc = err_setf(err, CBX_ERR_IO, "%s: not written (an earlier write failed)", w->out.path);
     } else if (w->cur < w->n_t) {
         rc = err_setf(err, CBX_ERR_INVALID_ARG, "%s: data of tensor '%s' (%d of %d) incomplete: %llu of %llu bytes",
-                      w->path, w->t[w->cur].name, w->cur + 1, w->n_t, (unsigned long long)w->cur_done,
+                      w->out.path, w->t[w->cur].name, w->cur + 1, w->n_t, (unsigned long long)w->cur_done,
                       (unsigned long long)w->t[w->cur].size);
     } else {
-        FILE *f = w->f;
-        w->f = NULL;
-        int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
-        int e = errno;
-        if (fclose(f) != 0 && !bad) { bad = 1; e = errno; }
-        if (bad) {
-            rc = err_setf(err, CBX_ERR_IO, "%s: write failed: %s", w->tmp, strerror(e));
-        } else if (rename(w->tmp, w->path) != 0) {
-            rc = err_setf(err, CBX_ERR_IO, "%s: cannot rename %s onto it: %s", w->path, w->tmp, strerror(errno));
-        } else {
-            free(w->tmp);
-            w->tmp = NULL;
-        }
+        rc = atomic_file_commit(&w->out, err);
     }
     stream_abort(w);
     return rc;

@@ -14,6 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "atomic_file.h"
+
 /* The largest integer a JSON number (a double in cJSON) holds exactly. */
 #define MAX_EXACT_INT 9007199254740992.0 /* 2^53 */
 
@@ -475,8 +477,7 @@ uint64_t io_safetensors_data_size(const struct io_safetensors *st) { return st->
 /* ---- writer ----------------------------------------------------------- */
 
 struct io_safetensors_writer {
-    FILE *f;
-    char *path, *tmp;
+    struct atomic_file out;
     uint64_t remaining;
     bool failed;
 };
@@ -565,10 +566,7 @@ static bool sb_json_string(struct sbuf *b, const char *s)
 void io_safetensors_writer_abort(struct io_safetensors_writer *w)
 {
     if (!w) return;
-    if (w->f) fclose(w->f);
-    if (w->tmp) unlink(w->tmp);
-    free(w->tmp);
-    free(w->path);
+    atomic_file_abort(&w->out);
     free(w);
 }
 
@@ -650,23 +648,15 @@ cbx_status io_safetensors_writer_open(const char *path, int n, const struct io_s
     if (b.oom) { rc = err_setf(err, CBX_ERR_NOMEM, "%s: out of memory for the header", path); goto cleanup; }
 
     w = calloc(1, sizeof *w);
-    if (!w || !(w->path = strdup(path)) || !(w->tmp = malloc(strlen(path) + 32))) {
+    if (!w) {
         rc = err_setf(err, CBX_ERR_NOMEM, "%s: out of memory", path);
         goto cleanup;
     }
-    sprintf(w->tmp, "%s.tmp.%ld", path, (long)getpid());
-    w->f = fopen(w->tmp, "wb");
-    if (!w->f) {
-        rc = err_setf(err, CBX_ERR_IO, "%s: cannot create: %s", w->tmp, strerror(errno));
-        free(w->tmp);
-        w->tmp = NULL; /* nothing to remove */
-        goto cleanup;
-    }
-    setvbuf(w->f, NULL, _IOFBF, (size_t)1 << 20); /* many small tensors */
+    if ((rc = atomic_file_open(&w->out, path, err)) != CBX_OK) goto cleanup;
     uint8_t len8[8];
     for (int k = 0; k < 8; k++) len8[k] = (uint8_t)((uint64_t)b.n >> (8 * k));
-    if (fwrite(len8, 1, 8, w->f) != 8 || fwrite(b.s, 1, b.n, w->f) != b.n) {
-        rc = err_setf(err, CBX_ERR_IO, "%s: write failed: %s", w->tmp, strerror(errno));
+    if (fwrite(len8, 1, 8, w->out.f) != 8 || fwrite(b.s, 1, b.n, w->out.f) != b.n) {
+        rc = err_setf(err, CBX_ERR_IO, "%s: write failed: %s", w->out.tmp, strerror(errno));
         goto cleanup;
     }
     w->remaining = off;
@@ -685,15 +675,15 @@ cleanup:
 
 cbx_status io_safetensors_writer_write(struct io_safetensors_writer *w, const void *bytes, size_t n, char *err)
 {
-    if (w->failed) return err_setf(err, CBX_ERR_IO, "%s: writer already failed", w->path);
+    if (w->failed) return err_setf(err, CBX_ERR_IO, "%s: writer already failed", w->out.path);
     if (n > w->remaining) {
         w->failed = true;
         return err_setf(err, CBX_ERR_INVALID_ARG, "%s: %zu bytes written past the announced data (%llu left)",
-                        w->path, n, (unsigned long long)w->remaining);
+                        w->out.path, n, (unsigned long long)w->remaining);
     }
-    if (n && fwrite(bytes, 1, n, w->f) != n) {
+    if (n && fwrite(bytes, 1, n, w->out.f) != n) {
         w->failed = true;
-        return err_setf(err, CBX_ERR_IO, "%s: write failed: %s", w->tmp, strerror(errno));
+        return err_setf(err, CBX_ERR_IO, "%s: write failed: %s", w->out.tmp, strerror(errno));
     }
     w->remaining -= n;
     return CBX_OK;
@@ -706,24 +696,12 @@ cbx_status io_safetensors_writer_close(struct io_safetensors_writer *w, char *er
     if (!w) return CBX_OK;
     cbx_status rc = CBX_OK;
     if (w->failed) {
-        rc = err_setf(err, CBX_ERR_IO, "%s: not written (an earlier write failed)", w->path);
+        rc = err_setf(err, CBX_ERR_IO, "%s: not written (an earlier write failed)", w->out.path);
     } else if (w->remaining) {
-        rc = err_setf(err, CBX_ERR_INVALID_ARG, "%s: %llu bytes of tensor data missing", w->path,
+        rc = err_setf(err, CBX_ERR_INVALID_ARG, "%s: %llu bytes of tensor data missing", w->out.path,
                       (unsigned long long)w->remaining);
     } else {
-        FILE *f = w->f;
-        w->f = NULL;
-        int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
-        int e = errno;
-        if (fclose(f) != 0 && !bad) { bad = 1; e = errno; }
-        if (bad) {
-            rc = err_setf(err, CBX_ERR_IO, "%s: write failed: %s", w->tmp, strerror(e));
-        } else if (rename(w->tmp, w->path) != 0) {
-            rc = err_setf(err, CBX_ERR_IO, "%s: cannot rename %s onto it: %s", w->path, w->tmp, strerror(errno));
-        } else {
-            free(w->tmp);
-            w->tmp = NULL; /* renamed: nothing to remove */
-        }
+        rc = atomic_file_commit(&w->out, err);
     }
     io_safetensors_writer_abort(w);
     return rc;

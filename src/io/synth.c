@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/threadpool.h"
+#include "io/atomic_file.h"
 #include "io/npy.h"
 #include "io/safetensors.h"
 #include "io/torch_pt.h"
@@ -793,35 +794,22 @@ cleanup:
 /* Copy src to dst through a temp file and rename. */
 static cbx_status copy_file(const char *src, const char *dst, char *err)
 {
-    cbx_status rc = CBX_OK;
-    char tmp[4096 + 32];
-    FILE *in = NULL, *out = NULL;
+    struct atomic_file out;
     char *buf = NULL;
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dst, (long)getpid());
-    in = fopen(src, "rb");
+    FILE *in = fopen(src, "rb");
     if (!in) return err_setf(err, CBX_ERR_IO, "%s: %s", src, strerror(errno));
-    out = fopen(tmp, "wb");
-    buf = malloc(1 << 16);
-    if (!out || !buf) {
-        rc = out ? err_setf(err, CBX_ERR_NOMEM, "out of memory")
-                 : err_setf(err, CBX_ERR_IO, "%s: %s", tmp, strerror(errno));
-        goto cleanup;
+    cbx_status rc = atomic_file_open(&out, dst, err);
+    if (rc == CBX_OK && !(buf = malloc(1 << 16))) rc = err_setf(err, CBX_ERR_NOMEM, "out of memory");
+    if (rc == CBX_OK) {
+        size_t n;
+        while ((n = fread(buf, 1, 1 << 16, in)) > 0)
+            if (fwrite(buf, 1, n, out.f) != n) break;
+        if (ferror(in) || ferror(out.f)) rc = err_setf(err, CBX_ERR_IO, "copying %s to %s failed", src, out.tmp);
     }
-    size_t n;
-    while ((n = fread(buf, 1, 1 << 16, in)) > 0)
-        if (fwrite(buf, 1, n, out) != n) break;
-    if (ferror(in) || ferror(out)) rc = err_setf(err, CBX_ERR_IO, "copying %s to %s failed", src, tmp);
-
-cleanup:
+    if (rc == CBX_OK) rc = atomic_file_commit(&out, err);
+    atomic_file_abort(&out);
     free(buf);
     fclose(in);
-    if (out && fclose(out) != 0 && rc == CBX_OK)
-        rc = err_setf(err, CBX_ERR_IO, "%s: %s", tmp, strerror(errno));
-    if (out) {
-        if (rc == CBX_OK && rename(tmp, dst) != 0)
-            rc = err_setf(err, CBX_ERR_IO, "%s: %s", dst, strerror(errno));
-        if (rc != CBX_OK) remove(tmp);
-    }
     return rc;
 }
 

@@ -29,6 +29,8 @@
 #include <unistd.h>
 #include <zip.h>
 
+#include "atomic_file.h"
+
 #define PKL_MAX ((size_t)256 << 20)
 #define STR_MAX ((size_t)1 << 20)
 #define STACK_MAX ((size_t)1 << 20)
@@ -1608,7 +1610,7 @@ cbx_status io_pt_write_stream(const char *path, const struct pt_value *root, pt_
     if (!path || !root) return err_setf(err, CBX_ERR_INVALID_ARG, "io_pt_write: path or root is NULL");
     struct wr w = {.err = err, .path = path};
     struct zw z = {0};
-    char *tmp = NULL;
+    struct atomic_file out = {0};
     uint8_t *chunk = NULL;
     cbx_status rc = CBX_OK;
     for (size_t i = 0; i < sizeof w.memo_global / sizeof *w.memo_global; i++) w.memo_global[i] = -1;
@@ -1640,12 +1642,8 @@ cbx_status io_pt_write_stream(const char *path, const struct pt_value *root, pt_
             goto cleanup;
         }
 
-    size_t pl = strlen(path);
-    tmp = malloc(pl + 32);
-    if (!tmp) { rc = err_setf(err, CBX_ERR_NOMEM, "%s: out of memory", path); goto cleanup; }
-    snprintf(tmp, pl + 32, "%s.tmp%ld", path, (long)getpid());
-    z.f = fopen(tmp, "wb");
-    if (!z.f) { rc = err_setf(err, CBX_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno)); goto cleanup; }
+    if ((rc = atomic_file_open(&out, path, err)) != CBX_OK) goto cleanup;
+    z.f = out.f;
 
     if ((rc = z_small(&z, "archive/data.pkl", w.pk.p, w.pk.n))) goto nomem;
     if ((rc = z_small(&z, "archive/byteorder", "little", 6))) goto nomem;
@@ -1674,23 +1672,16 @@ cbx_status io_pt_write_stream(const char *path, const struct pt_value *root, pt_
     if ((rc = z_small(&z, "archive/version", "3\n", 2))) goto nomem;
     if ((rc = z_small(&z, "archive/.data/serialization_id", "0000000000000000000000000000000000000000", 40))) goto nomem;
     z_finish(&z);
-    if (z.ioerr || fflush(z.f) != 0) {
-        rc = err_setf(err, CBX_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+    if (z.ioerr) {
+        rc = err_setf(err, CBX_ERR_IO, "%s: write failed: %s", out.tmp, strerror(errno));
         goto cleanup;
     }
-    FILE *f = z.f;
-    z.f = NULL;
-    if (fclose(f) != 0) { rc = err_setf(err, CBX_ERR_IO, "%s: close failed: %s", tmp, strerror(errno)); goto cleanup; }
-    if (rename(tmp, path) != 0) { rc = err_setf(err, CBX_ERR_IO, "%s: rename to %s failed: %s", tmp, path, strerror(errno)); goto cleanup; }
-    free(tmp);
-    tmp = NULL;
+    rc = atomic_file_commit(&out, err);
     goto cleanup;
 nomem:
     rc = err_setf(err, CBX_ERR_NOMEM, "%s: out of memory", path);
 cleanup:
-    if (z.f) fclose(z.f);
-    if (tmp) remove(tmp);
-    free(tmp);
+    atomic_file_abort(&out);
     free(chunk);
     for (size_t i = 0; i < z.n; i++) free(z.e[i].name);
     free(z.e);

@@ -76,6 +76,27 @@ const char *test_tmpdir(const char *tag)
     return buf;
 }
 
+void *test_read_file(const char *path, size_t *n)
+{
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *b = NULL;
+    long len = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (len >= 0 && fseek(f, 0, SEEK_SET) == 0 && (b = malloc((size_t)len + 1))) {
+        *n = fread(b, 1, (size_t)len, f);
+        b[*n] = 0;
+    }
+    fclose(f);
+    return b;
+}
+
+bool test_exists(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
 int test_summary(void)
 {
     printf("%d checks, %d failed\n", test_checks, test_failures);

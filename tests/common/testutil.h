@@ -33,6 +33,12 @@ const char *test_data(const char *rel);
 /* A fresh empty directory under the build tree; static buffer. */
 const char *test_tmpdir(const char *tag);
 
+/* The whole file at path, NUL-terminated (not counted in *n); NULL when it
+ * cannot be read. Caller frees. */
+void *test_read_file(const char *path, size_t *n);
+/* path names an existing file or directory. */
+bool test_exists(const char *path);
+
 int test_summary(void);
 
 #endif

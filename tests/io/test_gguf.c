@@ -19,6 +19,7 @@
 
 #include "core/quant.h"
 #include "io/gguf.h"
+#include "alloc_hook.h"
 #include "testutil.h"
 
 struct bb {
@@ -48,56 +49,6 @@ static void bb_pad(struct bb *b, size_t a)
     while (b->n % a) bb_u8(b, 0);
 }
 
-static uint8_t *read_all(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc((size_t)len + 1);
-    *n = b ? fread(b, 1, (size_t)len, f) : 0;
-    fclose(f);
-    return b;
-}
-
-static bool exists(const char *path)
-{
-    struct stat sb;
-    return stat(path, &sb) == 0;
-}
-
-/* ---- allocation-failure run ---------------------------------------------
- * malloc/calloc/realloc are interposed (glibc, non-sanitizer builds only:
- * the sanitizers own malloc) and fail from call number `fail_at` on; every
- * outcome must be success or CBX_ERR_NOMEM, never a crash. */
-#if defined(__SANITIZE_ADDRESS__)
-#define NO_ALLOC_HOOK 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define NO_ALLOC_HOOK 1
-#endif
-#endif
-#if defined(__GLIBC__) && !defined(NO_ALLOC_HOOK)
-#define HAVE_ALLOC_HOOK 1
-extern void *__libc_malloc(size_t n);
-extern void *__libc_calloc(size_t n, size_t m);
-extern void *__libc_realloc(void *p, size_t n);
-static long fail_at = -1, n_calls;
-static bool fail_hit;
-static bool alloc_fails(void)
-{
-    if (fail_at < 0) return false;
-    if (n_calls++ < fail_at) return false;
-    fail_hit = true;
-    return true;
-}
-void *malloc(size_t n) { return alloc_fails() ? NULL : __libc_malloc(n); }
-void *calloc(size_t n, size_t m) { return alloc_fails() ? NULL : __libc_calloc(n, m); }
-void *realloc(void *p, size_t n) { return alloc_fails() ? NULL : __libc_realloc(p, n); }
-static void arm(long k) { fail_at = k; n_calls = 0; fail_hit = false; }
-static void disarm(void) { fail_at = -1; }
-#endif
 
 /* ---- 1 + 5: hand-made files ------------------------------------------ */
 
@@ -575,7 +526,7 @@ static void test_layout(const char *dir)
     if (rc == CBX_OK) rc = io_gguf_writer_write(w, path, err);
     io_gguf_writer_free(w);
     size_t n = 0;
-    uint8_t *b = read_all(path, &n);
+    uint8_t *b = test_read_file(path, &n);
     /* 24-byte header; "t": 8 + 1; n_dims 4; dims 3 x 8; type 4; offset 8
      * -> 73 bytes, data at 96, 120 bytes padded to 128 -> 224. */
     bool ok = rc == CBX_OK && b && n == 224 && memcmp(b, "GGUF", 4) == 0 && le32(b + 4) == 3 &&
@@ -601,7 +552,7 @@ static void test_layout(const char *dir)
     io_gguf_writer_free(w);
     struct io_gguf *g = NULL;
     if (rc == CBX_OK) rc = io_gguf_open(path, &g, err);
-    b = read_all(path, &n);
+    b = test_read_file(path, &n);
     ok = rc == CBX_OK && g && io_gguf_alignment(g) == 64 && io_gguf_data_offset(g) % 64 == 0 &&
          io_gguf_tensor_offset(g, 0) == 0 && io_gguf_tensor_offset(g, 1) == 64 &&
          n == io_gguf_data_offset(g) + 64 + 128 && memcmp(io_gguf_find_tensor(g, "b")->data, bytes, 100) == 0;
@@ -635,7 +586,7 @@ static void test_streaming(const char *dir)
         rc = io_gguf_writer_append(w, data + off, sizeof data - off < 7 ? sizeof data - off : 7, err);
     if (rc == CBX_OK) rc = io_gguf_writer_finish(w, err);
     size_t n1 = 0, n2 = 0;
-    uint8_t *a = read_all(path, &n1), *b = read_all(ref, &n2);
+    uint8_t *a = test_read_file(path, &n1), *b = test_read_file(ref, &n2);
     CHECK(rc == CBX_OK && a && b && n1 == n2 && memcmp(a, b, n1) == 0,
           "streamed in 7-byte pieces == one-shot write (%zu bytes): %s", n1, err);
     free(a);
@@ -645,7 +596,7 @@ static void test_streaming(const char *dir)
     rc = io_gguf_writer_begin(w, path, err);
     if (rc == CBX_OK) rc = io_gguf_writer_append(w, data, 50, err);
     rc = rc == CBX_OK ? io_gguf_writer_finish(w, err) : rc;
-    CHECK(rc == CBX_ERR_INVALID_ARG && strstr(err, "'q'") && !exists(path) && !exists(tmp),
+    CHECK(rc == CBX_ERR_INVALID_ARG && strstr(err, "'q'") && !test_exists(path) && !test_exists(tmp),
           "incomplete stream refused, no file left: %s", err);
     rc = io_gguf_writer_begin(w, path, err);
     if (rc == CBX_OK) rc = io_gguf_writer_append(w, data, sizeof data, err);
@@ -653,13 +604,13 @@ static void test_streaming(const char *dir)
     CHECK(rc == CBX_ERR_INVALID_ARG && strstr(err, "past the last"), "append past the end refused: %s", err);
     CHECK(io_gguf_writer_set_u8(w, "x", 1, err) == CBX_ERR_INVALID_ARG, "metadata frozen while streaming");
     rc = io_gguf_writer_finish(w, err);
-    CHECK(rc != CBX_OK && !exists(path) && !exists(tmp), "finish after a failed append leaves no file: %s", err);
+    CHECK(rc != CBX_OK && !test_exists(path) && !test_exists(tmp), "finish after a failed append leaves no file: %s", err);
     io_gguf_writer_free(w);
 
     io_gguf_writer_create(&w, err);
     io_gguf_writer_add_tensor(w, "f", TYPE_F32, 1, nf, NULL, err);
     rc = io_gguf_writer_write(w, path, err);
-    CHECK(rc == CBX_ERR_INVALID_ARG && !exists(path), "one-shot write with NULL data refused: %s", err);
+    CHECK(rc == CBX_ERR_INVALID_ARG && !test_exists(path), "one-shot write with NULL data refused: %s", err);
     snprintf(path, sizeof path, "%s/no/such/dir/x.gguf", dir);
     rc = io_gguf_writer_begin(w, path, err);
     CHECK(rc == CBX_ERR_IO, "unwritable path: %s", err);
@@ -680,17 +631,17 @@ static void test_alloc_failures(const char *dir)
     for (int f = 0; f < 2; f++) {
         snprintf(path, sizeof path, "%s/%s", dir, files[f]);
         size_t n = 0;
-        uint8_t *b = read_all(path, &n);
+        uint8_t *b = test_read_file(path, &n);
         int bad = 0;
         long k = 0;
         for (; b && k < 100000; k++) {
             struct io_gguf *g = NULL;
-            arm(k);
+            alloc_hook_arm(k);
             cbx_status rc = io_gguf_open_memory(b, n, &g, err);
-            disarm();
+            alloc_hook_disarm();
             if (rc == CBX_OK) io_gguf_close(g);
-            if (fail_hit ? rc != CBX_ERR_NOMEM || g : rc != CBX_OK) bad++;
-            if (!fail_hit) break;
+            if (alloc_hook_hit() ? rc != CBX_ERR_NOMEM || g : rc != CBX_OK) bad++;
+            if (!alloc_hook_hit()) break;
         }
         printf("  alloc-failure run %s: %ld allocations, %d wrong\n", files[f], k, bad);
         CHECK(b && bad == 0 && k > 5, "%s: reader fails with CBX_ERR_NOMEM at each of %ld allocations (%d wrong)",
@@ -707,16 +658,16 @@ static void test_alloc_failures(const char *dir)
         struct io_gguf_value rows[1] = {{.type = GGUF_TYPE_ARRAY, .v.arr = {GGUF_TYPE_INT32, 2, r0}}};
         struct io_gguf_value nested = {.type = GGUF_TYPE_ARRAY, .v.arr = {GGUF_TYPE_ARRAY, 1, rows}};
         int64_t ne[1] = {2};
-        arm(k);
+        alloc_hook_arm(k);
         cbx_status rc = io_gguf_writer_create(&w, err);
         if (rc == CBX_OK) rc = io_gguf_writer_set_str(w, "s", "x", err);
         if (rc == CBX_OK) rc = io_gguf_writer_set_arr(w, "a", GGUF_TYPE_STRING, strs, 2, err);
         if (rc == CBX_OK) rc = io_gguf_writer_set(w, "n", &nested, err);
         if (rc == CBX_OK) rc = io_gguf_writer_add_tensor(w, "t", TYPE_I32, 1, ne, r0, err);
-        disarm();
+        alloc_hook_disarm();
         io_gguf_writer_free(w);
-        if (fail_hit ? rc != CBX_ERR_NOMEM : rc != CBX_OK) bad++;
-        if (!fail_hit) break;
+        if (alloc_hook_hit() ? rc != CBX_ERR_NOMEM : rc != CBX_OK) bad++;
+        if (!alloc_hook_hit()) break;
     }
     printf("  alloc-failure run writer: %ld allocations, %d wrong\n", k, bad);
     CHECK(bad == 0 && k > 5, "writer fails with CBX_ERR_NOMEM at each of %ld allocations (%d wrong)", k, bad);

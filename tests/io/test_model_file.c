@@ -161,20 +161,6 @@ static cbx_status write_conds(const char *dir, char *err)
 static const char *const tok_files[] = {"vocab.json", "merges.txt", "added_tokens.json", "special_tokens_map.json",
                                         "tokenizer_config.json"};
 
-static char *read_all(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)len + 1);
-    *n = fread(b, 1, (size_t)len, f);
-    b[*n] = 0;
-    fclose(f);
-    return b;
-}
-
 static void write_all(const char *path, const void *b, size_t n)
 {
     FILE *f = fopen(path, "wb");
@@ -197,7 +183,7 @@ static bool make_dir(const char *dir)
     for (size_t i = 0; ok && i < sizeof tok_files / sizeof *tok_files; i++) {
         size_t n = 0;
         snprintf(p, sizeof p, "%s/chatterbox-turbo/%s", data, tok_files[i]);
-        char *b = read_all(p, &n);
+        char *b = test_read_file(p, &n);
         CHECK(b != NULL, "read %s", p);
         if (!b) return false;
         snprintf(p, sizeof p, "%s/%s", dir, tok_files[i]);
@@ -527,7 +513,7 @@ static void errors(const char *tmp, const char *src, const char *f32)
 {
     char p[4400], q[8192], err[ERR_MAX] = "";
     size_t n = 0;
-    char *bytes = read_all(f32, &n);
+    char *bytes = test_read_file(f32, &n);
     snprintf(p, sizeof p, "%s/truncated-head.gguf", tmp);
     write_all(p, bytes, 4000);
     expect_open_error(p, CBX_ERR_FORMAT, "beyond the end of the file", "GGUF cut inside the metadata");

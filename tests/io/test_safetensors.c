@@ -12,58 +12,9 @@
 #include <unistd.h>
 
 #include "io/safetensors.h"
+#include "alloc_hook.h"
 #include "testutil.h"
 
-static uint8_t *read_all(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc((size_t)len + 1);
-    *n = b ? fread(b, 1, (size_t)len, f) : 0;
-    fclose(f);
-    return b;
-}
-
-static bool exists(const char *path)
-{
-    struct stat sb;
-    return stat(path, &sb) == 0;
-}
-
-/* ---- allocation-failure run ---------------------------------------------
- * malloc/calloc/realloc are interposed (glibc, non-sanitizer builds only:
- * the sanitizers own malloc) and fail from call number `fail_at` on; every
- * outcome must be success or CBX_ERR_NOMEM, never a crash. */
-#if defined(__SANITIZE_ADDRESS__)
-#define NO_ALLOC_HOOK 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define NO_ALLOC_HOOK 1
-#endif
-#endif
-#if defined(__GLIBC__) && !defined(NO_ALLOC_HOOK)
-#define HAVE_ALLOC_HOOK 1
-extern void *__libc_malloc(size_t n);
-extern void *__libc_calloc(size_t n, size_t m);
-extern void *__libc_realloc(void *p, size_t n);
-static long fail_at = -1, n_calls;
-static bool fail_hit;
-static bool alloc_fails(void)
-{
-    if (fail_at < 0) return false;
-    if (n_calls++ < fail_at) return false;
-    fail_hit = true;
-    return true;
-}
-void *malloc(size_t n) { return alloc_fails() ? NULL : __libc_malloc(n); }
-void *calloc(size_t n, size_t m) { return alloc_fails() ? NULL : __libc_calloc(n, m); }
-void *realloc(void *p, size_t n) { return alloc_fails() ? NULL : __libc_realloc(p, n); }
-static void arm(long k) { fail_at = k; n_calls = 0; fail_hit = false; }
-static void disarm(void) { fail_at = -1; }
-#endif
 
 /* A file image: 8-byte LE length of header, header, data_len bytes of a
  * counting pattern. Caller frees. */
@@ -176,7 +127,7 @@ static void test_layout(const char *dir)
         "\"__metadata__\":{\"format\":\"pt\"}}";
     size_t jl = strlen(json), hl = (jl + 7) / 8 * 8;
     size_t n = 0;
-    uint8_t *got = read_all(path, &n);
+    uint8_t *got = test_read_file(path, &n);
     bool ok = got && n == 8 + hl + sizeof payload;
     uint64_t len = 0;
     for (int i = 7; ok && i >= 0; i--) len = (len << 8) | got[i];
@@ -257,14 +208,14 @@ static void test_writer_misuse(const char *dir)
     printf("  short data: %s\n", err);
     CHECK(rc == CBX_ERR_INVALID_ARG && strstr(err, "missing"), "too little data refused at close");
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    CHECK(!exists(path) && !exists(tmp), "no target and no temp file after a failed close");
+    CHECK(!test_exists(path) && !test_exists(tmp), "no target and no temp file after a failed close");
 
     rc = io_safetensors_writer_open(path, 2, e, 0, NULL, &w, err);
     if (rc == CBX_OK) rc = io_safetensors_writer_write(w, zeros, 20, err);
     printf("  long data: %s\n", err);
     CHECK(rc == CBX_ERR_INVALID_ARG, "too much data refused at write");
     rc = io_safetensors_writer_close(w, err);
-    CHECK(rc != CBX_OK && !exists(path), "close after a failed write fails and leaves no file");
+    CHECK(rc != CBX_OK && !test_exists(path), "close after a failed write fails and leaves no file");
 
     struct io_st_entry dup[2] = {{"a", TYPE_F32, 1, {4}}, {"a", TYPE_F32, 1, {4}}};
     rc = io_safetensors_writer_open(path, 2, dup, 0, NULL, &w, err);
@@ -278,7 +229,7 @@ static void test_writer_misuse(const char *dir)
     struct io_st_entry neg[1] = {{"n", TYPE_F32, 1, {-1}}};
     rc = io_safetensors_writer_open(path, 1, neg, 0, NULL, &w, err);
     CHECK(rc == CBX_ERR_INVALID_ARG, "negative dim refused: %s", err);
-    CHECK(!exists(path), "no file left behind");
+    CHECK(!test_exists(path), "no file left behind");
 
     snprintf(path, sizeof path, "%s/no/such/dir/x.safetensors", dir);
     rc = io_safetensors_writer_open(path, 1, e, 0, NULL, &w, err);
@@ -423,18 +374,18 @@ static void test_alloc_failures(const char *dir)
     char path[1024], err[ERR_MAX];
     snprintf(path, sizeof path, "%s/all.safetensors", dir);
     size_t n = 0;
-    uint8_t *b = read_all(path, &n);
+    uint8_t *b = test_read_file(path, &n);
     int bad = 0, json = 0;
     long k = 0;
     for (; b && k < 100000; k++) {
         struct io_safetensors *st = NULL;
-        arm(k);
+        alloc_hook_arm(k);
         cbx_status rc = io_safetensors_open_memory(b, n, &st, err);
-        disarm();
+        alloc_hook_disarm();
         if (rc == CBX_OK) io_safetensors_close(st);
-        if (fail_hit && rc == CBX_ERR_FORMAT && strstr(err, "not valid JSON")) json++;
-        else if (fail_hit ? rc != CBX_ERR_NOMEM || st : rc != CBX_OK) bad++;
-        if (!fail_hit) break;
+        if (alloc_hook_hit() && rc == CBX_ERR_FORMAT && strstr(err, "not valid JSON")) json++;
+        else if (alloc_hook_hit() ? rc != CBX_ERR_NOMEM || st : rc != CBX_OK) bad++;
+        if (!alloc_hook_hit()) break;
     }
     printf("  alloc-failure run: %ld allocations, %d inside cJSON, %d wrong\n", k, json, bad);
     CHECK(b && bad == 0 && k > 5,
