@@ -165,69 +165,82 @@ static uint32_t load_qh(const uint8_t qh[4])
            (uint32_t)qh[3] << 24;
 }
 
-static void dequantize_row_q4_0(const struct block_q4_0 *x, float *y, int64_t k)
+/* One block of a ggml block type as integers: the 32 codes with the
+ * symmetric types' offset removed (q4_0: -8, q5_0: -16), the scale d and,
+ * for the _1 weight types, the min m (else 0). */
+static void unpack_block(enum dtype t, const void *blk, int q[QK], float *d, float *m)
 {
-    for (int64_t i = 0; i < k / QK; i++, y += QK) {
-        const float d = fp16_to_f32(x[i].d);
+    *m = 0.0f;
+    switch (t) {
+    case TYPE_Q4_0: {
+        const struct block_q4_0 *b = blk;
+        *d = fp16_to_f32(b->d);
         for (int j = 0; j < QK / 2; j++) {
-            y[j] = (float)((x[i].qs[j] & 0x0f) - 8) * d;
-            y[QK / 2 + j] = (float)((x[i].qs[j] >> 4) - 8) * d;
+            q[j] = (b->qs[j] & 0x0f) - 8;
+            q[QK / 2 + j] = (b->qs[j] >> 4) - 8;
         }
+        return;
     }
-}
-
-static void dequantize_row_q4_1(const struct block_q4_1 *x, float *y, int64_t k)
-{
-    for (int64_t i = 0; i < k / QK; i++, y += QK) {
-        const float d = fp16_to_f32(x[i].d), m = fp16_to_f32(x[i].m);
+    case TYPE_Q4_1: {
+        const struct block_q4_1 *b = blk;
+        *d = fp16_to_f32(b->d);
+        *m = fp16_to_f32(b->m);
         for (int j = 0; j < QK / 2; j++) {
-            y[j] = (float)(x[i].qs[j] & 0x0f) * d + m;
-            y[QK / 2 + j] = (float)(x[i].qs[j] >> 4) * d + m;
+            q[j] = b->qs[j] & 0x0f;
+            q[QK / 2 + j] = b->qs[j] >> 4;
         }
+        return;
     }
-}
-
-static void dequantize_row_q5_0(const struct block_q5_0 *x, float *y, int64_t k)
-{
-    for (int64_t i = 0; i < k / QK; i++, y += QK) {
-        const float d = fp16_to_f32(x[i].d);
-        const uint32_t qh = load_qh(x[i].qh);
-        for (int j = 0; j < QK / 2; j++) {
-            const int h0 = (int)((qh >> j) << 4) & 0x10;
-            const int h1 = (int)(qh >> (j + 12)) & 0x10;
-            y[j] = (float)(((x[i].qs[j] & 0x0f) | h0) - 16) * d;
-            y[QK / 2 + j] = (float)(((x[i].qs[j] >> 4) | h1) - 16) * d;
-        }
-    }
-}
-
-static void dequantize_row_q5_1(const struct block_q5_1 *x, float *y, int64_t k)
-{
-    for (int64_t i = 0; i < k / QK; i++, y += QK) {
-        const float d = fp16_to_f32(x[i].d), m = fp16_to_f32(x[i].m);
-        const uint32_t qh = load_qh(x[i].qh);
+    case TYPE_Q5_0:
+    case TYPE_Q5_1: {
+        /* same layout up to the min: d, [m,] qh[4], qs[16] */
+        const struct block_q5_0 *b0 = blk;
+        const struct block_q5_1 *b1 = blk;
+        const uint8_t *qs = t == TYPE_Q5_0 ? b0->qs : b1->qs;
+        const uint32_t qh = load_qh(t == TYPE_Q5_0 ? b0->qh : b1->qh);
+        const int off = t == TYPE_Q5_0 ? 16 : 0;
+        *d = fp16_to_f32(t == TYPE_Q5_0 ? b0->d : b1->d);
+        if (t == TYPE_Q5_1) *m = fp16_to_f32(b1->m);
         for (int j = 0; j < QK / 2; j++) {
             const int h0 = (int)((qh >> j) << 4) & 0x10;
             const int h1 = (int)(qh >> (j + 12)) & 0x10;
-            y[j] = (float)((x[i].qs[j] & 0x0f) | h0) * d + m;
-            y[QK / 2 + j] = (float)((x[i].qs[j] >> 4) | h1) * d + m;
+            q[j] = ((qs[j] & 0x0f) | h0) - off;
+            q[QK / 2 + j] = ((qs[j] >> 4) | h1) - off;
         }
+        return;
+    }
+    case TYPE_Q8_0: {
+        const struct block_q8_0 *b = blk;
+        *d = fp16_to_f32(b->d);
+        for (int j = 0; j < QK; j++) q[j] = b->qs[j];
+        return;
+    }
+    case TYPE_Q8_1: { /* its s (d * sum of codes) is read by the dot product */
+        const struct block_q8_1 *b = blk;
+        *d = fp16_to_f32(b->d);
+        for (int j = 0; j < QK; j++) q[j] = b->qs[j];
+        return;
+    }
+    default:
+        *d = 0.0f;
+        memset(q, 0, QK * sizeof *q);
+        return;
     }
 }
 
-static void dequantize_row_q8_0(const struct block_q8_0 *x, float *y, int64_t k)
-{
-    for (int64_t i = 0; i < k / QK; i++, y += QK) {
-        const float d = fp16_to_f32(x[i].d);
-        for (int j = 0; j < QK; j++) y[j] = (float)x[i].qs[j] * d;
-    }
-}
+static bool has_min(enum dtype t) { return t == TYPE_Q4_1 || t == TYPE_Q5_1; }
 
-static void dequantize_row_q8_1(const struct block_q8_1 *x, float *y, int64_t k)
+static void dequantize_row_blocks(enum dtype t, const void *x, float *y, int64_t k)
 {
+    const size_t bs = dtype_traits(t)->size;
+    int q[QK];
+    float d, m;
     for (int64_t i = 0; i < k / QK; i++, y += QK) {
-        const float d = fp16_to_f32(x[i].d);
-        for (int j = 0; j < QK; j++) y[j] = (float)x[i].qs[j] * d;
+        unpack_block(t, (const char *)x + (size_t)i * bs, q, &d, &m);
+        if (has_min(t))
+            for (int j = 0; j < QK; j++) y[j] = (float)q[j] * d + m;
+        else
+            for (int j = 0; j < QK; j++) y[j] = (float)q[j] * d;
     }
 }
 
@@ -256,12 +269,12 @@ void dequantize_row(enum dtype t, const void *src, float *dst, int64_t n)
     case TYPE_I64: for (int64_t i = 0; i < n; i++) dst[i] = (float)((const int64_t *)src)[i]; return;
     case TYPE_U8:
     case TYPE_BOOL: for (int64_t i = 0; i < n; i++) dst[i] = (float)((const uint8_t *)src)[i]; return;
-    case TYPE_Q4_0: dequantize_row_q4_0(src, dst, n); return;
-    case TYPE_Q4_1: dequantize_row_q4_1(src, dst, n); return;
-    case TYPE_Q5_0: dequantize_row_q5_0(src, dst, n); return;
-    case TYPE_Q5_1: dequantize_row_q5_1(src, dst, n); return;
-    case TYPE_Q8_0: dequantize_row_q8_0(src, dst, n); return;
-    case TYPE_Q8_1: dequantize_row_q8_1(src, dst, n); return;
+    case TYPE_Q4_0:
+    case TYPE_Q4_1:
+    case TYPE_Q5_0:
+    case TYPE_Q5_1:
+    case TYPE_Q8_0:
+    case TYPE_Q8_1: dequantize_row_blocks(t, src, dst, n); return;
     }
 }
 
@@ -304,90 +317,35 @@ size_t quantize_row(enum dtype t, const float *src, void *dst, int64_t n)
 
 /* ---- portable dot products (ggml_vec_dot_*_generic) ------------------- */
 
-static float dot_q4_0_q8_0(const void *vw, const void *vx, int64_t n)
+/* Weight blocks of type t against activation blocks of vec_dot type
+ * (q8_0, or q8_1 for the types with a min): the integer dot of each block
+ * pair times both scales, plus min * activation sum for the _1 types. */
+static float dot_blocks(enum dtype t, const void *vw, const void *vx, int64_t n)
 {
-    const struct block_q4_0 *w = vw;
-    const struct block_q8_0 *x = vx;
-    float sumf = 0;
+    const enum dtype xt = has_min(t) ? TYPE_Q8_1 : TYPE_Q8_0;
+    const size_t wbs = dtype_traits(t)->size, xbs = dtype_traits(xt)->size;
+    int qw[QK], qx[QK];
+    float dw, mw, dx, unused, sumf = 0;
     for (int64_t i = 0; i < n / QK; i++) {
-        int s0 = 0, s1 = 0;
-        for (int j = 0; j < QK / 2; j++) {
-            s0 += ((w[i].qs[j] & 0x0f) - 8) * x[i].qs[j];
-            s1 += ((w[i].qs[j] >> 4) - 8) * x[i].qs[j + QK / 2];
-        }
-        sumf += (float)(s0 + s1) * fp16_to_f32(w[i].d) * fp16_to_f32(x[i].d);
-    }
-    return sumf;
-}
-
-static float dot_q4_1_q8_1(const void *vw, const void *vx, int64_t n)
-{
-    const struct block_q4_1 *w = vw;
-    const struct block_q8_1 *x = vx;
-    float sumf = 0;
-    for (int64_t i = 0; i < n / QK; i++) {
-        int s0 = 0, s1 = 0;
-        for (int j = 0; j < QK / 2; j++) {
-            s0 += (w[i].qs[j] & 0x0f) * x[i].qs[j];
-            s1 += (w[i].qs[j] >> 4) * x[i].qs[j + QK / 2];
-        }
-        sumf += (fp16_to_f32(w[i].d) * fp16_to_f32(x[i].d)) * (float)(s0 + s1) +
-                fp16_to_f32(w[i].m) * fp16_to_f32(x[i].s);
-    }
-    return sumf;
-}
-
-static float dot_q5_0_q8_0(const void *vw, const void *vx, int64_t n)
-{
-    const struct block_q5_0 *w = vw;
-    const struct block_q8_0 *x = vx;
-    float sumf = 0;
-    for (int64_t i = 0; i < n / QK; i++) {
-        const uint32_t qh = load_qh(w[i].qh);
-        int s0 = 0, s1 = 0;
-        for (int j = 0; j < QK / 2; j++) {
-            const int h0 = (int)((qh >> j) << 4) & 0x10;
-            const int h1 = (int)(qh >> (j + 12)) & 0x10;
-            s0 += (((w[i].qs[j] & 0x0f) | h0) - 16) * x[i].qs[j];
-            s1 += (((w[i].qs[j] >> 4) | h1) - 16) * x[i].qs[j + QK / 2];
-        }
-        sumf += (float)(s0 + s1) * (fp16_to_f32(w[i].d) * fp16_to_f32(x[i].d));
-    }
-    return sumf;
-}
-
-static float dot_q5_1_q8_1(const void *vw, const void *vx, int64_t n)
-{
-    const struct block_q5_1 *w = vw;
-    const struct block_q8_1 *x = vx;
-    float sumf = 0;
-    for (int64_t i = 0; i < n / QK; i++) {
-        const uint32_t qh = load_qh(w[i].qh);
-        int s0 = 0, s1 = 0;
-        for (int j = 0; j < QK / 2; j++) {
-            const int h0 = (int)((qh >> j) << 4) & 0x10;
-            const int h1 = (int)(qh >> (j + 12)) & 0x10;
-            s0 += ((w[i].qs[j] & 0x0f) | h0) * x[i].qs[j];
-            s1 += ((w[i].qs[j] >> 4) | h1) * x[i].qs[j + QK / 2];
-        }
-        sumf += (fp16_to_f32(w[i].d) * fp16_to_f32(x[i].d)) * (float)(s0 + s1) +
-                fp16_to_f32(w[i].m) * fp16_to_f32(x[i].s);
-    }
-    return sumf;
-}
-
-static float dot_q8_0_q8_0(const void *vw, const void *vx, int64_t n)
-{
-    const struct block_q8_0 *w = vw;
-    const struct block_q8_0 *x = vx;
-    float sumf = 0;
-    for (int64_t i = 0; i < n / QK; i++) {
+        const void *xb = (const char *)vx + (size_t)i * xbs;
+        unpack_block(t, (const char *)vw + (size_t)i * wbs, qw, &dw, &mw);
+        unpack_block(xt, xb, qx, &dx, &unused);
         int s = 0;
-        for (int j = 0; j < QK; j++) s += w[i].qs[j] * x[i].qs[j];
-        sumf += (float)s * (fp16_to_f32(w[i].d) * fp16_to_f32(x[i].d));
+        for (int j = 0; j < QK; j++) s += qw[j] * qx[j];
+        sumf += (dw * dx) * (float)s;
+        if (has_min(t)) sumf += mw * fp16_to_f32(((const struct block_q8_1 *)xb)->s);
     }
     return sumf;
 }
+
+#define DOT_BLOCKS(name, T) \
+    static float name(const void *w, const void *x, int64_t n) { return dot_blocks(T, w, x, n); }
+DOT_BLOCKS(dot_q4_0_q8_0, TYPE_Q4_0)
+DOT_BLOCKS(dot_q4_1_q8_1, TYPE_Q4_1)
+DOT_BLOCKS(dot_q5_0_q8_0, TYPE_Q5_0)
+DOT_BLOCKS(dot_q5_1_q8_1, TYPE_Q5_1)
+DOT_BLOCKS(dot_q8_0_q8_0, TYPE_Q8_0)
+#undef DOT_BLOCKS
 
 /* Float rows: four partial sums (a fixed order every variant can mirror
  * up to reassociation), accumulated in float like ggml_vec_dot_f16. */
@@ -402,29 +360,18 @@ static float dot_f32(const void *vw, const void *vx, int64_t n)
     return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
-static float dot_f16(const void *vw, const void *vx, int64_t n)
+static float dot_half(float (*to_f32)(uint16_t), const uint16_t *w, const float *x, int64_t n)
 {
-    const uint16_t *w = vw;
-    const float *x = vx;
     float s[4] = {0, 0, 0, 0};
     int64_t i = 0;
     for (; i + 4 <= n; i += 4)
-        for (int j = 0; j < 4; j++) s[j] += fp16_to_f32(w[i + j]) * x[i + j];
-    for (; i < n; i++) s[0] += fp16_to_f32(w[i]) * x[i];
+        for (int j = 0; j < 4; j++) s[j] += to_f32(w[i + j]) * x[i + j];
+    for (; i < n; i++) s[0] += to_f32(w[i]) * x[i];
     return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
-static float dot_bf16(const void *vw, const void *vx, int64_t n)
-{
-    const uint16_t *w = vw;
-    const float *x = vx;
-    float s[4] = {0, 0, 0, 0};
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4)
-        for (int j = 0; j < 4; j++) s[j] += bf16_to_f32(w[i + j]) * x[i + j];
-    for (; i < n; i++) s[0] += bf16_to_f32(w[i]) * x[i];
-    return (s[0] + s[1]) + (s[2] + s[3]);
-}
+static float dot_f16(const void *w, const void *x, int64_t n) { return dot_half(fp16_to_f32, w, x, n); }
+static float dot_bf16(const void *w, const void *x, int64_t n) { return dot_half(bf16_to_f32, w, x, n); }
 
 int quant_vec_dot_type(enum dtype t)
 {
