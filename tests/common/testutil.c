@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/rng.h"
@@ -96,6 +97,56 @@ bool test_exists(const char *path)
     struct stat sb;
     return stat(path, &sb) == 0;
 }
+
+void check_cosine(const char *what, const float *got, const float *want, int64_t rows, int64_t d,
+                  double min_cos)
+{
+    double worst = 1.0, max_abs = 0.0;
+    for (int64_t r = 0; r < rows; r++) {
+        double gw = 0, gg = 0, ww = 0;
+        for (int64_t i = 0; i < d; i++) {
+            double g = got[r * d + i], w = want[r * d + i];
+            gw += g * w, gg += g * g, ww += w * w;
+            if (fabs(g - w) > max_abs) max_abs = fabs(g - w);
+        }
+        double c = gw / (sqrt(gg) * sqrt(ww) + 1e-30);
+        if (!(c >= worst)) worst = c;
+    }
+    bool ok = worst >= min_cos;
+    printf("%-48s rows=%-4lld min_cos=%.8f max_abs=%.3e tol(cos >= %.5f) %s\n", what,
+           (long long)rows, worst, max_abs, min_cos, ok ? "PASS" : "FAIL");
+    CHECK(ok, "%s: cosine %.8f < %.5f", what, worst, min_cos);
+}
+
+struct npy test_fixture(const char *variant, const char *name)
+{
+    char rel[512], err[ERR_MAX];
+    snprintf(rel, sizeof rel, "%s/%s.npy", variant, name);
+    const char *path = test_data(rel);
+    struct npy n;
+    if (io_npy_read(path, &n, err) != CBX_OK) {
+        fprintf(stderr, "%s\n", err);
+        exit(2);
+    }
+    return n;
+}
+
+int64_t test_numel(const struct npy *n)
+{
+    int64_t k = 1;
+    for (int d = 0; d < n->ndim; d++) k *= n->ne[d];
+    return k;
+}
+
+static double clock_seconds(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double test_now(void) { return clock_seconds(CLOCK_MONOTONIC); }
+double test_cpu_seconds(void) { return clock_seconds(CLOCK_PROCESS_CPUTIME_ID); }
 
 int test_summary(void)
 {

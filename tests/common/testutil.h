@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "core/tensor.h"
+#include "io/npy.h"
 
 extern int test_failures, test_checks;
 
@@ -25,6 +26,11 @@ bool check_close(const char *what, const float *got, const float *want, size_t n
 /* Same, but only reports (returns the rel error) without counting. */
 double rel_error(const float *got, const float *want, size_t n, double *max_abs);
 
+/* Cosine similarity of each of `rows` rows of length d; prints the worst
+ * and the max abs error, passes when every cosine >= min_cos. */
+void check_cosine(const char *what, const float *got, const float *want, int64_t rows, int64_t d,
+                  double min_cos);
+
 /* Deterministic uniform values in [lo, hi) (shared RNG, stream "test"). */
 void fill_uniform(float *dst, size_t n, float lo, float hi, uint64_t seed);
 
@@ -36,6 +42,15 @@ const char *test_tmpdir(const char *tag);
 /* The whole file at path, NUL-terminated (not counted in *n); NULL when it
  * cannot be read. Caller frees. */
 void *test_read_file(const char *path, size_t *n);
+/* The fixture tests/data/<variant>/<name>.npy; exits with status 2 (a test
+ * error, not a pass) when it cannot be read. */
+struct npy test_fixture(const char *variant, const char *name);
+/* Elements of an .npy array. */
+int64_t test_numel(const struct npy *n);
+/* Monotonic wall-clock seconds, and this process's CPU seconds. */
+double test_now(void);
+double test_cpu_seconds(void);
+
 /* path names an existing file or directory. */
 bool test_exists(const char *path);
 

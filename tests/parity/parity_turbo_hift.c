@@ -22,6 +22,8 @@
 
 #define VARIANT "turbo"
 
+static struct npy load(const char *name) { return test_fixture(VARIANT, name); }
+
 /* The model directory's tensors seen under the legacy weight_norm spelling
  * (weight_g / weight_v instead of parametrizations.weight.original0/1). */
 static const struct weights *base_w;
@@ -48,39 +50,6 @@ static const struct tensor *hiding_find(const void *ctx, int part, const char *n
     return base_w->find(base_w->ctx, part, name);
 }
 
-static double cpu_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static struct npy load(const char *name)
-{
-    char path[512], err[ERR_MAX];
-    snprintf(path, sizeof path, "%s/%s.npy", test_data(VARIANT), name);
-    struct npy n;
-    if (io_npy_read(path, &n, err) != CBX_OK) {
-        fprintf(stderr, "%s\n", err);
-        exit(2);
-    }
-    return n;
-}
-
-static int64_t numel(const struct npy *n)
-{
-    int64_t k = 1;
-    for (int d = 0; d < n->ndim; d++) k *= n->ne[d];
-    return k;
-}
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* S3Gen.trim_fade: 480 zeros, then (cos(linspace(pi, 0, 480)) + 1) / 2. */
 static void apply_trim_fade(float *wav, int64_t n)
 {
@@ -98,12 +67,12 @@ static void apply_trim_fade(float *wav, int64_t n)
 static void compare(const char *what, const struct tensor *got, const struct npy *want, bool fade,
                     double rtol)
 {
-    if (!got || tensor_nelements(got) != numel(want)) {
+    if (!got || tensor_nelements(got) != test_numel(want)) {
         CHECK(false, "%s: result missing or %lld elements, want %lld", what,
-              got ? (long long)tensor_nelements(got) : -1LL, (long long)numel(want));
+              got ? (long long)tensor_nelements(got) : -1LL, (long long)test_numel(want));
         return;
     }
-    size_t n = (size_t)numel(want);
+    size_t n = (size_t)test_numel(want);
     float *buf = malloc(n * sizeof *buf);
     CHECK(buf && tensor_to_host(got, buf) == CBX_OK, "%s: read back", what);
     if (fade) apply_trim_fade(buf, (int64_t)n);
@@ -156,9 +125,9 @@ int main(void)
     struct tensor *s = NULL, *f = NULL;
     g = hift_inference(a, h, &mel_t, 42, &s, &f);
     arena_reset(a);
-    double t0 = now(), c0 = cpu_seconds();
+    double t0 = test_now(), c0 = test_cpu_seconds();
     g = hift_inference(a, h, &mel_t, 42, &s, &f);
-    double dt = now() - t0, dc = cpu_seconds() - c0;
+    double dt = test_now() - t0, dc = test_cpu_seconds() - c0;
     printf("hift_inference: caller arena peak %.1f MiB\n", (double)arena_peak(a) / (1 << 20));
     CHECK(g != NULL, "hift_inference: %s", arena_errmsg(a));
     compare("parity_" VARIANT "_hift_inference f0", f, &f0, false, 1e-4);
@@ -171,13 +140,13 @@ int main(void)
     /* the same per stage (cpu seconds) */
     {
         arena_reset(a);
-        double c1 = cpu_seconds();
+        double c1 = test_cpu_seconds();
         struct tensor *ff = hift_f0(a, h, &mel_t);
-        double c2 = cpu_seconds();
+        double c2 = test_cpu_seconds();
         struct tensor *ss = hift_source(a, h, ff, 42);
-        double c3 = cpu_seconds();
+        double c3 = test_cpu_seconds();
         CHECK(hift_decode(a, h, &mel_t, ss) != NULL, "timed decode: %s", arena_errmsg(a));
-        double c4 = cpu_seconds();
+        double c4 = test_cpu_seconds();
         printf("hift stages (cpu s): f0 %.3f, source %.3f, decode %.3f\n", c2 - c1, c3 - c2, c4 - c3);
     }
 

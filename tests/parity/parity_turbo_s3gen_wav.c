@@ -21,35 +21,18 @@
 
 #define VARIANT "turbo"
 
-static struct npy load(const char *name)
-{
-    char path[512], err[ERR_MAX];
-    snprintf(path, sizeof path, "%s/%s.npy", test_data(VARIANT), name);
-    struct npy n;
-    if (io_npy_read(path, &n, err) != CBX_OK) {
-        fprintf(stderr, "%s\n", err);
-        exit(2);
-    }
-    return n;
-}
-
-static int64_t numel(const struct npy *n)
-{
-    int64_t k = 1;
-    for (int d = 0; d < n->ndim; d++) k *= n->ne[d];
-    return k;
-}
+static struct npy load(const char *name) { return test_fixture(VARIANT, name); }
 
 static void compare(const char *what, const struct tensor *got, const struct npy *want, double tol)
 {
     CHECK(got != NULL, "%s: no result", what);
     if (!got) return;
-    CHECK(tensor_nelements(got) == numel(want), "%s: %lld values, want %lld", what,
-          (long long)tensor_nelements(got), (long long)numel(want));
-    if (tensor_nelements(got) != numel(want)) return;
+    CHECK(tensor_nelements(got) == test_numel(want), "%s: %lld values, want %lld", what,
+          (long long)tensor_nelements(got), (long long)test_numel(want));
+    if (tensor_nelements(got) != test_numel(want)) return;
     float *h = malloc(tensor_nbytes(got));
     tensor_to_host(got, h);
-    check_close(what, h, want->data, (size_t)numel(want), 0, tol);
+    check_close(what, h, want->data, (size_t)test_numel(want), 0, tol);
     free(h);
 }
 
@@ -70,13 +53,13 @@ int main(void)
     struct npy tok = load("s3gen_input_tokens"), ptok = load("s3gen_prompt_tokens"),
                pmel = load("s3gen_prompt_mel"), emb = load("campplus_embedding"),
                mel = load("s3gen_mel"), wav = load("s3gen_wav");
-    struct s3gen_ref ref = {ptok.data, numel(&ptok), pmel.data, pmel.ne[1], emb.data};
+    struct s3gen_ref ref = {ptok.data, test_numel(&ptok), pmel.data, pmel.ne[1], emb.data};
     struct backend *cpu = backend_cpu_create(0);
     struct arena *a = arena_create(cpu, 0);
     struct s3gen_params p = s3gen_default_params();
     p.seed = 42;
     struct tensor *m = NULL;
-    struct tensor *y = s3gen_inference(a, &s3, tok.data, numel(&tok), &ref, &p, &m);
+    struct tensor *y = s3gen_inference(a, &s3, tok.data, test_numel(&tok), &ref, &p, &m);
     CHECK(y != NULL, "s3gen_inference: %s", arena_errmsg(a));
     compare("parity_turbo_s3gen_wav_mel (flow_inference, seed 42)", m, &mel, 1e-4);
     compare("parity_turbo_s3gen_wav (S3Gen.inference, seed 42)", y, &wav, 1e-2);
@@ -92,19 +75,19 @@ int main(void)
     /* s3gen_vocode with the same voice as struct conds: same samples */
     struct conds c = {0};
     c.prompt_token = ptok.data;
-    c.n_prompt_token = numel(&ptok);
+    c.n_prompt_token = test_numel(&ptok);
     c.prompt_feat = pmel.data;
     c.n_prompt_feat = pmel.ne[1];
     c.embedding = emb.data;
-    c.n_embedding = numel(&emb);
+    c.n_embedding = test_numel(&emb);
     float *pcm = NULL;
     int64_t n_pcm = 0;
-    rc = s3gen_vocode(&s3, cpu, tok.data, numel(&tok), &c, &p, &pcm, &n_pcm, err);
+    rc = s3gen_vocode(&s3, cpu, tok.data, test_numel(&tok), &c, &p, &pcm, &n_pcm, err);
     CHECK(rc == CBX_OK, "s3gen_vocode: %s", err);
-    if (rc == CBX_OK && n_pcm == numel(&wav))
+    if (rc == CBX_OK && n_pcm == test_numel(&wav))
         check_close("parity_turbo_s3gen_vocode (library entry point)", pcm, wav.data, (size_t)n_pcm, 0, 1e-2);
     else
-        CHECK(0, "s3gen_vocode: %lld samples, want %lld", (long long)n_pcm, (long long)numel(&wav));
+        CHECK(0, "s3gen_vocode: %lld samples, want %lld", (long long)n_pcm, (long long)test_numel(&wav));
     free(pcm);
 
     /* bad input: an out-of-range token, a wrong-sized x-vector */
@@ -113,7 +96,7 @@ int main(void)
     printf("out-of-range token -> %s: %s\n", cbx_status_str(rc), err);
     CHECK(rc == CBX_ERR_INVALID_ARG && pcm == NULL && strstr(err, "6561"), "bad token accepted");
     c.n_embedding = 191;
-    rc = s3gen_vocode(&s3, cpu, tok.data, numel(&tok), &c, &p, &pcm, &n_pcm, err);
+    rc = s3gen_vocode(&s3, cpu, tok.data, test_numel(&tok), &c, &p, &pcm, &n_pcm, err);
     printf("191-value x-vector -> %s: %s\n", cbx_status_str(rc), err);
     CHECK(rc == CBX_ERR_INVALID_ARG && pcm == NULL, "bad embedding accepted");
 

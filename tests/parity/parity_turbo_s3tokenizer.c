@@ -31,28 +31,11 @@
 #include "testutil.h"
 #include "voice/s3tokenizer.h"
 
-static struct npy load(const char *name)
-{
-    char path[512], err[ERR_MAX];
-    snprintf(path, sizeof path, "%s/%s.npy", test_data("turbo"), name);
-    struct npy n;
-    if (io_npy_read(path, &n, err) != CBX_OK) {
-        fprintf(stderr, "%s\n", err);
-        exit(2);
-    }
-    return n;
-}
-
-static int64_t numel(const struct npy *n)
-{
-    int64_t k = 1;
-    for (int d = 0; d < n->ndim; d++) k *= n->ne[d];
-    return k;
-}
+static struct npy load(const char *name) { return test_fixture("turbo", name); }
 
 static void check_tokens(const char *what, const int32_t *got, int64_t n, const struct npy *want)
 {
-    int64_t nw = numel(want), same = 0, first = -1;
+    int64_t nw = test_numel(want), same = 0, first = -1;
     const int32_t *w = want->data;
     for (int64_t i = 0; i < n && i < nw; i++) {
         if (got[i] == w[i]) same++;

@@ -19,46 +19,7 @@
 
 #define VARIANT "turbo"
 
-static struct npy load(const char *name)
-{
-    char path[512], err[ERR_MAX];
-    snprintf(path, sizeof path, "%s/%s.npy", test_data(VARIANT), name);
-    struct npy n;
-    if (io_npy_read(path, &n, err) != CBX_OK) {
-        fprintf(stderr, "%s\n", err);
-        exit(2);
-    }
-    return n;
-}
-
-/* Cosine similarity of each of `rows` rows of length d; prints the worst
- * and the max abs error, passes when every cosine >= min_cos. */
-static void check_cosine(const char *what, const float *got, const float *want, int64_t rows,
-                         int64_t d, double min_cos)
-{
-    double worst = 1.0, max_abs = 0.0;
-    for (int64_t r = 0; r < rows; r++) {
-        double gw = 0, gg = 0, ww = 0;
-        for (int64_t i = 0; i < d; i++) {
-            double g = got[r * d + i], w = want[r * d + i];
-            gw += g * w, gg += g * g, ww += w * w;
-            if (fabs(g - w) > max_abs) max_abs = fabs(g - w);
-        }
-        double c = gw / (sqrt(gg) * sqrt(ww) + 1e-30);
-        if (!(c >= worst)) worst = c;
-    }
-    bool ok = worst >= min_cos;
-    printf("%-48s rows=%-4lld min_cos=%.8f max_abs=%.3e tol(cos >= %.5f) %s\n", what,
-           (long long)rows, worst, max_abs, min_cos, ok ? "PASS" : "FAIL");
-    CHECK(ok, "%s: cosine %.8f < %.5f", what, worst, min_cos);
-}
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + 1e-9 * t.tv_nsec;
-}
+static struct npy load(const char *name) { return test_fixture(VARIANT, name); }
 
 int main(void)
 {
@@ -117,9 +78,9 @@ int main(void)
     /* 4. the whole chain from the wav */
     float emb2[VE_EMBED];
     rc = ve_embed(ve, cpu, wav.pcm, wav.n, emb2, err); /* warm-up */
-    double t0 = now();
+    double t0 = test_now();
     if (rc == CBX_OK) rc = ve_embed(ve, cpu, wav.pcm, wav.n, emb2, err);
-    double t1 = now();
+    double t1 = test_now();
     CHECK(rc == CBX_OK, "ve_embed: %s", err);
     if (rc == CBX_OK) {
         check_cosine("ve_embedding (ve_embed from wav)", emb2, want_emb.data, 1, VE_EMBED, 0.99999);
