@@ -98,7 +98,7 @@ bool test_exists(const char *path)
     return stat(path, &sb) == 0;
 }
 
-void check_cosine(const char *what, const float *got, const float *want, int64_t rows, int64_t d,
+void check_cosine_rows(const char *what, const float *got, const float *want, int64_t rows, int64_t d,
                   double min_cos)
 {
     double worst = 1.0, max_abs = 0.0;

@@ -28,7 +28,7 @@ double rel_error(const float *got, const float *want, size_t n, double *max_abs)
 
 /* Cosine similarity of each of `rows` rows of length d; prints the worst
  * and the max abs error, passes when every cosine >= min_cos. */
-void check_cosine(const char *what, const float *got, const float *want, int64_t rows, int64_t d,
+void check_cosine_rows(const char *what, const float *got, const float *want, int64_t rows, int64_t d,
                   double min_cos);
 
 /* Deterministic uniform values in [lo, hi) (shared RNG, stream "test"). */

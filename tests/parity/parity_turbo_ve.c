@@ -68,11 +68,11 @@ int main(void)
     CHECK(rc == CBX_OK && np == want_pe.ne[0], "ve_embed_mel: %lld partials, want %lld (%s)",
           (long long)np, (long long)want_pe.ne[0], err);
     if (rc == CBX_OK && np == want_pe.ne[0]) {
-        check_cosine("ve_partial_embeds (from fixture mel)", pe, want_pe.data, np, VE_EMBED,
+        check_cosine_rows("ve_partial_embeds (from fixture mel)", pe, want_pe.data, np, VE_EMBED,
                      0.99999);
         check_close("ve_partial_embeds (from fixture mel)", pe, want_pe.data,
                     (size_t)(np * VE_EMBED), 0, 1e-4);
-        check_cosine("ve_embedding (from fixture mel)", emb, want_emb.data, 1, VE_EMBED, 0.99999);
+        check_cosine_rows("ve_embedding (from fixture mel)", emb, want_emb.data, 1, VE_EMBED, 0.99999);
     }
 
     /* 4. the whole chain from the wav */
@@ -83,7 +83,7 @@ int main(void)
     double t1 = test_now();
     CHECK(rc == CBX_OK, "ve_embed: %s", err);
     if (rc == CBX_OK) {
-        check_cosine("ve_embedding (ve_embed from wav)", emb2, want_emb.data, 1, VE_EMBED, 0.99999);
+        check_cosine_rows("ve_embedding (ve_embed from wav)", emb2, want_emb.data, 1, VE_EMBED, 0.99999);
         printf("ve_embed: %.1f ms for %.2f s of audio (2 threads)\n", 1e3 * (t1 - t0),
                (double)wav.n / wav.sample_rate);
     }
@@ -91,7 +91,7 @@ int main(void)
     rc = ve_embed_mel(ve, backend_ref(), want_mel.data, want_mel.ne[0], emb2, NULL, NULL, err);
     CHECK(rc == CBX_OK, "ve_embed_mel (ref backend): %s", err);
     if (rc == CBX_OK)
-        check_cosine("ve_embedding (ref backend)", emb2, want_emb.data, 1, VE_EMBED, 0.99999);
+        check_cosine_rows("ve_embedding (ref backend)", emb2, want_emb.data, 1, VE_EMBED, 0.99999);
     /* too little audio is an error, not a crash */
     rc = ve_embed(ve, cpu, wav.pcm + ti[0] + 1000, 150, emb2, err);
     CHECK(rc == CBX_ERR_INVALID_ARG, "150 samples refused: %s", err);
