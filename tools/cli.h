@@ -4,6 +4,9 @@
 #ifndef CBX_CLI_H
 #define CBX_CLI_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 struct cli_command {
     const char *name, *help;
     int (*run)(int argc, char **argv);
@@ -17,5 +20,15 @@ int cmd_convert(int argc, char **argv);
 int cmd_model_info(int argc, char **argv);
 int cmd_voice(int argc, char **argv);
 int cmd_download(int argc, char **argv);
+
+/* "chatterbox CMD: <message> (see 'chatterbox CMD --help')" on stderr;
+ * returns 2, the usage-error exit status. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The whole of s as a number (integer) in [lo, hi]; otherwise a usage error
+ * naming opt is printed and false returned. */
+bool cli_parse_num(const char *cmd, const char *opt, const char *s, double lo, double hi, double *out);
+bool cli_parse_int(const char *cmd, const char *opt, const char *s, long long lo, long long hi,
+                   long long *out);
+bool cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t *out);
 
 #endif

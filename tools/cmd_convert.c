@@ -36,16 +36,7 @@ static void usage(FILE *f)
             "refuses names of 64 bytes or more, so the file is for chatterbox.\n");
 }
 
-__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "chatterbox convert: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, " (see 'chatterbox convert --help')\n");
-    va_end(ap);
-    return 2;
-}
+#define usage_error(...) cli_usage_error("convert", __VA_ARGS__)
 
 /* The GGUF writer's temporary file ("<path>.tmp.<pid>", io/gguf.h),
  * removed when the conversion is interrupted so no partial file stays. */

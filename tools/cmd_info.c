@@ -26,16 +26,7 @@ static void usage(FILE *f)
             "  -h, --help  this text\n");
 }
 
-__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "chatterbox info: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, " (see 'chatterbox info --help')\n");
-    va_end(ap);
-    return 2;
-}
+#define usage_error(...) cli_usage_error("info", __VA_ARGS__)
 
 static uint64_t tensor_bytes(const struct tensor *t)
 {

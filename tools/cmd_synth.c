@@ -36,27 +36,7 @@ static void usage(FILE *f)
             "<executable>/../share/chatterbox or the source tree's data/.\n");
 }
 
-__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "chatterbox synth: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, " (see 'chatterbox synth --help')\n");
-    va_end(ap);
-    return 2;
-}
-
-static bool parse_u64(const char *s, uint64_t *out)
-{
-    if (!s || !*s || *s == '-') return false;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 0);
-    if (errno || *end) return false;
-    *out = v;
-    return true;
-}
+#define usage_error(...) cli_usage_error("synth", __VA_ARGS__)
 
 struct progress_state {
     bool tty;
@@ -113,12 +93,12 @@ int cmd_synth(int argc, char **argv)
             out = argv[i];
         } else if (!strcmp(a, "--seed")) {
             if (++i >= argc) return usage_error("%s needs a number", a);
-            if (!parse_u64(argv[i], &seed))
-                return usage_error("bad --seed '%s' (a non-negative integer)", argv[i]);
+            if (!cli_parse_u64("synth", a, argv[i], &seed)) return 2;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (++i >= argc) return usage_error("%s needs a number", a);
-            if (!parse_u64(argv[i], &threads) || threads < 1 || threads > 1024)
-                return usage_error("bad --threads '%s' (1..1024)", argv[i]);
+            long long t;
+            if (!cli_parse_int("synth", a, argv[i], 1, 1024, &t)) return 2;
+            threads = (uint64_t)t;
         } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
             quiet = true;
         } else if (a[0] == '-' && a[1]) {

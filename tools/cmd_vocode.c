@@ -47,20 +47,6 @@ static double since(const struct timespec *t0)
     return (double)(t.tv_sec - t0->tv_sec) + 1e-9 * (double)(t.tv_nsec - t0->tv_nsec);
 }
 
-static int parse_int(const char *opt, const char *s, long long lo, long long hi, long long *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "chatterbox vocode: %s needs an integer in [%lld, %lld], got '%s'\n", opt, lo,
-                hi, s);
-        return 0;
-    }
-    *out = v;
-    return 1;
-}
-
 /* The whole of stdin as a string (owned, free()); NULL on failure. */
 static char *read_stdin(void)
 {
@@ -219,17 +205,9 @@ int cmd_vocode(int argc, char **argv)
         else if (!strcmp(o, "--voice")) voice = val;
         else if (!strcmp(o, "-o") || !strcmp(o, "--output")) out = val;
         else if (!strcmp(o, "--format")) format = val;
-        else if (!strcmp(o, "--seed")) {
-            char *end;
-            errno = 0;
-            unsigned long long s = strtoull(val, &end, 10);
-            if (errno || end == val || *end || val[0] == '-') {
-                fprintf(stderr, "chatterbox vocode: --seed needs a non-negative integer, got '%s'\n", val);
-                return 2;
-            }
-            sp.seed = s;
-        } else if (!strcmp(o, "--cfm-steps")) { if (!parse_int(o, val, 1, 1000, &v)) return 2; sp.n_cfm_steps = (int)v; }
-        else if (!strcmp(o, "--threads")) { if (!parse_int(o, val, 1, 1024, &threads)) return 2; }
+        else if (!strcmp(o, "--seed")) { if (!cli_parse_u64("vocode", o, val, &sp.seed)) return 2; }
+        else if (!strcmp(o, "--cfm-steps")) { if (!cli_parse_int("vocode", o, val, 1, 1000, &v)) return 2; sp.n_cfm_steps = (int)v; }
+        else if (!strcmp(o, "--threads")) { if (!cli_parse_int("vocode", o, val, 1, 1024, &threads)) return 2; }
         else {
             fprintf(stderr, "chatterbox vocode: unknown option '%s' (see --help)\n", o);
             return 2;

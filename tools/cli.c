@@ -1,0 +1,59 @@
+/* cli.c - helpers shared by the subcommands: usage errors and checked
+ * option values (see cli.h). */
+#include "cli.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "chatterbox %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (see 'chatterbox %s --help')\n", cmd);
+    va_end(ap);
+    return 2;
+}
+
+bool cli_parse_num(const char *cmd, const char *opt, const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+        cli_usage_error(cmd, "%s needs a number in [%g, %g], got '%s'", opt, lo, hi, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool cli_parse_int(const char *cmd, const char *opt, const char *s, long long lo, long long hi,
+                   long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        cli_usage_error(cmd, "%s needs an integer in [%lld, %lld], got '%s'", opt, lo, hi, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-') {
+        cli_usage_error(cmd, "%s needs a non-negative integer, got '%s'", opt, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
