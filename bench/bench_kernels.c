@@ -14,9 +14,15 @@
  *                read per second, ratio = that / copy GB/s.
  *   matvec_hot   the same with one copy (cache-resident): the kernels'
  *                compute ceiling.
- *   linear_rows  a few rows of x through the dot path and through the
- *                dequantise + sgemm path (weight GB/s), to place the
- *                switch-over (linear_dot_max_rows).
+ *   linear_rows  M = 1..256 rows of x at [4096, 1024] through each path
+ *                op_linear has, in the same run: the per-row dot path
+ *                ("dot", the only quantised path before the GEMM), the
+ *                dequantise + sgemm path ("gemm") and, for q4_0/q8_0 at
+ *                the AVX-512 level, the quantised GEMM ("qgemm"); weight
+ *                GB/s and us per call, and the speed-up of qgemm over dot.
+ *                Places the switch-overs (linear_dot_max_rows,
+ *                linear_qgemm_min_rows). Above 16 rows fewer weight
+ *                copies cycle (the cases are compute-bound there).
  *   sgemm        op_linear with many rows (CFM-like: M = 602 or 1204
  *                frames), F32 weights straight to OpenBLAS, F16/Q8_0
  *                dequantised per tile; GFLOP/s and ratio to fma_peak.
@@ -249,10 +255,11 @@ static void bench_matvec(bool hot)
 
 static void bench_rows(void)
 {
-    const enum dtype types[] = {TYPE_Q4_0, TYPE_F16};
-    const int64_t rows[] = {1, 2, 4, 8, 16, 32, 64};
-    const int64_t n = 4096, k = 1024;
-    for (size_t ti = 0; ti < 2; ti++) {
+    const enum dtype types[] = {TYPE_Q4_0, TYPE_Q8_0, TYPE_F16, TYPE_F32};
+    const int64_t rows[] = {1, 2, 4, 8, 16, 32, 64, 256};
+    const int64_t n = 4096, k = 1024, max_rows = 256;
+    static const char *const path_name[] = {"dot", "gemm", "qgemm"};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         enum dtype t = types[ti];
         char sel[64];
         snprintf(sel, sizeof sel, "linear_rows/%s", dtype_name(t));
@@ -261,27 +268,34 @@ static void bench_rows(void)
         int64_t copies = (int64_t)(((opt.mem_mib << 20) / 4 + one - 1) / one);
         size_t wbytes;
         char *w = make_weights(t, n, k, copies, &wbytes);
-        float *x = malloc((size_t)(16 * k) * sizeof *x);
+        float *x = malloc((size_t)(max_rows * k) * sizeof *x);
         if (!w || !x) { free(w); free(x); return; }
-        fill_random(x, (size_t)(16 * k), 9);
-        int saved = linear_dot_max_rows;
+        fill_random(x, (size_t)(max_rows * k), 9);
+        int saved_dot = linear_dot_max_rows, saved_qg = linear_qgemm_min_rows;
+        bool has_qg = linear_x_quantised(t, 1 << 20, cpu_level());
         for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
-            double us[2];
-            struct bench_stats s[2];
-            for (int path = 0; path < 2; path++) {
+            int64_t m = rows[ri], cm = m <= 16 ? copies : (copies * 16 + m - 1) / m;
+            double us[3] = {0, 0, 0};
+            for (int path = 0; path < (has_qg ? 3 : 2); path++) {
                 linear_dot_max_rows = path == 0 ? 1 << 30 : 0;
-                s[path] = time_linear(t, rows[ri], n, k, copies, w, wbytes, x, &us[path]);
+                linear_qgemm_min_rows = path == 2 ? 1 : 1 << 30;
+                struct bench_stats s = time_linear(t, m, n, k, cm, w, wbytes, x, &us[path]);
                 char ty[32];
-                snprintf(ty, sizeof ty, "%s:%s", dtype_name(t), path == 0 ? "dot" : "gemm");
-                int64_t shape[3] = {rows[ri], n, k};
-                bench_emit("linear_rows", ty, shape, 3, opt.threads, opt.reps, "GB/s", s[path],
+                snprintf(ty, sizeof ty, "%s:%s", dtype_name(t), path_name[path]);
+                int64_t shape[3] = {m, n, k};
+                bench_emit("linear_rows", ty, shape, 3, opt.threads, opt.reps, "GB/s", s,
                            "copy", copy_gbs);
             }
-            fprintf(stderr, "linear_rows %-5s m=%-3lld [%lld,%lld]: dot %8.1f us, dequant+sgemm %8.1f us -> %s\n",
-                    dtype_name(t), (long long)rows[ri], (long long)n, (long long)k, us[0], us[1],
-                    us[0] <= us[1] ? "dot" : "gemm");
+            int best = us[1] < us[0] ? 1 : 0;
+            if (has_qg && us[2] < us[best]) best = 2;
+            fprintf(stderr, "linear_rows %-5s m=%-3lld [%lld,%lld]: dot %8.1f us, dequant+sgemm %8.1f us",
+                    dtype_name(t), (long long)m, (long long)n, (long long)k, us[0], us[1]);
+            if (has_qg)
+                fprintf(stderr, ", qgemm %8.1f us (%.2fx dot)", us[2], us[2] > 0 ? us[0] / us[2] : 0);
+            fprintf(stderr, " -> %s\n", path_name[best]);
         }
-        linear_dot_max_rows = saved;
+        linear_dot_max_rows = saved_dot;
+        linear_qgemm_min_rows = saved_qg;
         free(w);
         free(x);
     }

@@ -104,7 +104,8 @@ static void linear_case(enum dtype wt, int64_t m, int64_t k, int64_t n, enum lay
     float *yr = malloc((size_t)(m * n) * sizeof *yr), *yg = malloc((size_t)(m * n) * sizeof *yg);
     float *yc = malloc((size_t)(m * n) * sizeof *yc), *xbuf = NULL;
     double *bound = malloc((size_t)(m * n) * sizeof *bound), *mag = malloc((size_t)(m * n) * sizeof *mag);
-    if (!wf || !wd || !xc || !xd || !bb || !wq || !xq || !yr || !yg || !yc || !bound || !mag) {
+    double *xbd = malloc((size_t)(m * n) * sizeof *xbd);
+    if (!wf || !wd || !xc || !xd || !bb || !wq || !xq || !yr || !yg || !yc || !bound || !mag || !xbd) {
         CHECK(0, "alloc");
         goto cleanup;
     }
@@ -127,7 +128,6 @@ static void linear_case(enum dtype wt, int64_t m, int64_t k, int64_t n, enum lay
     struct tensor x = make_x(lay, xc, m, k, &xbuf);
     if (!xbuf) { CHECK(0, "alloc"); goto cleanup; }
     const struct tensor *bp = bias ? &b : NULL;
-    bool dot_path = m <= linear_dot_max_rows; /* else sgemm on the exact x */
 
     /* per-output bound (see the header comment) */
     const size_t wbs = dtype_traits(wt)->size;
@@ -151,21 +151,26 @@ static void linear_case(enum dtype wt, int64_t m, int64_t k, int64_t n, enum lay
                           fabs(fp16_to_f32(xb->s) - (double)fp16_to_f32(xb->d) * sq);
                 }
             }
-            bound[r * n + o] = (dot_path ? bd : 0) + 1e-5 * (mg + (bias ? 1 : 0)) + 1e-30;
+            xbd[r * n + o] = bd; /* when x is quantised (dot path, quantised GEMM) */
+            bound[r * n + o] = 1e-5 * (mg + (bias ? 1 : 0)) + 1e-30;
             mag[r * n + o] = 1e-5 * (mq + (bias ? 1 : 0)) + 1e-30;
         }
     }
 
     run_linear(ar, &x, &w, bp, yr, (size_t)(m * n));
     enum cpu_level top = cpu_level_detected();
+    bool quant_g = linear_x_quantised(wt, m, CPU_GENERIC);
     for (int l = CPU_GENERIC; l <= (int)top; l++) {
         cpu_set_level((enum cpu_level)l);
+        /* x quantised at this level: its rounding is in the bound; against
+         * generic too when only one of the two quantises x */
+        bool quant = linear_x_quantised(wt, m, (enum cpu_level)l);
         run_linear(ac, &x, &w, bp, yc, (size_t)(m * n));
         if (l == CPU_GENERIC) memcpy(yg, yc, (size_t)(m * n) * sizeof *yg);
         double worst = 0, worst_g = 0;
         for (int64_t i = 0; i < m * n; i++) {
-            double e = fabs((double)yc[i] - yr[i]) / bound[i];
-            double eg = fabs((double)yc[i] - yg[i]) / mag[i];
+            double e = fabs((double)yc[i] - yr[i]) / (bound[i] + (quant ? xbd[i] : 0));
+            double eg = fabs((double)yc[i] - yg[i]) / (mag[i] + (quant != quant_g ? 2 * xbd[i] : 0));
             if (!(e <= worst)) worst = e;
             if (!(eg <= worst_g)) worst_g = eg;
         }
@@ -180,7 +185,7 @@ static void linear_case(enum dtype wt, int64_t m, int64_t k, int64_t n, enum lay
     cpu_set_level(CPU_AVX512);
 cleanup:
     free(wf); free(wd); free(xc); free(xd); free(bb); free(wq); free(xq);
-    free(yr); free(yg); free(yc); free(xbuf); free(bound); free(mag);
+    free(yr); free(yg); free(yc); free(xbuf); free(bound); free(mag); free(xbd);
 }
 
 static void test_linear_hand(void)
@@ -226,6 +231,60 @@ static void test_linear_hand(void)
         }
     }
     cpu_set_level(CPU_AVX512);
+}
+
+/* The quantised GEMM against the dot path on the same quantised x: the
+ * integer block sums are the same, only the float sums differ in order
+ * (and the -off sum(x) term is applied in integers instead of floats), so
+ * the difference is bounded by 1e-5 sum |w^ x^|. */
+static void test_qgemm_vs_dot(void)
+{
+    if (cpu_level_detected() < CPU_AVX512) {
+        printf("qgemm vs dot: no AVX-512 VNNI, skipped\n");
+        return;
+    }
+    const enum dtype types[] = {TYPE_Q4_0, TYPE_Q8_0};
+    const int64_t m = 37, k = 1056, n = 67;
+    for (size_t t = 0; t < 2; t++) {
+        enum dtype wt = types[t];
+        size_t wrow = dtype_row_size(wt, k);
+        float *wf = malloc((size_t)(n * k) * sizeof *wf), *xc = malloc((size_t)(m * k) * sizeof *xc);
+        float *yd = malloc((size_t)(m * n) * sizeof *yd), *yq = malloc((size_t)(m * n) * sizeof *yq);
+        char *wq = malloc(wrow * (size_t)n);
+        if (!wf || !xc || !yd || !yq || !wq) {
+            CHECK(0, "alloc");
+            free(wf); free(xc); free(yd); free(yq); free(wq);
+            return;
+        }
+        fill_uniform(wf, (size_t)(n * k), -1.0f, 1.0f, 77 + t);
+        fill_uniform(xc, (size_t)(m * k), -3.0f, 3.0f, 78 + t);
+        for (int64_t r = 0; r < n; r++) quantize_row(wt, wf + r * k, wq + r * wrow, k);
+        int64_t wne[2] = {n, k}, xne[2] = {m, k};
+        struct tensor w = tensor_make(wt, 2, wne, wq, NULL), x = tensor_make(TYPE_F32, 2, xne, xc, NULL);
+        int saved_dot = linear_dot_max_rows, saved_qg = linear_qgemm_min_rows;
+        linear_dot_max_rows = 1 << 30;
+        linear_qgemm_min_rows = 1 << 30;
+        run_linear(ac, &x, &w, NULL, yd, (size_t)(m * n));
+        linear_qgemm_min_rows = 1;
+        run_linear(ac, &x, &w, NULL, yq, (size_t)(m * n));
+        linear_dot_max_rows = saved_dot;
+        linear_qgemm_min_rows = saved_qg;
+        double max_abs = 0, max_rel = 0, ymax = 0;
+        int64_t differ = 0;
+        for (int64_t i = 0; i < m * n; i++) {
+            double e = fabs((double)yq[i] - yd[i]);
+            if (e > max_abs) max_abs = e;
+            if (fabs(yd[i]) > ymax) ymax = fabs(yd[i]);
+            if (yq[i] != yd[i]) differ++;
+        }
+        /* relative to the scale of the outputs (sum |w^ x^| ~ k * E|w x|) */
+        max_rel = max_abs / (ymax + 1e-30);
+        printf("qgemm vs dot %s [%lld,%lld]x[%lld,%lld]^T: %lld of %lld outputs differ, max abs %.3g, "
+               "max abs / max |y| %.3g\n", dtype_name(wt), (long long)m, (long long)k, (long long)n,
+               (long long)k, (long long)differ, (long long)(m * n), max_abs, max_rel);
+        CHECK(max_rel <= 1e-5, "qgemm vs dot %s: max abs / max |y| %.3g > 1e-5", dtype_name(wt), max_rel);
+        free(wf); free(xc); free(yd); free(yq); free(wq);
+    }
 }
 
 static void test_linear_errors(void)
@@ -338,11 +397,12 @@ int main(void)
            getenv("CBX_CPU") ? getenv("CBX_CPU") : "unset");
     test_linear_hand();
     test_linear_errors();
+    test_qgemm_vs_dot();
     const enum dtype types[] = {TYPE_F32, TYPE_F16, TYPE_BF16, TYPE_Q8_0,
                                 TYPE_Q4_0, TYPE_Q4_1, TYPE_Q5_0, TYPE_Q5_1};
     struct { int64_t m, k, n; } shapes[] = {
         {1, 1056, 67}, {1, 32, 1}, {3, 96, 131}, {1, 4096, 33}, {6, 1056, 67}, {37, 160, 45},
-        {20, 1056, 67},
+        {20, 1056, 67}, {17, 1056, 67}, {48, 64, 8}, {160, 4096, 20},
     };
     uint64_t seed = 1000;
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {

@@ -21,7 +21,9 @@
  * through lda/ldb (transposed when the inner stride is the other dim's)
  * and copying only views with neither dimension contiguous. */
 #include <cblas.h>
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../backend.h"
@@ -32,6 +34,7 @@
  * reads W once, and at 16 rows of [4096, 1024] q4_0/f16 it still beats
  * dequantise + sgemm, whose small-M sgemm runs far below peak). */
 int linear_dot_max_rows = 16;
+int linear_qgemm_min_rows = 2;
 /* Bytes of F32 weights per dequantised tile: large enough for sgemm to
  * run at full speed, small enough to stay in L2/L3. */
 #define LINEAR_TILE_BYTES (4u << 20)
@@ -89,14 +92,64 @@ static bool uniform_rows(const struct tensor *t, int64_t *ld)
     return true;
 }
 
+/* ---- scratch ------------------------------------------------------------
+ * Kernel scratch is one buffer per calling thread, kept between calls and
+ * only grown: arena scratch would be fresh memory at every call of a stage
+ * (the arena only resets between stages), and glibc maps and unmaps big
+ * blocks, so every call would page-fault its scratch in again. Freed at
+ * thread exit by a key destructor. */
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static _Thread_local struct { char *p; size_t n, used; } scr;
+
+static void scratch_key_init(void) { (void)pthread_key_create(&scratch_key, free); }
+
+#define SCR_ALIGN 64
+static size_t scr_round(size_t n) { return (n + SCR_ALIGN - 1) & ~(size_t)(SCR_ALIGN - 1); }
+
+/* Make the calling thread's scratch at least n bytes and start carving it
+ * from the beginning; false (arena failed) when out of memory. */
+static bool scratch_begin(struct arena *a, size_t n)
+{
+    scr.used = 0;
+    if (scr.n >= n) return true;
+    size_t sz = scr_round(n > scr.n + scr.n / 2 ? n : scr.n + scr.n / 2);
+    free(scr.p);
+    scr.p = aligned_alloc(SCR_ALIGN, sz);
+    scr.n = scr.p ? sz : 0;
+    pthread_once(&scratch_once, scratch_key_init);
+    (void)pthread_setspecific(scratch_key, scr.p);
+    if (!scr.p) {
+        arena_fail(a, CBX_ERR_NOMEM, "linear: out of memory allocating %zu bytes of scratch", sz);
+        return false;
+    }
+    return true;
+}
+
+/* The next n bytes of the scratch (64-byte aligned); the caller sized it
+ * with scratch_begin over the scr_round()ed parts. */
+static void *scratch_take(size_t n)
+{
+    void *p = scr.p + scr.used;
+    scr.used += scr_round(n);
+    return p;
+}
+
+/* Bytes x_matrix needs to copy x (0 when its rows are uniform). */
+static size_t x_copy_bytes(const struct tensor *x)
+{
+    int64_t ld;
+    if (uniform_rows(x, &ld)) return 0;
+    return scr_round((size_t)(tensor_nrows(x) * x->ne[x->ndim - 1]) * sizeof(float));
+}
+
 /* x as an [M, K] float matrix with leading dimension *ld: in place when
- * its rows are uniform, else copied to arena scratch. */
-static const float *x_matrix(struct arena *a, const struct tensor *x, int64_t *ld)
+ * its rows are uniform, else copied to scratch (x_copy_bytes of it). */
+static const float *x_matrix(const struct tensor *x, int64_t *ld)
 {
     if (uniform_rows(x, ld)) return x->data;
     int64_t m = tensor_nrows(x), k = x->ne[x->ndim - 1];
-    float *c = arena_alloc_host(a, (size_t)(m * k) * sizeof *c);
-    if (!c) return NULL;
+    float *c = scratch_take((size_t)(m * k) * sizeof *c);
     int64_t inner = x->nb[x->ndim - 1];
     for (int64_t r = 0; r < m; r++) {
         const char *p = row_ptr(x, r);
@@ -175,26 +228,30 @@ static void linear_dot(struct arena *a, struct tensor *out, const struct tensor 
         .bias = b ? b->data : NULL, .bias_stride = b ? b->nb[0] : 0, .y = out->data,
     };
     int vt = quant_vec_dot_type(w->type);
+    linear_dotx_fn dotx = vt == TYPE_Q8_0 && cpu_level() >= CPU_AVX512
+                              ? linear_dotx_avx512(w->type) : NULL;
+    const int64_t nb = k / QK;
+    size_t xq_stride = vt == TYPE_F32 ? 0 : dtype_row_size((enum dtype)vt, k);
+    size_t need = x_copy_bytes(x) + scr_round(xq_stride * (size_t)m);
+    if (dotx)
+        need += scr_round((size_t)m * sizeof(struct linear_xq)) + scr_round((size_t)(m * k)) +
+                scr_round((size_t)(2 * m * nb + 1) * sizeof(float));
+    if (!scratch_begin(a, need)) return;
     int64_t ld;
-    const float *xm = x_matrix(a, x, &ld);
-    if (!xm) return;
+    const float *xm = x_matrix(x, &ld);
     if (vt == TYPE_F32) {
         j.xq = (const char *)xm;
         j.xq_stride = (size_t)ld * 4;
     } else {
-        j.xq_stride = dtype_row_size((enum dtype)vt, k);
-        char *q = arena_alloc_host(a, j.xq_stride * (size_t)m);
-        if (!q) return;
+        j.xq_stride = xq_stride;
+        char *q = scratch_take(j.xq_stride * (size_t)m);
         for (int64_t r = 0; r < m; r++)
             quantize_row((enum dtype)vt, xm + r * ld, q + (size_t)r * j.xq_stride, k);
         j.xq = q;
-        linear_dotx_fn dotx = cpu_level() >= CPU_AVX512 ? linear_dotx_avx512(w->type) : NULL;
-        if (dotx && vt == TYPE_Q8_0) {
-            int64_t nb = k / QK;
-            struct linear_xq *xp = arena_alloc_host(a, (size_t)m * sizeof *xp);
-            int8_t *qs = arena_alloc_host(a, (size_t)(m * k));
-            float *d = arena_alloc_host(a, (size_t)(2 * m * nb + 1) * sizeof *d);
-            if (!xp || !qs || !d) return;
+        if (dotx) {
+            struct linear_xq *xp = scratch_take((size_t)m * sizeof *xp);
+            int8_t *qs = scratch_take((size_t)(m * k));
+            float *d = scratch_take((size_t)(2 * m * nb + 1) * sizeof *d);
             for (int64_t r = 0; r < m; r++) {
                 xp[r].q = q + (size_t)r * j.xq_stride;
                 linear_xq_prepare(&xp[r], qs + r * k, d + 2 * r * nb, d + (2 * r + 1) * nb, k);
@@ -208,6 +265,151 @@ static void linear_dot(struct arena *a, struct tensor *out, const struct tensor 
     int64_t row_bytes = (int64_t)dtype_row_size(w->type, k);
     int64_t grain = row_bytes > 0 ? (16384 + row_bytes - 1) / row_bytes : 1;
     tp_parallel_for(arena_backend(a)->tp, n, grain, dot_rows, &j);
+}
+
+/* ---- quantised GEMM path ------------------------------------------------
+ * x is quantised to Q8_0 (the dot path's quantisation, so the products
+ * per block are the same integers) and packed in groups of 16 rows (see
+ * linear_kernels.h), the groups split over the pool; then the pool splits
+ * the weight rows in tiles of LINEAR_QG_MAXW: a tile is unpacked once
+ * into per-thread scratch and multiplied with every x group. For large M
+ * the groups are taken in chunks that stay in L2 (the tile unpacked again
+ * per chunk, which costs little next to the multiplies). */
+
+#define QG_CHUNK_BYTES (768u << 10)
+
+struct qg_job {
+    struct linear_qgemm g;
+    const struct tensor *x;
+    const char *w;
+    int64_t w_stride, m, k, nb, n, groups;
+    const float *bias;
+    int64_t bias_stride;    /* bytes */
+    float *y;               /* [m, n] */
+    uint8_t *xp;            /* groups * nb * LINEAR_QG_REC */
+    char *tmp;              /* per thread: tmp_bytes */
+    size_t tmp_bytes;
+};
+
+/* Per-thread scratch of the two phases (the larger of the two). */
+static size_t qg_tmp_bytes(int64_t k, int64_t nb)
+{
+    size_t pack = scr_round((size_t)k * sizeof(float)) +
+                  scr_round((size_t)LINEAR_QG_LANES * dtype_row_size(TYPE_Q8_0, k));
+    size_t tile = scr_round((size_t)(LINEAR_QG_MAXW * k)) +
+                  scr_round((size_t)(LINEAR_QG_MAXW * nb) * sizeof(float)) +
+                  scr_round((size_t)(LINEAR_QG_MAXW * LINEAR_QG_LANES) * sizeof(float));
+    return pack > tile ? pack : tile;
+}
+
+static void qg_pack(void *ctx, int64_t g0, int64_t g1, int ith)
+{
+    const struct qg_job *j = ctx;
+    const struct tensor *x = j->x;
+    const int64_t k = j->k, nb = j->nb, inner = x->nb[x->ndim - 1];
+    const size_t qrow = dtype_row_size(TYPE_Q8_0, k);
+    char *t = j->tmp + (size_t)ith * j->tmp_bytes;
+    float *row = (float *)t;
+    char *q = t + scr_round((size_t)k * sizeof(float));
+    for (int64_t g = g0; g < g1; g++) {
+        int lanes = (int)(j->m - g * LINEAR_QG_LANES < LINEAR_QG_LANES ? j->m - g * LINEAR_QG_LANES
+                                                                       : LINEAR_QG_LANES);
+        for (int l = 0; l < lanes; l++) {
+            const char *p = row_ptr(x, g * LINEAR_QG_LANES + l);
+            const float *xr = (const float *)p;
+            if (inner != 4 && k > 1) {
+                for (int64_t i = 0; i < k; i++) memcpy(row + i, p + i * inner, 4);
+                xr = row;
+            }
+            quantize_row(TYPE_Q8_0, xr, q + (size_t)l * qrow, k);
+        }
+        uint8_t *dst = j->xp + (size_t)(g * nb) * LINEAR_QG_REC;
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *rec = dst + b * LINEAR_QG_REC;
+            float d[LINEAR_QG_LANES] = {0};
+            int32_t c[LINEAR_QG_LANES] = {0};
+            for (int l = 0; l < lanes; l++) {
+                const struct block_q8_0 *blk = (const struct block_q8_0 *)(q + (size_t)l * qrow) + b;
+                int sum = 0;
+                for (int i = 0; i < QK; i++) sum += blk->qs[i];
+                for (int gi = 0; gi < 8; gi++) memcpy(rec + 64 * gi + 4 * l, blk->qs + 4 * gi, 4);
+                d[l] = fp16_to_f32(blk->d);
+                c[l] = -j->g.off * sum;
+            }
+            for (int l = lanes; l < LINEAR_QG_LANES; l++)
+                for (int gi = 0; gi < 8; gi++) memset(rec + 64 * gi + 4 * l, 0, 4);
+            memcpy(rec + 512, d, sizeof d);
+            memcpy(rec + 576, c, sizeof c);
+        }
+    }
+}
+
+static void qg_tiles(void *ctx, int64_t t0, int64_t t1, int ith)
+{
+    const struct qg_job *j = ctx;
+    const int64_t nb = j->nb, n = j->n;
+    char *t = j->tmp + (size_t)ith * j->tmp_bytes;
+    int32_t *wq = (int32_t *)t;
+    float *wd = (float *)(t + scr_round((size_t)(LINEAR_QG_MAXW * j->k)));
+    float *o = (float *)((char *)wd + scr_round((size_t)(LINEAR_QG_MAXW * nb) * sizeof(float)));
+    int64_t chunk = (int64_t)(QG_CHUNK_BYTES / ((size_t)nb * LINEAR_QG_REC));
+    if (chunk < 1) chunk = 1;
+    for (int64_t c0 = 0; c0 < j->groups; c0 += chunk) {
+        int64_t c1 = c0 + chunk < j->groups ? c0 + chunk : j->groups;
+        for (int64_t ti = t0; ti < t1; ti++) {
+            int64_t n0 = ti * LINEAR_QG_MAXW;
+            int nw = (int)(n - n0 < LINEAR_QG_MAXW ? n - n0 : LINEAR_QG_MAXW);
+            j->g.unpack(j->w + n0 * j->w_stride, (size_t)j->w_stride, nw, nb, wq, wd);
+            float bias[LINEAR_QG_MAXW];
+            for (int q = 0; q < nw; q++)
+                bias[q] = j->bias ? *(const float *)((const char *)j->bias + (n0 + q) * j->bias_stride)
+                                  : 0.0f;
+            for (int64_t g = c0; g < c1; g++) {
+                j->g.tile(wq, wd, nw, j->xp + (size_t)(g * nb) * LINEAR_QG_REC, nb, o);
+                int64_t r0 = g * LINEAR_QG_LANES;
+                int lanes = (int)(j->m - r0 < LINEAR_QG_LANES ? j->m - r0 : LINEAR_QG_LANES);
+                for (int l = 0; l < lanes; l++) {
+                    float *yr = j->y + (r0 + l) * n + n0;
+                    for (int q = 0; q < nw; q++) yr[q] = o[q * LINEAR_QG_LANES + l] + bias[q];
+                }
+            }
+        }
+    }
+}
+
+static void linear_qgemm(struct arena *a, struct tensor *out, const struct tensor *x,
+                         const struct tensor *w, const struct tensor *b,
+                         const struct linear_qgemm *g)
+{
+    struct threadpool *tp = arena_backend(a)->tp;
+    const int64_t k = x->ne[x->ndim - 1], m = tensor_nrows(x), nb = k / QK;
+    struct qg_job j = {
+        .g = *g, .x = x, .w = w->data, .w_stride = w->nb[0], .m = m, .k = k, .nb = nb,
+        .n = w->ne[0], .groups = (m + LINEAR_QG_LANES - 1) / LINEAR_QG_LANES,
+        .bias = b ? b->data : NULL, .bias_stride = b ? b->nb[0] : 0, .y = out->data,
+        .tmp_bytes = qg_tmp_bytes(k, nb),
+    };
+    int nt = tp_n_threads(tp);
+    size_t xp_bytes = scr_round((size_t)(j.groups * nb) * LINEAR_QG_REC);
+    if (!scratch_begin(a, xp_bytes + j.tmp_bytes * (size_t)nt)) return;
+    j.xp = scratch_take(xp_bytes);
+    j.tmp = scratch_take(j.tmp_bytes * (size_t)nt);
+    tp_parallel_for(tp, j.groups, 1, qg_pack, &j);
+    tp_parallel_for(tp, (j.n + LINEAR_QG_MAXW - 1) / LINEAR_QG_MAXW, 1, qg_tiles, &j);
+}
+
+/* The quantised GEMM kernels for w at the level in use, when op_linear
+ * takes that path for m rows. */
+static bool qgemm_for(enum dtype t, int64_t m, enum cpu_level l, struct linear_qgemm *g)
+{
+    if (m < linear_qgemm_min_rows || l < CPU_AVX512) return false;
+    return linear_qgemm_avx512(t, g);
+}
+
+bool linear_x_quantised(enum dtype t, int64_t m, enum cpu_level l)
+{
+    struct linear_qgemm g;
+    return m <= linear_dot_max_rows || qgemm_for(t, m, l, &g);
 }
 
 /* ---- sgemm path ------------------------------------------------------- */
@@ -236,9 +438,13 @@ static void linear_gemm(struct arena *a, struct tensor *out, const struct tensor
     const struct backend *be = arena_backend(a);
     const int64_t k = x->ne[x->ndim - 1], n = w->ne[0], m = tensor_nrows(x);
     float *y = out->data;
+    int64_t tile = (int64_t)(LINEAR_TILE_BYTES / ((size_t)k * 4));
+    if (tile < 16) tile = 16;
+    if (tile > n) tile = n;
+    size_t wt_bytes = w->type == TYPE_F32 ? 0 : scr_round((size_t)(tile * k) * sizeof(float));
+    if (!scratch_begin(a, x_copy_bytes(x) + wt_bytes)) return;
     int64_t ldx;
-    const float *xm = x_matrix(a, x, &ldx);
-    if (!xm) return;
+    const float *xm = x_matrix(x, &ldx);
     for (int64_t r = 0; r < m; r++) {
         if (!b) {
             memset(y + r * n, 0, (size_t)n * sizeof *y);
@@ -254,11 +460,7 @@ static void linear_gemm(struct arena *a, struct tensor *out, const struct tensor
                     xm, (int)ldx, w->data, (int)(w->nb[0] / 4), 1.0f, y, (int)n);
         return;
     }
-    int64_t tile = (int64_t)(LINEAR_TILE_BYTES / ((size_t)k * 4));
-    if (tile < 16) tile = 16;
-    if (tile > n) tile = n;
-    float *wt = arena_alloc_host(a, (size_t)(tile * k) * sizeof *wt);
-    if (!wt) return;
+    float *wt = scratch_take((size_t)(tile * k) * sizeof *wt);
     for (int64_t n0 = 0; n0 < n; n0 += tile) {
         int64_t tn = n - n0 < tile ? n - n0 : tile;
         struct deq_job j = {w->type, cpu_level() >= CPU_AVX2 ? linear_dequant_avx2(w->type) : NULL,
@@ -272,8 +474,12 @@ static void linear_gemm(struct arena *a, struct tensor *out, const struct tensor
 static void cpu_linear(struct arena *a, struct tensor *out, const struct tensor *x,
                        const struct tensor *w, const struct tensor *b)
 {
-    if (tensor_nrows(x) == 0 || w->ne[0] == 0) return;
-    if (tensor_nrows(x) <= linear_dot_max_rows) linear_dot(a, out, x, w, b);
+    const int64_t m = tensor_nrows(x);
+    if (m == 0 || w->ne[0] == 0) return;
+    struct linear_qgemm g;
+    if (x->ne[x->ndim - 1] > 0 && qgemm_for(w->type, m, cpu_level(), &g))
+        linear_qgemm(a, out, x, w, b, &g);
+    else if (m <= linear_dot_max_rows) linear_dot(a, out, x, w, b);
     else linear_gemm(a, out, x, w, b);
 }
 

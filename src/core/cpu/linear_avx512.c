@@ -451,3 +451,107 @@ linear_dotx_fn linear_dotx_avx512(enum dtype t)
     default: return NULL;
     }
 }
+
+/* ---- quantised GEMM tiles (see linear_kernels.h) ---------------------- */
+
+/* nw weight rows -> wq[b][j][32] unsigned quants in element order (q4_0:
+ * the nibbles 0..15; q8_0: q + 128 by flipping the top bit) and wd[b][j]
+ * the fp16 scales as floats. */
+TGT static void qg_unpack_q4_0(const void *w, size_t stride, int nw, int64_t nb, int32_t *wq,
+                               float *wd)
+{
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    for (int j = 0; j < nw; j++) {
+        const struct block_q4_0 *r = (const void *)((const char *)w + (size_t)j * stride);
+        for (int64_t b = 0; b < nb; b++) {
+            __m128i v = _mm_loadu_si128((const __m128i *)r[b].qs);
+            int32_t *o = wq + (b * nw + j) * 8;
+            _mm_storeu_si128((__m128i *)o, _mm_and_si128(v, m4));
+            _mm_storeu_si128((__m128i *)(o + 4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+            wd[b * nw + j] = h2f(r[b].d);
+        }
+    }
+}
+
+TGT static void qg_unpack_q8_0(const void *w, size_t stride, int nw, int64_t nb, int32_t *wq,
+                               float *wd)
+{
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    for (int j = 0; j < nw; j++) {
+        const struct block_q8_0 *r = (const void *)((const char *)w + (size_t)j * stride);
+        for (int64_t b = 0; b < nb; b++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)r[b].qs);
+            _mm256_storeu_si256((__m256i *)(wq + (b * nw + j) * 8), _mm256_xor_si256(v, flip));
+            wd[b * nw + j] = h2f(r[b].d);
+        }
+    }
+}
+
+/* nw weight rows (unpacked) x one packed group of 16 x rows over nb
+ * blocks: lane l of out[j] = row j . x row l. Per block and weight row:
+ * the integer accumulator starts at the x record's -off * sum(q_x), eight
+ * vpdpbusd add the u8 weight dwords (broadcast) times the 16 rows' s8 x
+ * dwords, so it holds sum((q_w - off) q_x) exactly; then one convert and
+ * one fma with d_x * d_w. */
+TGT static inline __attribute__((always_inline)) void
+qg_tile_body(const int32_t *wq, const float *wd, const int nw, const uint8_t *xp, int64_t nb,
+             float *out)
+{
+    __m512 acc[LINEAR_QG_MAXW];
+    for (int j = 0; j < nw; j++) acc[j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *xr = xp + b * LINEAR_QG_REC;
+        const int32_t *wb = wq + b * nw * 8;
+        __m512i x[8];
+        for (int g = 0; g < 8; g++) x[g] = _mm512_loadu_si512(xr + 64 * g);
+        __m512 dx = _mm512_loadu_ps((const float *)(xr + 512));
+        __m512i c = _mm512_loadu_si512(xr + 576);
+        for (int j = 0; j < nw; j++) {
+            __m512i s0 = _mm512_dpbusd_epi32(c, _mm512_set1_epi32(wb[8 * j]), x[0]);
+            __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi32(wb[8 * j + 1]), x[1]);
+            for (int g = 2; g < 8; g += 2) {
+                s0 = _mm512_dpbusd_epi32(s0, _mm512_set1_epi32(wb[8 * j + g]), x[g]);
+                s1 = _mm512_dpbusd_epi32(s1, _mm512_set1_epi32(wb[8 * j + g + 1]), x[g + 1]);
+            }
+            __m512 sc = _mm512_mul_ps(dx, _mm512_set1_ps(wd[b * nw + j]));
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), sc, acc[j]);
+        }
+    }
+    for (int j = 0; j < nw; j++) _mm512_storeu_ps(out + 16 * j, acc[j]);
+}
+
+#define QG_TILE(NW)                                                                          \
+    TGT static void qg_tile##NW(const int32_t *wq, const float *wd, const uint8_t *xp,       \
+                                int64_t nb, float *out)                                     \
+    {                                                                                        \
+        qg_tile_body(wq, wd, NW, xp, nb, out);                                               \
+    }
+QG_TILE(1)
+QG_TILE(2)
+QG_TILE(3)
+QG_TILE(4)
+QG_TILE(5)
+QG_TILE(6)
+QG_TILE(7)
+QG_TILE(8)
+#undef QG_TILE
+
+static void qg_tile(const int32_t *wq, const float *wd, int nw, const uint8_t *xp, int64_t nb,
+                    float *out)
+{
+    static void (*const tiles[LINEAR_QG_MAXW + 1])(const int32_t *, const float *, const uint8_t *,
+                                                   int64_t, float *) = {
+        NULL, qg_tile1, qg_tile2, qg_tile3, qg_tile4, qg_tile5, qg_tile6, qg_tile7, qg_tile8};
+    tiles[nw](wq, wd, xp, nb, out);
+}
+
+bool linear_qgemm_avx512(enum dtype t, struct linear_qgemm *g)
+{
+    switch (t) {
+    case TYPE_Q4_0: g->off = 8; g->unpack = qg_unpack_q4_0; break;
+    case TYPE_Q8_0: g->off = 128; g->unpack = qg_unpack_q8_0; break;
+    default: return false;
+    }
+    g->tile = qg_tile;
+    return true;
+}

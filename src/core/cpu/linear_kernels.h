@@ -33,6 +33,40 @@ typedef void (*linear_dotx4_fn)(const void *w, size_t stride, const struct linea
 /* AVX-512 VNNI four-row dotx kernel for t, or NULL. */
 linear_dotx4_fn linear_dotx4_avx512(enum dtype t);
 
+/* ---- quantised GEMM: many rows of x (linear.c, linear_qgemm) ----------
+ * x is quantised to Q8_0 exactly as on the dot path, then packed in groups
+ * of LINEAR_QG_LANES rows (the last group padded with zero rows): per
+ * group and block b one record of LINEAR_QG_REC bytes,
+ *   bytes 0..511    quants: dword l of the 64 bytes at 64 g = quants
+ *                   4g..4g+3 of row l's block b (g = 0..7)
+ *   bytes 512..575  16 floats: d of each row's block b
+ *   bytes 576..639  16 int32: -off * sum(q) of each row's block b
+ * Up to LINEAR_QG_MAXW weight rows are unpacked once per tile and
+ * multiplied with every x group, 16 rows per vpdpbusd. */
+#define LINEAR_QG_LANES 16
+#define LINEAR_QG_REC 640
+#define LINEAR_QG_MAXW 8
+struct linear_qgemm {
+    /* the weight zero point: unpacked quants are q_w + off, all >= 0 */
+    int off;
+    /* nw (<= MAXW) rows w, w + stride, ... of nb blocks -> wq[b][j][8]
+     * dwords of unsigned quants in element order, wd[b][j] their scales */
+    void (*unpack)(const void *w, size_t stride, int nw, int64_t nb, int32_t *wq, float *wd);
+    /* out[j * 16 + l] = weight row j . x row l of the group at xp */
+    void (*tile)(const int32_t *wq, const float *wd, int nw, const uint8_t *xp, int64_t nb,
+                 float *out);
+};
+/* AVX-512 VNNI kernels for t (q4_0, q8_0); false when there are none. */
+bool linear_qgemm_avx512(enum dtype t, struct linear_qgemm *g);
+/* op_linear uses the quantised GEMM from this many rows of x up, when the
+ * level has kernels for the weight type (else the dot path / sgemm as set
+ * by linear_dot_max_rows). A tuning knob like linear_dot_max_rows. */
+extern int linear_qgemm_min_rows;
+/* Whether op_linear on the cpu backend at level l multiplies m rows of x
+ * with weights of type t through Q8 quantised activations (dot path or
+ * quantised GEMM) rather than sgemm on the float x. */
+bool linear_x_quantised(enum dtype t, int64_t m, enum cpu_level l);
+
 /* Row dequantisation for the sgemm tiles, same results as
  * dequantize_row (each value is one float product, or exact); NULL
  * when AVX2 has no kernel for t (the caller uses dequantize_row). */
