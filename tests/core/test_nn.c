@@ -4,7 +4,8 @@
  * 1. ref kernels on hand-computed cases (softmax of [0, ln 3], layer norm
  *    of [1, 2, 3], ...), run through the cpu backend as well;
  * 2. cpu (SIMD level in use, then forced portable) against ref on random
- *    inputs with odd sizes and strided views;
+ *    inputs with odd sizes and strided views (attention: both AVX-512
+ *    drivers, rows for Tq <= 4 and tiles above, each across block tails);
  * 3. ref attention against a composition computed here: scores by naive
  *    loops, op_softmax (checked in 1), P @ V by naive loops;
  * 4. rope against a double-precision hand formula, with and without
@@ -403,6 +404,19 @@ static void attention_vs_ref(const char *lvl)
         {1, 2, 2, 9, 4, 8, true, 0, 0},      /* Tq > Tk causal: rows see nothing */
         {1, 1, 1, 3, 0, 8, false, 0, 0},     /* no keys at all */
         {1, 16, 16, 96, 96, 64, true, 1, 0}, /* many items, all query blocks */
+        /* AVX-512 row path (Tq <= 4): a T3 decode step on a long cache
+         * (many 16-key steps, a partial last one), CFG-like batch of 2 with
+         * a per-head bias, several causal rows on a cache */
+        {1, 16, 16, 1, 661, 64, true, 2, 0},
+        {2, 4, 4, 1, 150, 64, false, 2, 1},
+        {1, 3, 3, 4, 37, 72, true, 2, 2},
+        {1, 2, 2, 2, 40, 16, false, 0, 3},   /* a row that sees nothing */
+        /* AVX-512 tile path: several key blocks with a partial last one,
+         * causal chunks on a cache (diagonal inside a block), GQA, D > 64 */
+        {1, 8, 8, 200, 200, 64, false, 0, 1},
+        {1, 2, 2, 7, 150, 64, true, 2, 2},
+        {2, 4, 2, 130, 130, 96, true, 1, 0},
+        {1, 3, 3, 61, 257, 40, false, 0, 4},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const struct attn_case *t = &cases[i];

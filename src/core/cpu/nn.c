@@ -2,15 +2,17 @@
  * rotary embedding (semantics in ops.h and ops_nn.c).
  *
  * Rows are spread over the backend's thread pool; the inner loops are
- * "primitives" (struct prims) with a portable version, an AVX2+FMA version
- * and AVX-512 versions of the attention loops, picked per call from
- * cpu_level() (so tests can force the portable path with cpu_set_level).
+ * "primitives" (struct prims) with a portable version and an AVX2+FMA
+ * version, picked per call from cpu_level() (so tests can force the
+ * portable path with cpu_set_level). At the AVX-512 level attention has its
+ * own drivers (attn_rows_z for decode-like calls, attn_tiles_z with
+ * register-tiled products; see "AVX-512 attention" below).
  * Strided rows are first gathered into the contiguous output row and the
  * primitive then works in place there.
  *
- * Attention is flash-style: for a block of up to QB query rows of one head,
- * keys are visited in blocks of KB; scores of one block are kept in a
- * per-thread [QB, KB] tile, the running max m, normaliser l and output
+ * Attention (portable and AVX2) is flash-style: for a block of up to QB
+ * query rows of one head, keys are visited in blocks of KB; scores of one
+ * block are kept in a per-thread [QB, KB] tile, the running max m, normaliser l and output
  * accumulator O[QB, D] are rescaled as each block arrives (online softmax),
  * so no [Tq, Tk] matrix exists. Work items are (batch, head, query block).
  * Invariants:
@@ -478,8 +480,9 @@ static const struct prims prims_avx2 = {
     a_sum, a_sumsq_dev, a_norm, a_affine, a_scale_max, a_max, a_exp_sum, a_scal, a_qk, a_pv,
 };
 
-/* AVX-512 versions of the attention inner loops (16 lanes, mask registers
- * for the tails); the row primitives stay AVX2 (they are memory-bound). */
+/* AVX-512 attention (16 lanes, mask registers for the tails) has its own
+ * drivers below (attn_rows_z, attn_tiles_z); the row primitives stay AVX2
+ * (they are memory-bound). */
 #define AVX512 __attribute__((target("avx512f,avx2,fma")))
 
 /* exp as exp8, with 2^n applied by scalef (p * 2^n, exact) */
@@ -507,125 +510,6 @@ AVX512 static inline __mmask16 mask16(int64_t n) /* lanes < n, n in 0..16 */
     return (__mmask16)((1u << n) - 1);
 }
 
-AVX512 static float z_max(const float *x, int64_t n)
-{
-    __m512 mx = _mm512_set1_ps(-INFINITY);
-    for (int64_t i = 0; i < n; i += 16)
-        mx = _mm512_mask_max_ps(mx, mask16(n - i < 16 ? n - i : 16), mx,
-                                _mm512_maskz_loadu_ps(mask16(n - i < 16 ? n - i : 16), x + i));
-    return _mm512_reduce_max_ps(mx);
-}
-AVX512 static float z_exp_sum(float *y, int64_t n, float m)
-{
-    __m512 mm = _mm512_set1_ps(m), s = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 k = mask16(n - i < 16 ? n - i : 16);
-        __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, y + i), mm));
-        e = _mm512_maskz_mov_ps(k, e);
-        _mm512_mask_storeu_ps(y + i, k, e);
-        s = _mm512_add_ps(s, e);
-    }
-    return _mm512_reduce_add_ps(s);
-}
-/* [sum a, sum b, sum c, sum d] of 16-lane vectors */
-AVX512 static inline __m128 hsum16x4(__m512 a, __m512 b, __m512 c, __m512 d)
-{
-#define HALF(v) _mm256_add_ps(_mm512_castps512_ps256(v), \
-                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)))
-    __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(HALF(a), HALF(b)), _mm256_hadd_ps(HALF(c), HALF(d)));
-#undef HALF
-    return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-}
-
-/* as a_qk: rows in pairs against four keys, D in steps of 16 with a masked
- * last step */
-AVX512 static void z_qk(const float *const *q, int nq, const char *k0, int64_t ks, int nk,
-                        int64_t D, float scale, float *S, int lds)
-{
-    const __m128 sc4 = _mm_set1_ps(scale);
-    int r = 0;
-    for (; r < nq; r += 2) {
-        int two = r + 1 < nq;
-        const float *q0 = q[r], *q1 = q[two ? r + 1 : r];
-        float *s0 = S + r * lds, *s1 = s0 + lds;
-        int j = 0;
-        for (; j + 4 <= nk; j += 4) {
-            const float *ka = KROW(j), *kb = KROW(j + 1), *kc = KROW(j + 2), *kd = KROW(j + 3);
-            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-            for (int64_t d = 0; d < D; d += 16) {
-                __mmask16 m = mask16(D - d < 16 ? D - d : 16);
-                __m512 x0 = _mm512_maskz_loadu_ps(m, q0 + d), x1 = _mm512_maskz_loadu_ps(m, q1 + d);
-                __m512 va = _mm512_maskz_loadu_ps(m, ka + d), vb = _mm512_maskz_loadu_ps(m, kb + d);
-                __m512 vc = _mm512_maskz_loadu_ps(m, kc + d), vd = _mm512_maskz_loadu_ps(m, kd + d);
-                a0 = _mm512_fmadd_ps(x0, va, a0); a1 = _mm512_fmadd_ps(x0, vb, a1);
-                a2 = _mm512_fmadd_ps(x0, vc, a2); a3 = _mm512_fmadd_ps(x0, vd, a3);
-                b0 = _mm512_fmadd_ps(x1, va, b0); b1 = _mm512_fmadd_ps(x1, vb, b1);
-                b2 = _mm512_fmadd_ps(x1, vc, b2); b3 = _mm512_fmadd_ps(x1, vd, b3);
-            }
-            _mm_storeu_ps(s0 + j, _mm_mul_ps(hsum16x4(a0, a1, a2, a3), sc4));
-            if (two) _mm_storeu_ps(s1 + j, _mm_mul_ps(hsum16x4(b0, b1, b2, b3), sc4));
-        }
-        for (; j < nk; j++) {
-            const float *kj = (const float *)(k0 + j * ks);
-            __m512 a0 = _mm512_setzero_ps(), b0 = a0;
-            for (int64_t d = 0; d < D; d += 16) {
-                __mmask16 m = mask16(D - d < 16 ? D - d : 16);
-                __m512 kv = _mm512_maskz_loadu_ps(m, kj + d);
-                a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q0 + d), kv, a0);
-                b0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q1 + d), kv, b0);
-            }
-            s0[j] = _mm512_reduce_add_ps(a0) * scale;
-            if (two) s1[j] = _mm512_reduce_add_ps(b0) * scale;
-        }
-    }
-}
-
-/* as a_pv: two rows share each v load; 64 output columns (four registers
- * per row) stay in registers across the key loop */
-AVX512 static void z_pv(float *O, int64_t ldo, const float *P, int ldp, int nq, const char *v0,
-                        int64_t vs, int nk, int64_t D)
-{
-    for (int r = 0; r < nq; r += 2) {
-        int two = r + 1 < nq;
-        float *o0 = O + r * ldo, *o1 = two ? o0 + ldo : o0;
-        const float *p0 = P + r * ldp, *p1 = two ? p0 + ldp : p0;
-        for (int64_t d = 0; d < D; d += 64) {
-            __mmask16 m0 = mask16(D - d < 16 ? D - d : 16);
-            __mmask16 m1 = mask16(D - d - 16 < 0 ? 0 : D - d - 16 < 16 ? D - d - 16 : 16);
-            __mmask16 m2 = mask16(D - d - 32 < 0 ? 0 : D - d - 32 < 16 ? D - d - 32 : 16);
-            __mmask16 m3 = mask16(D - d - 48 < 0 ? 0 : D - d - 48 < 16 ? D - d - 48 : 16);
-            __m512 a0 = _mm512_maskz_loadu_ps(m0, o0 + d);
-            __m512 a1 = _mm512_maskz_loadu_ps(m1, o0 + d + 16);
-            __m512 a2 = _mm512_maskz_loadu_ps(m2, o0 + d + 32);
-            __m512 a3 = _mm512_maskz_loadu_ps(m3, o0 + d + 48);
-            __m512 b0 = _mm512_maskz_loadu_ps(m0, o1 + d);
-            __m512 b1 = _mm512_maskz_loadu_ps(m1, o1 + d + 16);
-            __m512 b2 = _mm512_maskz_loadu_ps(m2, o1 + d + 32);
-            __m512 b3 = _mm512_maskz_loadu_ps(m3, o1 + d + 48);
-            for (int j = 0; j < nk; j++) {
-                const float *vj = (const float *)(v0 + j * vs) + d;
-                __m512 x0 = _mm512_set1_ps(p0[j]), x1 = _mm512_set1_ps(p1[j]);
-                __m512 w0 = _mm512_maskz_loadu_ps(m0, vj), w1 = _mm512_maskz_loadu_ps(m1, vj + 16);
-                __m512 w2 = _mm512_maskz_loadu_ps(m2, vj + 32);
-                __m512 w3 = _mm512_maskz_loadu_ps(m3, vj + 48);
-                a0 = _mm512_fmadd_ps(x0, w0, a0); a1 = _mm512_fmadd_ps(x0, w1, a1);
-                a2 = _mm512_fmadd_ps(x0, w2, a2); a3 = _mm512_fmadd_ps(x0, w3, a3);
-                b0 = _mm512_fmadd_ps(x1, w0, b0); b1 = _mm512_fmadd_ps(x1, w1, b1);
-                b2 = _mm512_fmadd_ps(x1, w2, b2); b3 = _mm512_fmadd_ps(x1, w3, b3);
-            }
-            /* row r+1 first: when there is one row o1 == o0 and a* wins */
-            _mm512_mask_storeu_ps(o1 + d, m0, b0); _mm512_mask_storeu_ps(o1 + d + 16, m1, b1);
-            _mm512_mask_storeu_ps(o1 + d + 32, m2, b2); _mm512_mask_storeu_ps(o1 + d + 48, m3, b3);
-            _mm512_mask_storeu_ps(o0 + d, m0, a0); _mm512_mask_storeu_ps(o0 + d + 16, m1, a1);
-            _mm512_mask_storeu_ps(o0 + d + 32, m2, a2); _mm512_mask_storeu_ps(o0 + d + 48, m3, a3);
-        }
-    }
-}
-
-static const struct prims prims_avx512 = {
-    a_sum, a_sumsq_dev, a_norm, a_affine, a_scale_max, z_max, z_exp_sum, a_scal, z_qk, z_pv,
-};
 #endif
 
 /* The primitives of the SIMD level in use now (cpu_features.h). */
@@ -633,7 +517,6 @@ static const struct prims *prims_now(void)
 {
 #ifdef NN_X86
     enum cpu_level l = cpu_level();
-    if (l >= CPU_AVX512) return &prims_avx512;
     if (l >= CPU_AVX2) return &prims_avx2;
 #endif
     return &prims_generic;
@@ -857,6 +740,8 @@ struct attn_ctx {
     int64_t B, Hq, Tq, Tk, D, group, qb, nqb;
     float *scratch;
     int64_t per_thread; /* floats of scratch per thread */
+    float *kt;          /* AVX-512 tiles: K packed transposed (attn_pack_kt) */
+    int64_t nkb;        /* blocks of ZKB keys per kv head */
 };
 
 static void attn_items(void *c, int64_t it0, int64_t it1, int ith)
@@ -947,6 +832,394 @@ static const struct tensor *unit_rows(struct arena *a, const struct tensor *t)
     return arena_desc(a, &c);
 }
 
+#ifdef NN_X86
+/* ---- AVX-512 attention ---------------------------------------------------
+ * Two drivers, by the number of query rows per head:
+ *  - rows (Tq <= ROWS_MAX_TQ: the T3 decode step, CFG pairs): one item per
+ *    query row. All its scores go to a scratch row, 16 keys per step (16
+ *    dot products, then one transposing reduction to a vector of 16
+ *    scores, no horizontal sum per key); then exp and sum over the row; then
+ *    P.V with the output row in registers. K and V are each read once, in
+ *    order.
+ *  - tiles (longer queries): K is first packed transposed per kv head, in
+ *    blocks of ZKB keys ([D][ZKB] floats a block, zero padded), so both
+ *    products are register tiles like a GEMM micro-kernel: S[6 rows, 64
+ *    keys] = Q.Kt and O[6 rows, 64 columns] += P.V, 24 accumulators each,
+ *    with the online softmax of the file header between them (invariant 1
+ *    holds: a row whose max is still -inf gets P = 0 and keeps O = 0). */
+enum { ZR = 6, ZQB = 48, ZKB = 64, ROWS_MAX_TQ = 4 };
+
+/* Key of each of the 16 accumulators of dot16 such that reduce16's lanes
+ * come out in key order (the permutation is its own inverse). */
+static const int red_perm[16] = {0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15};
+
+/* lane l = sum of the lanes of a[red_perm[l]]: four levels of halving
+ * (256-bit halves, 128-bit quarters, pairs, singles), 30 shuffles and 15
+ * adds for 16 sums */
+AVX512 static inline __attribute__((always_inline)) __m512 reduce16(const __m512 *a)
+{
+    __m512 c[8], e[4], g[2];
+    #pragma GCC unroll 16
+    for (int j = 0; j < 8; j++)
+        c[j] = _mm512_add_ps(_mm512_shuffle_f32x4(a[j], a[j + 8], 0x44),
+                             _mm512_shuffle_f32x4(a[j], a[j + 8], 0xEE));
+    #pragma GCC unroll 16
+    for (int j = 0; j < 4; j++)
+        e[j] = _mm512_add_ps(_mm512_shuffle_f32x4(c[j], c[j + 4], 0x88),
+                             _mm512_shuffle_f32x4(c[j], c[j + 4], 0xDD));
+    #pragma GCC unroll 16
+    for (int j = 0; j < 2; j++)
+        g[j] = _mm512_add_ps(_mm512_shuffle_ps(e[j], e[j + 2], 0x44),
+                             _mm512_shuffle_ps(e[j], e[j + 2], 0xEE));
+    return _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], 0x88), _mm512_shuffle_ps(g[0], g[1], 0xDD));
+}
+
+/* masks of the four 16-lane vectors of columns [dc, dc + 64) of a row of D */
+AVX512 static inline void masks64(int64_t D, int64_t dc, __mmask16 m[4])
+{
+    #pragma GCC unroll 16
+    for (int c = 0; c < 4; c++) {
+        int64_t n = D - dc - 16 * c;
+        m[c] = mask16(n < 0 ? 0 : n > 16 ? 16 : n);
+    }
+}
+
+/* lane l = dot(q, key l) for keys k0 + l*ks, l < nk; lanes >= nk repeat
+ * key 0 (the caller masks them). D in chunks of 64 with q in registers. */
+AVX512 static inline __attribute__((always_inline)) __m512
+dot16(const float *q, const char *k0, int64_t ks, int nk, int64_t D)
+{
+    __m512 a[16];
+    #pragma GCC unroll 16
+    for (int s = 0; s < 16; s++) a[s] = _mm512_setzero_ps();
+    for (int64_t dc = 0; dc < D; dc += 64) {
+        __mmask16 m[4];
+        masks64(D, dc, m);
+        __m512 x0 = _mm512_maskz_loadu_ps(m[0], q + dc), x1 = _mm512_maskz_loadu_ps(m[1], q + dc + 16);
+        __m512 x2 = _mm512_maskz_loadu_ps(m[2], q + dc + 32), x3 = _mm512_maskz_loadu_ps(m[3], q + dc + 48);
+        #pragma GCC unroll 16
+        for (int s = 0; s < 16; s++) {
+            const float *kr = (const float *)(k0 + (red_perm[s] < nk ? red_perm[s] : 0) * ks) + dc;
+            __m512 t = _mm512_mul_ps(x0, _mm512_maskz_loadu_ps(m[0], kr));
+            t = _mm512_fmadd_ps(x1, _mm512_maskz_loadu_ps(m[1], kr + 16), t);
+            t = _mm512_fmadd_ps(x2, _mm512_maskz_loadu_ps(m[2], kr + 32), t);
+            t = _mm512_fmadd_ps(x3, _mm512_maskz_loadu_ps(m[3], kr + 48), t);
+            a[s] = _mm512_add_ps(a[s], t);
+        }
+    }
+    return reduce16(a);
+}
+
+/* 16 bias values at br (byte stride bs), lanes of k only */
+AVX512 static inline __m512 bias16(const char *br, int64_t bs, __mmask16 k)
+{
+    if (bs == (int64_t)sizeof(float)) return _mm512_maskz_loadu_ps(k, br);
+    float t[16] = {0};
+    #pragma GCC unroll 16
+    for (int j = 0; j < 16; j++)
+        if (k >> j & 1) t[j] = *(const float *)(br + j * bs);
+    return _mm512_loadu_ps(t);
+}
+
+/* y[0, D) = inv * sum_j p[j] v_j, j < n; two sets of accumulators (even and
+ * odd keys) so eight FMA chains are in flight */
+AVX512 static void pv_row(float *y, const float *p, const char *v0, int64_t vs, int64_t n,
+                          int64_t D, float inv)
+{
+    for (int64_t dc = 0; dc < D; dc += 64) {
+        __mmask16 m[4];
+        masks64(D, dc, m);
+        __m512 a[4], b[4];
+        #pragma GCC unroll 16
+        for (int c = 0; c < 4; c++) a[c] = b[c] = _mm512_setzero_ps();
+        int64_t j = 0;
+        for (; j + 2 <= n; j += 2) {
+            const float *va = (const float *)(v0 + j * vs) + dc;
+            const float *vb = (const float *)(v0 + (j + 1) * vs) + dc;
+            __m512 pa = _mm512_set1_ps(p[j]), pb = _mm512_set1_ps(p[j + 1]);
+            #pragma GCC unroll 16
+            for (int c = 0; c < 4; c++) {
+                a[c] = _mm512_fmadd_ps(pa, _mm512_maskz_loadu_ps(m[c], va + 16 * c), a[c]);
+                b[c] = _mm512_fmadd_ps(pb, _mm512_maskz_loadu_ps(m[c], vb + 16 * c), b[c]);
+            }
+        }
+        if (j < n) {
+            const float *va = (const float *)(v0 + j * vs) + dc;
+            __m512 pa = _mm512_set1_ps(p[j]);
+            #pragma GCC unroll 16
+            for (int c = 0; c < 4; c++)
+                a[c] = _mm512_fmadd_ps(pa, _mm512_maskz_loadu_ps(m[c], va + 16 * c), a[c]);
+        }
+        __m512 sc = _mm512_set1_ps(inv);
+        #pragma GCC unroll 16
+        for (int c = 0; c < 4; c++)
+            _mm512_mask_storeu_ps(y + dc + 16 * c, m[c], _mm512_mul_ps(_mm512_add_ps(a[c], b[c]), sc));
+    }
+}
+
+/* one item per query row: it = (b * Hq + h) * Tq + i */
+AVX512 static void attn_rows_z(void *c, int64_t it0, int64_t it1, int ith)
+{
+    const struct attn_ctx *x = c;
+    const struct tensor *q = x->q, *k = x->k, *v = x->v, *bias = x->bias;
+    const int64_t D = x->D, Tq = x->Tq, Tk = x->Tk;
+    float *s = x->scratch + ith * x->per_thread; /* [Tk rounded up to 16] */
+    const __m512 sc = _mm512_set1_ps(x->p->scale), ninf = _mm512_set1_ps(-INFINITY);
+    for (int64_t it = it0; it < it1; it++) {
+        int64_t i = it % Tq, bh = it / Tq, h = bh % x->Hq, b = bh / x->Hq, hk = h / x->group;
+        const float *qr = (const float *)((const char *)q->data + b * q->nb[0] + h * q->nb[1] +
+                                          i * q->nb[2]);
+        float *y = (float *)x->out->data + it * D;
+        /* query i sits at absolute position Tk - Tq + i */
+        int64_t kend = x->p->causal && Tk - Tq + i + 1 < Tk ? Tk - Tq + i + 1 : Tk;
+        const char *kb = (const char *)k->data + b * k->nb[0] + hk * k->nb[1];
+        const char *vb = (const char *)v->data + b * v->nb[0] + hk * v->nb[1];
+        const char *br = bias ? (const char *)bias->data + b * bias->nb[0] + h * bias->nb[1] +
+                                    i * bias->nb[2] : NULL;
+        __m512 mx = ninf;
+        for (int64_t j0 = 0; j0 < kend; j0 += 16) {
+            int nk = (int)(kend - j0 < 16 ? kend - j0 : 16);
+            __mmask16 km = mask16(nk);
+            __m512 t = _mm512_mul_ps(dot16(qr, kb + j0 * k->nb[2], k->nb[2], nk, D), sc);
+            if (br) t = _mm512_add_ps(t, bias16(br + j0 * bias->nb[3], bias->nb[3], km));
+            t = _mm512_mask_blend_ps(km, ninf, t);
+            _mm512_storeu_ps(s + j0, t);
+            mx = _mm512_max_ps(mx, t);
+        }
+        float m = _mm512_reduce_max_ps(mx);
+        if (m == -INFINITY) { /* sees no key: zeros (ops_nn.c, convention 2) */
+            memset(y, 0, (size_t)D * sizeof *y);
+            continue;
+        }
+        __m512 mm = _mm512_set1_ps(m), sum = _mm512_setzero_ps();
+        for (int64_t j0 = 0; j0 < kend; j0 += 16) { /* masked lanes are -inf: exp gives 0 */
+            __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j0), mm));
+            _mm512_storeu_ps(s + j0, e);
+            sum = _mm512_add_ps(sum, e);
+        }
+        pv_row(y, s, vb, v->nb[2], kend, D, 1.0f / _mm512_reduce_add_ps(sum));
+    }
+}
+
+/* K of kv head (b, hk) transposed into blocks of ZKB keys: block kb holds
+ * kt[(kb * D + d) * ZKB + jj] = k[b, hk, kb * ZKB + jj, d], zeros past Tk.
+ * One item per block. */
+static void attn_pack_kt(void *c, int64_t it0, int64_t it1, int ith)
+{
+    (void)ith;
+    const struct attn_ctx *x = c;
+    const struct tensor *k = x->k;
+    const int64_t D = x->D, Hk = k->ne[1];
+    for (int64_t it = it0; it < it1; it++) {
+        int64_t kb = it % x->nkb, bhk = it / x->nkb, hk = bhk % Hk, b = bhk / Hk;
+        float *dst = x->kt + it * D * ZKB;
+        const char *src = (const char *)k->data + b * k->nb[0] + hk * k->nb[1];
+        int64_t n = x->Tk - kb * ZKB < ZKB ? x->Tk - kb * ZKB : ZKB;
+        for (int64_t jj = 0; jj < n; jj++) {
+            const float *row = (const float *)(src + (kb * ZKB + jj) * k->nb[2]);
+            for (int64_t d = 0; d < D; d++) dst[d * ZKB + jj] = row[d];
+        }
+        for (int64_t d = 0; d < D; d++)
+            for (int64_t jj = n; jj < ZKB; jj++) dst[d * ZKB + jj] = 0;
+    }
+}
+
+/* S[r, 0..64) = scale * q[r] . Kt[:, 0..64) for R rows; kt is [D][ZKB] */
+AVX512 static inline __attribute__((always_inline)) void
+qk_tile(const int R, const float *const *q, const float *kt, int64_t D, float scale, float *S)
+{
+    __m512 acc[ZR][4];
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; r++)
+        #pragma GCC unroll 16
+        for (int c = 0; c < 4; c++) acc[r][c] = _mm512_setzero_ps();
+    for (int64_t d = 0; d < D; d++) {
+        const float *kd = kt + d * ZKB;
+        __m512 k0 = _mm512_loadu_ps(kd), k1 = _mm512_loadu_ps(kd + 16);
+        __m512 k2 = _mm512_loadu_ps(kd + 32), k3 = _mm512_loadu_ps(kd + 48);
+        #pragma GCC unroll 16
+        for (int r = 0; r < R; r++) {
+            __m512 xq = _mm512_set1_ps(q[r][d]);
+            acc[r][0] = _mm512_fmadd_ps(xq, k0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(xq, k1, acc[r][1]);
+            acc[r][2] = _mm512_fmadd_ps(xq, k2, acc[r][2]);
+            acc[r][3] = _mm512_fmadd_ps(xq, k3, acc[r][3]);
+        }
+    }
+    __m512 sc = _mm512_set1_ps(scale);
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; r++)
+        #pragma GCC unroll 16
+        for (int c = 0; c < 4; c++) _mm512_storeu_ps(S + r * ZKB + 16 * c, _mm512_mul_ps(acc[r][c], sc));
+}
+
+/* O[r] = O[r] * corr[r] + sum_{j < nk} P[r, j] v_j for R rows; O rows have
+ * ldo >= D rounded up to 64 floats (so whole vectors), v rows are masked */
+AVX512 static inline __attribute__((always_inline)) void
+pv_tile(const int R, float *O, int64_t ldo, const float *corr, const float *P, const char *v0,
+        int64_t vs, int nk, int64_t D)
+{
+    for (int64_t dc = 0; dc < D; dc += 64) {
+        __mmask16 m[4];
+        masks64(D, dc, m);
+        __m512 acc[ZR][4];
+        #pragma GCC unroll 16
+        for (int r = 0; r < R; r++) {
+            __m512 cr = _mm512_set1_ps(corr[r]);
+            #pragma GCC unroll 16
+            for (int c = 0; c < 4; c++)
+                acc[r][c] = _mm512_mul_ps(_mm512_loadu_ps(O + r * ldo + dc + 16 * c), cr);
+        }
+        for (int j = 0; j < nk; j++) {
+            const float *vj = (const float *)(v0 + j * vs) + dc;
+            __m512 w0 = _mm512_maskz_loadu_ps(m[0], vj), w1 = _mm512_maskz_loadu_ps(m[1], vj + 16);
+            __m512 w2 = _mm512_maskz_loadu_ps(m[2], vj + 32), w3 = _mm512_maskz_loadu_ps(m[3], vj + 48);
+            #pragma GCC unroll 16
+            for (int r = 0; r < R; r++) {
+                __m512 p = _mm512_set1_ps(P[r * ZKB + j]);
+                acc[r][0] = _mm512_fmadd_ps(p, w0, acc[r][0]);
+                acc[r][1] = _mm512_fmadd_ps(p, w1, acc[r][1]);
+                acc[r][2] = _mm512_fmadd_ps(p, w2, acc[r][2]);
+                acc[r][3] = _mm512_fmadd_ps(p, w3, acc[r][3]);
+            }
+        }
+        #pragma GCC unroll 16
+        for (int r = 0; r < R; r++)
+            #pragma GCC unroll 16
+            for (int c = 0; c < 4; c++) _mm512_storeu_ps(O + r * ldo + dc + 16 * c, acc[r][c]);
+    }
+}
+
+/* the micro-kernels for R = 1..ZR rows, each compiled with R a constant */
+#define ZTILE(R) \
+    AVX512 static void qk_tile##R(const float *const *q, const float *kt, int64_t D, float scale, \
+                                  float *S) { qk_tile(R, q, kt, D, scale, S); } \
+    AVX512 static void pv_tile##R(float *O, int64_t ldo, const float *corr, const float *P, \
+                                  const char *v0, int64_t vs, int nk, int64_t D) \
+    { pv_tile(R, O, ldo, corr, P, v0, vs, nk, D); }
+ZTILE(1) ZTILE(2) ZTILE(3) ZTILE(4) ZTILE(5) ZTILE(6)
+#undef ZTILE
+typedef void (*qk_tile_fn)(const float *const *, const float *, int64_t, float, float *);
+typedef void (*pv_tile_fn)(float *, int64_t, const float *, const float *, const char *, int64_t,
+                           int, int64_t);
+static const qk_tile_fn qk_tiles[ZR + 1] = {NULL, qk_tile1, qk_tile2, qk_tile3, qk_tile4,
+                                            qk_tile5, qk_tile6};
+static const pv_tile_fn pv_tiles[ZR + 1] = {NULL, pv_tile1, pv_tile2, pv_tile3, pv_tile4,
+                                            pv_tile5, pv_tile6};
+
+/* one item per (b, h, block of qb query rows), as attn_items */
+AVX512 static void attn_tiles_z(void *c, int64_t it0, int64_t it1, int ith)
+{
+    const struct attn_ctx *x = c;
+    const struct tensor *q = x->q, *v = x->v, *bias = x->bias;
+    const int64_t D = x->D, Tq = x->Tq, Tk = x->Tk, ldo = (D + 63) & ~(int64_t)63;
+    float *S = x->scratch + ith * x->per_thread; /* [ZQB, ZKB] */
+    float *O = S + ZQB * ZKB;                    /* [ZQB, ldo] */
+    float m[ZQB], l[ZQB], corr[ZQB];
+    const float *qr[ZQB];
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    for (int64_t it = it0; it < it1; it++) {
+        int64_t qbi = it % x->nqb, bh = it / x->nqb, h = bh % x->Hq, b = bh / x->Hq;
+        int64_t hk = h / x->group, i0 = qbi * x->qb;
+        int nq = (int)(Tq - i0 < x->qb ? Tq - i0 : x->qb);
+        for (int r = 0; r < nq; r++) {
+            qr[r] = (const float *)((const char *)q->data + b * q->nb[0] + h * q->nb[1] +
+                                    (i0 + r) * q->nb[2]);
+            m[r] = -INFINITY;
+            l[r] = 0;
+        }
+        memset(O, 0, (size_t)nq * (size_t)ldo * sizeof *O);
+        int64_t shift = Tk - Tq, kend = Tk;
+        if (x->p->causal && shift + i0 + nq < kend) kend = shift + i0 + nq;
+        const float *kt = x->kt + (b * x->k->ne[1] + hk) * x->nkb * D * ZKB;
+        const char *vb = (const char *)v->data + b * v->nb[0] + hk * v->nb[1];
+        for (int64_t j0 = 0; j0 < kend; j0 += ZKB) {
+            int nk = (int)(kend - j0 < ZKB ? kend - j0 : ZKB);
+            const float *ktb = kt + (j0 / ZKB) * D * ZKB;
+            for (int r = 0; r < nq; r += ZR) {
+                int R = nq - r < ZR ? nq - r : ZR;
+                qk_tiles[R](qr + r, ktb, D, x->p->scale, S + r * ZKB);
+            }
+            for (int r = 0; r < nq; r++) {
+                float *sr = S + r * ZKB;
+                int64_t lim = nk; /* keys [j0, j0 + lim) are visible to row r */
+                if (x->p->causal && shift + i0 + r + 1 - j0 < lim) lim = shift + i0 + r + 1 - j0;
+                __m512 t[4], mx = ninf;
+                #pragma GCC unroll 16
+                for (int cc = 0; cc < 4; cc++) {
+                    int64_t n = lim - 16 * cc;
+                    __mmask16 km = mask16(n < 0 ? 0 : n > 16 ? 16 : n);
+                    t[cc] = _mm512_loadu_ps(sr + 16 * cc);
+                    if (bias) {
+                        const char *brow = (const char *)bias->data + b * bias->nb[0] +
+                                           h * bias->nb[1] + (i0 + r) * bias->nb[2];
+                        t[cc] = _mm512_add_ps(t[cc], bias16(brow + (j0 + 16 * cc) * bias->nb[3],
+                                                            bias->nb[3], km));
+                    }
+                    t[cc] = _mm512_mask_blend_ps(km, ninf, t[cc]);
+                    mx = _mm512_max_ps(mx, t[cc]);
+                }
+                float mnew = _mm512_reduce_max_ps(mx);
+                if (m[r] > mnew) mnew = m[r];
+                if (mnew == -INFINITY) { /* invariant 1 */
+                    memset(sr, 0, ZKB * sizeof *sr);
+                    corr[r] = 1;
+                    continue;
+                }
+                corr[r] = expf(m[r] - mnew); /* 0 when m was -inf */
+                __m512 mm = _mm512_set1_ps(mnew), sum = _mm512_setzero_ps();
+                #pragma GCC unroll 16
+                for (int cc = 0; cc < 4; cc++) {
+                    __m512 e = exp16(_mm512_sub_ps(t[cc], mm));
+                    _mm512_storeu_ps(sr + 16 * cc, e);
+                    sum = _mm512_add_ps(sum, e);
+                }
+                l[r] = l[r] * corr[r] + _mm512_reduce_add_ps(sum);
+                m[r] = mnew;
+            }
+            for (int r = 0; r < nq; r += ZR) {
+                int R = nq - r < ZR ? nq - r : ZR;
+                pv_tiles[R](O + r * ldo, ldo, corr + r, S + r * ZKB, vb + j0 * v->nb[2], v->nb[2],
+                            nk, D);
+            }
+        }
+        for (int r = 0; r < nq; r++) {
+            float *y = (float *)x->out->data + ((b * x->Hq + h) * Tq + i0 + r) * D;
+            if (l[r] > 0) {
+                float inv = 1.0f / l[r];
+                for (int64_t d = 0; d < D; d++) y[d] = O[r * ldo + d] * inv;
+            } else { /* sees no key: zeros (ops_nn.c, convention 2) */
+                memset(y, 0, (size_t)D * sizeof *y);
+            }
+        }
+    }
+}
+
+/* AVX-512 attention of cpu_attention (c has q, k, v with unit rows) */
+static void attention_z(struct arena *a, struct attn_ctx *c)
+{
+    int nt = n_threads(a);
+    if (c->Tq <= ROWS_MAX_TQ) {
+        c->per_thread = (c->Tk + 31) & ~(int64_t)15;
+        c->scratch = arena_alloc_host(a, (size_t)(nt * c->per_thread) * sizeof(float));
+        if (!c->scratch) return;
+        tp_parallel_for(pool(a), c->B * c->Hq * c->Tq, 1, attn_rows_z, c);
+        return;
+    }
+    c->qb = ZQB;
+    while (c->qb > 12 && c->B * c->Hq * ((c->Tq + c->qb - 1) / c->qb) < 4 * nt) c->qb /= 2;
+    c->nqb = (c->Tq + c->qb - 1) / c->qb;
+    c->nkb = (c->Tk + ZKB - 1) / ZKB;
+    int64_t nkt = c->B * c->k->ne[1] * c->nkb;
+    c->kt = arena_alloc_host(a, (size_t)(nkt * c->D * ZKB + 1) * sizeof(float));
+    c->per_thread = ZQB * ZKB + ZQB * ((c->D + 63) & ~(int64_t)63);
+    c->scratch = arena_alloc_host(a, (size_t)(nt * c->per_thread) * sizeof(float));
+    if (!c->kt || !c->scratch) return;
+    tp_parallel_for(pool(a), nkt, 1, attn_pack_kt, c);
+    tp_parallel_for(pool(a), c->B * c->Hq * c->nqb, 1, attn_tiles_z, c);
+}
+#endif
+
 static void cpu_attention(struct arena *a, struct tensor *out, const struct tensor *q,
                           const struct tensor *k, const struct tensor *v,
                           const struct tensor *bias, const struct attn_params *p)
@@ -958,6 +1231,12 @@ static void cpu_attention(struct arena *a, struct tensor *out, const struct tens
     if (arena_status(a) != CBX_OK) return;
     c.B = q->ne[0]; c.Hq = q->ne[1]; c.Tq = q->ne[2]; c.Tk = k->ne[2]; c.D = q->ne[3];
     c.group = q->ne[1] / k->ne[1];
+#ifdef NN_X86
+    if (cpu_level() >= CPU_AVX512) {
+        attention_z(a, &c);
+        return;
+    }
+#endif
     int nt = n_threads(a);
     /* smaller query blocks when there would be too few items to share */
     c.qb = QB_MAX;
