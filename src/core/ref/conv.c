@@ -3,32 +3,20 @@
  *
  * Naive scalar loops written straight from the PyTorch definitions, one
  * output element at a time, accumulating in double. They read every
- * operand through its strides and every weight type through ld(), so they
+ * operand through its strides and every weight type through ref_ld(), so they
  * double as the reference the cpu kernels are tested against. */
 #include <math.h>
 
-#include "../backend.h"
+#include "ref.h"
 
-/* Element of t at index i[0..ndim-1], as float (F32/F16/BF16). */
-static float ld(const struct tensor *t, const int64_t *i)
-{
-    const char *p = t->data;
-    for (int d = 0; d < t->ndim; d++) p += i[d] * t->nb[d];
-    switch (t->type) {
-    case TYPE_F16: return fp16_to_f32(*(const uint16_t *)p);
-    case TYPE_BF16: return bf16_to_f32(*(const uint16_t *)p);
-    default: return *(const float *)p;
-    }
-}
-
-static float ld1(const struct tensor *t, int64_t i0) { return ld(t, (int64_t[]){i0}); }
+static float ld1(const struct tensor *t, int64_t i0) { return ref_ld(t, (int64_t[]){i0}); }
 static float ld2(const struct tensor *t, int64_t i0, int64_t i1)
 {
-    return ld(t, (int64_t[]){i0, i1});
+    return ref_ld(t, (int64_t[]){i0, i1});
 }
 static float ld3(const struct tensor *t, int64_t i0, int64_t i1, int64_t i2)
 {
-    return ld(t, (int64_t[]){i0, i1, i2});
+    return ref_ld(t, (int64_t[]){i0, i1, i2});
 }
 
 /* x[b, c, t] for a [B, C, T] or [C, T] activation. */
@@ -137,7 +125,7 @@ static void pad1d(struct arena *a, struct tensor *out, const struct tensor *x, i
                 o[t] = value;
             } else {
                 i[n - 1] = src;
-                o[t] = ld(x, i);
+                o[t] = ref_ld(x, i);
             }
         }
     }
@@ -167,7 +155,7 @@ static void upsample_nearest(struct arena *a, struct tensor *out, const struct t
         float *o = (float *)out->data + r * tout;
         for (int64_t t = 0; t < tout; t++) {
             i[n - 1] = nearest_src(t, factor, x->ne[n - 1]);
-            o[t] = ld(x, i);
+            o[t] = ref_ld(x, i);
         }
     }
 }

@@ -3,18 +3,7 @@
  * The F.conv2d definition as a naive loop, one output element at a time,
  * accumulating in double, reading every operand through its strides; the
  * reference the cpu kernel is tested against. */
-#include "../backend.h"
-
-static float ld(const struct tensor *t, const int64_t *i)
-{
-    const char *p = t->data;
-    for (int d = 0; d < t->ndim; d++) p += i[d] * t->nb[d];
-    switch (t->type) {
-    case TYPE_F16: return fp16_to_f32(*(const uint16_t *)p);
-    case TYPE_BF16: return bf16_to_f32(*(const uint16_t *)p);
-    default: return *(const float *)p;
-    }
-}
+#include "ref.h"
 
 /* Element [b, c, h, w] of a [B, C, H, W] or [C, H, W] tensor. */
 static char *at(const struct tensor *t, int64_t b, int64_t c, int64_t h, int64_t w)
@@ -39,7 +28,7 @@ static void conv2d(struct arena *a, struct tensor *out, const struct tensor *x,
             int64_t g = co / cout_g;
             for (int64_t i = 0; i < hout; i++)
                 for (int64_t j = 0; j < wout; j++) {
-                    double acc = b ? ld(b, (int64_t[]){co}) : 0.0;
+                    double acc = b ? ref_ld(b, (int64_t[]){co}) : 0.0;
                     for (int64_t ci = 0; ci < cin_g; ci++)
                         for (int64_t kh = 0; kh < KH; kh++) {
                             int64_t h = i * p->stride_h - p->pad_h + kh * p->dilation_h;
@@ -48,7 +37,7 @@ static void conv2d(struct arena *a, struct tensor *out, const struct tensor *x,
                                 int64_t ww = j * p->stride_w - p->pad_w + kw * p->dilation_w;
                                 if (ww < 0 || ww >= W) continue;
                                 float xv = *(const float *)at(x, bi, g * cin_g + ci, h, ww);
-                                acc += (double)ld(w, (int64_t[]){co, ci, kh, kw}) * xv;
+                                acc += (double)ref_ld(w, (int64_t[]){co, ci, kh, kw}) * xv;
                             }
                         }
                     *(float *)at(out, bi, co, i, j) = (float)acc;

@@ -3,15 +3,8 @@
  * with dequantize_row (itself checked against hand-computed blocks in
  * tests/core/test_quant.c) and x is used exactly as given, so the cpu
  * backend's Q8 quantisation of x shows up as a bounded difference. */
-#include "../backend.h"
+#include "ref.h"
 #include "../quant.h"
-
-static float at(const struct tensor *t, const int64_t *idx)
-{
-    const char *p = t->data;
-    for (int d = 0; d < t->ndim; d++) p += idx[d] * t->nb[d];
-    return *(const float *)p;
-}
 
 static void ref_linear(struct arena *a, struct tensor *out, const struct tensor *x,
                        const struct tensor *w, const struct tensor *b)
@@ -31,7 +24,7 @@ static void ref_linear(struct arena *a, struct tensor *out, const struct tensor 
             double s = 0;
             for (int64_t i = 0; i < k; i++) {
                 idx[x->ndim - 1] = i;
-                s += (double)wrow[i] * at(x, idx);
+                s += (double)wrow[i] * ref_ld(x, idx);
             }
             if (b) s += *(const float *)((const char *)b->data + o * b->nb[0]);
             y[r * n + o] = (float)s;
@@ -66,7 +59,7 @@ static void ref_matmul(struct arena *a, struct tensor *out, const struct tensor 
         for (int64_t i = 0; i < k; i++) {
             xi[x->ndim - 1] = i;
             yi[y->ndim - 2] = i;
-            s += (double)at(x, xi) * at(y, yi);
+            s += (double)ref_ld(x, xi) * ref_ld(y, yi);
         }
         o[e] = (float)s;
     }
