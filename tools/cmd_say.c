@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "default_model.h"
 #include "core/backend.h"
 #include "io/audio.h"
 #include "pipeline/engine.h"
@@ -41,7 +42,8 @@ static void usage(FILE *f)
             "                            default from OUT's extension\n"
             "  --text-file FILE          read the text from FILE ('-': stdin)\n"
             "  --model DIR|GGUF          Hugging Face model directory or converted .gguf\n"
-            "                            (default $CHATTERBOX_MODEL)\n"
+            "                            (default $CHATTERBOX_MODEL, else the Turbo\n"
+            "                            snapshot of `chatterbox download turbo`)\n"
             "  --voice V                 a .voice file, a directory of conditioning .npy\n"
             "                            files, or a reference recording (> 5 s);\n"
             "                            default: the model's built-in voice\n"
@@ -309,7 +311,7 @@ static cbx_status say_lines(const struct engine_model *m, const struct backend *
 
 int cmd_say(int argc, char **argv)
 {
-    const char *model_path = getenv("CHATTERBOX_MODEL"), *text_arg = NULL, *text_file = NULL,
+    const char *model_path = NULL, *text_arg = NULL, *text_file = NULL,
                *voice_path = NULL, *out_path = NULL, *format = NULL;
     struct engine_params ep = engine_default_params();
     int threads = 0, quiet = 0, verbose = 0, lines = 0;
@@ -383,9 +385,13 @@ int cmd_say(int argc, char **argv)
         return usage_error("cannot tell the format of '%s' from its extension; use .wav or .flac, or --format",
                            out_path);
     }
-    if (!model_path || !*model_path)
-        return usage_error("no model: give --model DIR|GGUF (a Chatterbox Turbo Hugging Face snapshot "
-                           "directory or a converted .gguf) or set CHATTERBOX_MODEL");
+    char cached[4096];
+    if (!model_path) model_path = cli_default_model(cached, sizeof cached);
+    if (!model_path || !*model_path) {
+        char msg[ERR_MAX];
+        cli_no_model_message(msg, sizeof msg);
+        return usage_error("%s", msg);
+    }
 
     int status = 1;
     char *text = NULL;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "default_model.h"
 #include "core/backend.h"
 #include "io/model_file.h"
 #include "t3/t3.h"
@@ -20,12 +21,13 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: chatterbox tokens --model DIR|GGUF --text TEXT [options]\n"
+            "usage: chatterbox tokens [--model DIR|GGUF] --text TEXT [options]\n"
             "\n"
             "Turn text into T3 speech tokens (Turbo, Nano) and print them on stdout.\n"
             "\n"
             "  --model DIR|GGUF          Hugging Face model directory or converted .gguf\n"
-            "                            (default $CHATTERBOX_MODEL)\n"
+            "                            (default $CHATTERBOX_MODEL, else the Turbo\n"
+            "                            snapshot of `chatterbox download turbo`)\n"
             "  --text TEXT               text to speak (required)\n"
             "  --voice DIR               conditioning .npy files (speaker_emb.npy,\n"
             "                            cond_prompt_speech_tokens.npy); default: built-in voice\n"
@@ -93,7 +95,7 @@ static cbx_status load_tokenizer(const struct model *m, struct gpt2_bpe **tok, c
 
 int cmd_tokens(int argc, char **argv)
 {
-    const char *model = getenv("CHATTERBOX_MODEL"), *text = NULL, *voice = NULL;
+    const char *model = NULL, *text = NULL, *voice = NULL;
     struct t3_gen_params gp = t3_gen_default_params();
     double v, threads = 0;
     int quiet = 0;
@@ -130,7 +132,14 @@ int cmd_tokens(int argc, char **argv)
             return 2;
         }
     }
-    if (!model) { fprintf(stderr, "chatterbox tokens: --model DIR|GGUF is required (or set CHATTERBOX_MODEL)\n"); return 2; }
+    char cached[4096];
+    if (!model) model = cli_default_model(cached, sizeof cached);
+    if (!model || !*model) {
+        char msg[ERR_MAX];
+        cli_no_model_message(msg, sizeof msg);
+        fprintf(stderr, "chatterbox tokens: %s\n", msg);
+        return 2;
+    }
     if (!text) { fprintf(stderr, "chatterbox tokens: --text is required\n"); return 2; }
 
     char err[ERR_MAX] = "";

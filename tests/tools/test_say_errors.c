@@ -68,13 +68,16 @@ static void write_file(const char *path, const void *data, size_t n)
 }
 
 /* Run `env -u CHATTERBOX_MODEL chatterbox say ARGS` (stdin from /dev/null
- * unless args redirect it); expect exit `want` and one line containing
+ * unless args redirect it) with an empty download cache (XDG_CACHE_HOME,
+ * HOME: no default model); expect exit `want` and one line containing
  * `what`, no stdout, no file in outdir. */
 static void fails(const char *label, const char *args, int want, const char *what)
 {
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "cd '%s' && env -u CHATTERBOX_MODEL '%s' say %s >'%s' 2>'%s' </dev/null", outdir, BIN, args,
-             out_path, err_path);
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && env -u CHATTERBOX_MODEL XDG_CACHE_HOME='%s/no-cache' HOME='%s/no-cache' '%s' say %s >'%s' "
+             "2>'%s' </dev/null",
+             outdir, tmp, tmp, BIN, args, out_path, err_path);
     int st = system(cmd);
     int rc = st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     slurp(err_path, err_text, sizeof err_text);
@@ -95,7 +98,7 @@ static void without_model(void)
     write_file(gguf, "GGUF\3\0\0\0\xff\xff\xff\xff\xff\xff\xff\x7f", 16);
     write_file(nul, "hi\0there", 8);
 
-    fails("no model", "Hello. -o out.wav", 2, "CHATTERBOX_MODEL");
+    fails("no model", "Hello. -o out.wav", 2, "chatterbox download turbo");
     fails("no output", "Hello. --model x", 2, "-o OUT is required");
     fails("unknown option", "Hello. -o out.wav --model x --frobnicate", 2, "unknown option '--frobnicate'");
     fails("option without value", "Hello. -o out.wav --model", 2, "--model needs a value");
