@@ -1,6 +1,23 @@
 /* threadpool.c - persistent pool; see threadpool.h for the invariants.
  * Work is split into chunks claimed with an atomic counter, so threads that
- * finish early take more (dynamic scheduling). */
+ * finish early take more (dynamic scheduling).
+ *
+ * Waiting is spin-then-sleep on both sides. A worker that finished a job
+ * polls the job generation for about SPIN_NS (model code issues many short
+ * ops with a little serial work between them, and a futex wake-up costs
+ * more than such an op) and only then sleeps on the condition variable;
+ * the caller likewise polls the count of workers still in the job before
+ * sleeping. The polls use the pause instruction, never sched_yield, and a
+ * side signals the condition variable only when the other side sleeps
+ * (counted under the mutex), so a dispatch to spinning workers makes no
+ * system call.
+ * Invariants (beyond threadpool.h):
+ *  1. generation is bumped (release) after the job fields are written and
+ *     before the mutex is taken to count sleepers, and a worker re-reads it
+ *     under the mutex before sleeping, so no wake-up is lost.
+ *  2. Every worker joins every job (pending = n - 1) and decrements pending
+ *     after its last chunk; the caller returns only at pending == 0, so no
+ *     worker still reads the fields of a job when the next one is written. */
 #define _GNU_SOURCE
 #include "threadpool.h"
 
@@ -8,7 +25,22 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ __volatile__("yield")
+#else
+#define cpu_relax() ((void)0)
+#endif
+
+/* How long a side polls before it sleeps: long enough to cover the serial
+ * work between two ops of a decode step, short enough that an idle pool
+ * stops using CPU at once on a human time scale. */
+#define SPIN_NS 100000
 
 struct threadpool {
     int n;                 /* threads including the caller */
@@ -16,9 +48,11 @@ struct threadpool {
     pthread_mutex_t job_lock;  /* serialises callers (invariant 3) */
     pthread_mutex_t mu;
     pthread_cond_t wake, done;
-    uint64_t generation;   /* bumped per job; workers wait for a change */
-    int pending;           /* workers still running the current job */
-    bool quit;
+    atomic_uint_fast64_t generation; /* bumped per job; workers wait for a change */
+    atomic_int pending;    /* workers still running the current job */
+    int sleepers;          /* workers waiting on wake (under mu) */
+    bool caller_sleeps;    /* the caller waits on done (under mu) */
+    atomic_bool quit;
     /* current job */
     tp_fn fn;
     void *ctx;
@@ -27,6 +61,29 @@ struct threadpool {
 };
 
 static _Thread_local int tls_in_job;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Poll until cond(tp) or about SPIN_NS have passed; the clock is read
+ * every 64 polls only. Returns cond(tp). */
+static bool spin_until(struct threadpool *tp, bool (*cond)(struct threadpool *))
+{
+    uint64_t t0 = 0;
+    for (unsigned i = 1;; i++) {
+        if (cond(tp)) return true;
+        cpu_relax();
+        if ((i & 63) == 0) {
+            uint64_t t = now_ns();
+            if (!t0) t0 = t;
+            else if (t - t0 > SPIN_NS) return cond(tp);
+        }
+    }
+}
 
 static void run_chunks(struct threadpool *tp, int ith)
 {
@@ -40,24 +97,43 @@ static void run_chunks(struct threadpool *tp, int ith)
 
 struct worker_arg { struct threadpool *tp; int ith; };
 
+static _Thread_local uint64_t tls_seen; /* a worker's last generation */
+
+static bool job_ready(struct threadpool *tp)
+{
+    return atomic_load_explicit(&tp->generation, memory_order_acquire) != tls_seen ||
+           atomic_load_explicit(&tp->quit, memory_order_acquire);
+}
+
+static bool job_done(struct threadpool *tp)
+{
+    return atomic_load_explicit(&tp->pending, memory_order_acquire) == 0;
+}
+
 static void *worker(void *p)
 {
     struct worker_arg wa = *(struct worker_arg *)p;
     free(p);
     struct threadpool *tp = wa.tp;
-    uint64_t seen = 0;
     tls_in_job = 1;
-    pthread_mutex_lock(&tp->mu);
+    tls_seen = 0;
     for (;;) {
-        while (!tp->quit && tp->generation == seen) pthread_cond_wait(&tp->wake, &tp->mu);
-        if (tp->quit) break;
-        seen = tp->generation;
-        pthread_mutex_unlock(&tp->mu);
+        if (!spin_until(tp, job_ready)) {
+            pthread_mutex_lock(&tp->mu);
+            tp->sleepers++;
+            while (!job_ready(tp)) pthread_cond_wait(&tp->wake, &tp->mu); /* invariant 1 */
+            tp->sleepers--;
+            pthread_mutex_unlock(&tp->mu);
+        }
+        if (atomic_load(&tp->quit)) break;
+        tls_seen = atomic_load_explicit(&tp->generation, memory_order_acquire);
         run_chunks(tp, wa.ith);
-        pthread_mutex_lock(&tp->mu);
-        if (--tp->pending == 0) pthread_cond_signal(&tp->done);
+        if (atomic_fetch_sub_explicit(&tp->pending, 1, memory_order_acq_rel) == 1) {
+            pthread_mutex_lock(&tp->mu);
+            if (tp->caller_sleeps) pthread_cond_signal(&tp->done);
+            pthread_mutex_unlock(&tp->mu);
+        }
     }
-    pthread_mutex_unlock(&tp->mu);
     return NULL;
 }
 
@@ -77,6 +153,9 @@ struct threadpool *tp_create(int n_threads)
     pthread_mutex_init(&tp->mu, NULL);
     pthread_cond_init(&tp->wake, NULL);
     pthread_cond_init(&tp->done, NULL);
+    atomic_init(&tp->generation, 0);
+    atomic_init(&tp->pending, 0);
+    atomic_init(&tp->quit, false);
     atomic_init(&tp->next, 0);
     if (n_threads > 1) {
         tp->th = calloc((size_t)n_threads - 1, sizeof *tp->th);
@@ -98,8 +177,8 @@ struct threadpool *tp_create(int n_threads)
 void tp_free(struct threadpool *tp)
 {
     if (!tp) return;
+    atomic_store(&tp->quit, true);
     pthread_mutex_lock(&tp->mu);
-    tp->quit = true;
     pthread_cond_broadcast(&tp->wake);
     pthread_mutex_unlock(&tp->mu);
     for (int i = 1; i < tp->n; i++) pthread_join(tp->th[i - 1], NULL);
@@ -126,23 +205,27 @@ void tp_parallel_for(struct threadpool *tp, int64_t n, int64_t grain,
     /* about 4 chunks per thread for balance, never below the grain */
     int64_t chunk = (n + 4 * tp->n - 1) / (4 * tp->n);
     if (chunk < grain) chunk = grain;
-    pthread_mutex_lock(&tp->mu);
     tp->fn = fn;
     tp->ctx = ctx;
     tp->n_items = n;
     tp->chunk = chunk;
-    atomic_store(&tp->next, 0);
-    tp->pending = tp->n - 1;
-    tp->generation++;
-    pthread_cond_broadcast(&tp->wake);
+    atomic_store_explicit(&tp->next, 0, memory_order_relaxed);
+    atomic_store_explicit(&tp->pending, tp->n - 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&tp->generation, 1, memory_order_seq_cst); /* invariant 1 */
+    pthread_mutex_lock(&tp->mu);
+    if (tp->sleepers > 0) pthread_cond_broadcast(&tp->wake);
     pthread_mutex_unlock(&tp->mu);
 
     tls_in_job = 1;
     run_chunks(tp, 0);
     tls_in_job = 0;
 
-    pthread_mutex_lock(&tp->mu);
-    while (tp->pending > 0) pthread_cond_wait(&tp->done, &tp->mu);
-    pthread_mutex_unlock(&tp->mu);
+    if (!spin_until(tp, job_done)) {
+        pthread_mutex_lock(&tp->mu);
+        tp->caller_sleeps = true;
+        while (!job_done(tp)) pthread_cond_wait(&tp->done, &tp->mu);
+        tp->caller_sleeps = false;
+        pthread_mutex_unlock(&tp->mu);
+    }
     pthread_mutex_unlock(&tp->job_lock);
 }

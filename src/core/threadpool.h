@@ -1,8 +1,10 @@
 /* threadpool.h - persistent worker threads with a blocking parallel-for.
  *
  * Invariants:
- *  1. Workers are created once and sleep on a condition variable between
- *     jobs; a job is dispatched to all of them at once.
+ *  1. Workers are created once; between jobs each polls for the next one
+ *     for about 0.1 ms (pause loop, no system call), then sleeps on a
+ *     condition variable. A job is dispatched to all of them at once; the
+ *     caller polls for their completion the same way.
  *  2. tp_parallel_for returns only after every index in [0, n) has been
  *     processed exactly once; the calling thread works too.
  *  3. One job at a time per pool: calls from several threads on the same

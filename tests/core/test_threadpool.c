@@ -1,0 +1,131 @@
+/* test_threadpool.c - the persistent pool (threadpool.c): every index of
+ * [0, n) is run exactly once, across
+ * 1. many back-to-back jobs (workers still polling: no system call path);
+ * 2. jobs separated by more than the poll time (workers and caller asleep
+ *    on the condition variables: the wake-up path);
+ * 3. grains and sizes around the chunking (n <= grain runs on the caller);
+ * 4. a nested call from inside a job (runs serially on that thread);
+ * 5. two caller threads sharing one pool (jobs serialised);
+ * 6. tp_free of a pool whose workers poll, and of one whose workers sleep.
+ * Thread indices must lie in [0, n_threads). */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "core/threadpool.h"
+#include "testutil.h"
+
+struct job {
+    atomic_int *hits;     /* per index */
+    int n_threads;
+    atomic_int bad_ith;   /* thread index out of range */
+    struct threadpool *tp; /* for the nested call */
+    int64_t nested_n;
+};
+
+static void count(void *c, int64_t b, int64_t e, int ith)
+{
+    struct job *j = c;
+    if (ith < 0 || ith >= j->n_threads) atomic_fetch_add(&j->bad_ith, 1);
+    for (int64_t i = b; i < e; i++) atomic_fetch_add(&j->hits[i], 1);
+}
+
+static void nested(void *c, int64_t b, int64_t e, int ith)
+{
+    struct job *j = c;
+    (void)ith;
+    for (int64_t i = b; i < e; i++) {
+        struct job in = *j;
+        in.hits = j->hits + i * j->nested_n;
+        tp_parallel_for(j->tp, j->nested_n, 1, count, &in);
+        if (atomic_load(&in.bad_ith)) atomic_fetch_add(&j->bad_ith, 1);
+    }
+}
+
+/* run one job of n indices; true when each was hit once */
+static bool once(struct threadpool *tp, int64_t n, int64_t grain, atomic_int *hits)
+{
+    struct job j = {.hits = hits, .n_threads = tp_n_threads(tp)};
+    atomic_init(&j.bad_ith, 0);
+    for (int64_t i = 0; i < n; i++) atomic_init(&hits[i], 0);
+    tp_parallel_for(tp, n, grain, count, &j);
+    bool ok = atomic_load(&j.bad_ith) == 0;
+    for (int64_t i = 0; i < n; i++) ok = ok && atomic_load(&hits[i]) == 1;
+    return ok;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {0, ms * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+struct caller { struct threadpool *tp; atomic_int *hits; int64_t n; int jobs; bool ok; };
+
+static void *caller_main(void *p)
+{
+    struct caller *c = p;
+    c->ok = true;
+    for (int k = 0; k < c->jobs; k++) c->ok = once(c->tp, c->n, 1, c->hits) && c->ok;
+    return NULL;
+}
+
+int main(void)
+{
+    enum { N = 10000 };
+    atomic_int *hits = malloc(2 * N * sizeof *hits);
+    CHECK(hits != NULL, "allocation");
+    if (!hits) return test_summary();
+    for (int nt = 1; nt <= 4; nt++) {
+        struct threadpool *tp = tp_create(nt);
+        CHECK(tp && tp_n_threads(tp) == nt, "tp_create(%d)", nt);
+        if (!tp) continue;
+
+        /* 1. back to back, sizes around the chunking */
+        bool ok = true;
+        for (int k = 0; k < 2000; k++) ok = once(tp, 1 + (k * 37) % 97, 1, hits) && ok;
+        CHECK(ok, "%d threads: 2000 back-to-back jobs, each index once", nt);
+
+        /* 2. gaps longer than the poll: everyone sleeps in between */
+        ok = true;
+        for (int k = 0; k < 20; k++) {
+            sleep_ms(2);
+            ok = once(tp, N, 1, hits) && ok;
+        }
+        CHECK(ok, "%d threads: 20 jobs after 2 ms idle, each index once", nt);
+
+        /* 3. grain: n <= grain runs on the caller; big grains, one item */
+        ok = once(tp, 5, 5, hits) && once(tp, N, 3000, hits) && once(tp, 1, 1, hits) &&
+             once(tp, N, 0, hits);
+        CHECK(ok, "%d threads: grains 5/5, 3000/%d, 1/1, 0/%d", nt, N, N);
+
+        /* 4. nested call inside a job */
+        struct job j = {.hits = hits, .n_threads = nt, .tp = tp, .nested_n = 50};
+        atomic_init(&j.bad_ith, 0);
+        for (int i = 0; i < 40 * 50; i++) atomic_init(&hits[i], 0);
+        tp_parallel_for(tp, 40, 1, nested, &j);
+        ok = atomic_load(&j.bad_ith) == 0;
+        for (int i = 0; i < 40 * 50; i++) ok = ok && atomic_load(&hits[i]) == 1;
+        CHECK(ok, "%d threads: nested parallel_for runs serially, each index once", nt);
+
+        /* 5. two callers on one pool */
+        struct caller c[2] = {{tp, hits, N / 2, 300, false}, {tp, hits + N, N / 2, 300, false}};
+        pthread_t th;
+        bool started = pthread_create(&th, NULL, caller_main, &c[1]) == 0;
+        caller_main(&c[0]);
+        if (started) pthread_join(th, NULL);
+        CHECK(started && c[0].ok && c[1].ok, "%d threads: two callers, 300 jobs each", nt);
+
+        /* 6. free while the workers poll (right after a job) or sleep */
+        if (nt % 2) sleep_ms(5);
+        tp_free(tp);
+        CHECK(1, "%d threads: tp_free returned (%s workers)", nt, nt % 2 ? "sleeping" : "polling");
+    }
+    /* NULL pool runs serially */
+    CHECK(once(NULL, 100, 1, hits), "NULL pool: serial, each index once");
+    free(hits);
+    return test_summary();
+}
