@@ -5,6 +5,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "core/backend.h"
+
 cbx_status gpt2_kv_init(struct gpt2_kv *kv, const struct gpt2 *g, struct arena *cache,
                         int capacity)
 {
@@ -24,7 +26,7 @@ cbx_status gpt2_kv_init(struct gpt2_kv *kv, const struct gpt2 *g, struct arena *
 /* GPT2Attention: c_attn -> split q, k, v -> heads -> cache -> causal SDPA
  * (scale 1/sqrt(Dh)) -> merge heads -> c_proj. h[1, T, D]. */
 static struct tensor *attn(struct arena *a, const struct gpt2 *g, const struct gpt2_layer *l,
-                           struct gpt2_kv *kv, int il, const struct tensor *h)
+                           struct gpt2_kv *kv, int il, const struct tensor *h, bool kv_only)
 {
     int64_t T = h->ne[1], D = g->d_model, H = g->n_head;
     int n_past = kv->n_past;
@@ -35,6 +37,7 @@ static struct tensor *attn(struct arena *a, const struct gpt2 *g, const struct g
     struct tensor *v = op_permute(a, op_split_dim(a, op_slice(a, qkv, 2, 2 * D, D), 2, H), to_heads);
     op_copy_into(a, op_slice(a, kv->k[il], 2, n_past, T), k);
     op_copy_into(a, op_slice(a, kv->v[il], 2, n_past, T), v);
+    if (kv_only) return arena_status(a) == CBX_OK ? kv->v[il] : NULL;
     struct attn_params ap = {1.0f / sqrtf((float)(D / H)), true};
     struct tensor *o = op_attention(a, q, op_slice(a, kv->k[il], 2, 0, n_past + T),
                                     op_slice(a, kv->v[il], 2, 0, n_past + T), NULL, &ap);
@@ -43,8 +46,9 @@ static struct tensor *attn(struct arena *a, const struct gpt2 *g, const struct g
     return op_linear(a, o, l->c_proj_w, l->c_proj_b);
 }
 
-struct tensor *gpt2_forward(struct arena *a, const struct gpt2 *g, struct gpt2_kv *kv,
-                            const struct tensor *x)
+/* kv_only: the last layer stops after writing its keys and values. */
+static struct tensor *forward(struct arena *a, const struct gpt2 *g, struct gpt2_kv *kv,
+                              const struct tensor *x, bool kv_only)
 {
     if (!x) return NULL;
     int64_t T = x->ne[1];
@@ -60,7 +64,12 @@ struct tensor *gpt2_forward(struct arena *a, const struct gpt2 *g, struct gpt2_k
         const struct gpt2_layer *l = &g->h[il];
         /* GPT2Block: x = x + attn(ln_1(x)); x = x + mlp(ln_2(x)) */
         struct tensor *h = op_layer_norm(a, hs, l->ln_1_w, l->ln_1_b, g->eps);
-        hs = op_add(a, hs, attn(a, g, l, kv, il, h));
+        if (kv_only && il == g->n_layer - 1) {
+            if (!attn(a, g, l, kv, il, h, true)) return NULL;
+            kv->n_past += (int)T;
+            return hs;
+        }
+        hs = op_add(a, hs, attn(a, g, l, kv, il, h, false));
         h = op_layer_norm(a, hs, l->ln_2_w, l->ln_2_b, g->eps);
         h = op_unary(a, op_linear(a, h, l->c_fc_w, l->c_fc_b), UN_GELU_TANH, 0, 0); /* gelu_new */
         hs = op_add(a, hs, op_linear(a, h, l->mlp_proj_w, l->mlp_proj_b));
@@ -68,4 +77,65 @@ struct tensor *gpt2_forward(struct arena *a, const struct gpt2 *g, struct gpt2_k
     hs = op_layer_norm(a, hs, g->ln_f_w, g->ln_f_b, g->eps);
     if (hs) kv->n_past += (int)T;
     return hs;
+}
+
+struct tensor *gpt2_forward(struct arena *a, const struct gpt2 *g, struct gpt2_kv *kv,
+                            const struct tensor *x)
+{
+    return forward(a, g, kv, x, false);
+}
+
+cbx_status gpt2_prefill_kv(struct arena *a, const struct gpt2 *g, struct gpt2_kv *kv,
+                           const struct tensor *x)
+{
+    if (!forward(a, g, kv, x, true) && arena_status(a) == CBX_OK)
+        return arena_fail(a, CBX_ERR_INTERNAL, "gpt2: no input");
+    return arena_status(a);
+}
+
+size_t gpt2_kv_floats(const struct gpt2 *g, int n)
+{
+    return 2 * (size_t)g->n_layer * (size_t)n * (size_t)g->d_model;
+}
+
+cbx_status gpt2_kv_save(struct arena *a, const struct gpt2 *g, const struct gpt2_kv *kv, int n,
+                        float *dst)
+{
+    if (n < 0 || n > kv->n_past)
+        return arena_fail(a, CBX_ERR_INVALID_ARG, "gpt2: saving %d of %d cached positions", n, kv->n_past);
+    const size_t per = (size_t)n * (size_t)g->d_model; /* floats of one [H, n, Dh] */
+    for (int il = 0; il < g->n_layer; il++) {
+        for (int s = 0; s < 2; s++) {
+            const struct tensor *c = s ? kv->v[il] : kv->k[il];
+            if (n < kv->capacity) c = op_cont(a, op_slice(a, c, 2, 0, n));
+            cbx_status rc = c ? tensor_to_host(c, dst + (2 * (size_t)il + (size_t)s) * per) : arena_status(a);
+            if (rc != CBX_OK) return arena_status(a) != CBX_OK ? arena_status(a) : arena_fail(a, rc, "gpt2: reading the cache failed");
+        }
+        arena_reset(a);
+    }
+    return CBX_OK;
+}
+
+cbx_status gpt2_kv_restore(struct arena *a, const struct gpt2 *g, struct gpt2_kv *kv, int n,
+                           const float *src)
+{
+    if (n < 0 || n > kv->capacity)
+        return arena_fail(a, CBX_ERR_INVALID_ARG, "gpt2: restoring %d positions into a cache of %d", n,
+                          kv->capacity);
+    const struct backend *be = arena_backend(a);
+    const int64_t ne[4] = {1, g->n_head, n, g->d_model / g->n_head};
+    const size_t per = (size_t)n * (size_t)g->d_model;
+    for (int il = 0; il < g->n_layer; il++) {
+        for (int s = 0; s < 2; s++) {
+            const float *h = src + (2 * (size_t)il + (size_t)s) * per;
+            /* host memory is read in place by a host backend */
+            struct tensor view = tensor_make(TYPE_F32, 4, ne, (void *)h, be);
+            const struct tensor *t = be->host ? &view : op_from_host(a, TYPE_F32, 4, ne, h);
+            op_copy_into(a, op_slice(a, s ? kv->v[il] : kv->k[il], 2, 0, n), t);
+        }
+        if (arena_status(a) != CBX_OK) return arena_status(a);
+        arena_reset(a);
+    }
+    kv->n_past = n;
+    return CBX_OK;
 }

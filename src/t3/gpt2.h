@@ -43,4 +43,22 @@ cbx_status gpt2_kv_init(struct gpt2_kv *kv, const struct gpt2 *g, struct arena *
 struct tensor *gpt2_forward(struct arena *a, const struct gpt2 *g, struct gpt2_kv *kv,
                             const struct tensor *x);
 
+/* gpt2_forward for the cache alone: appends the keys and values of x's T
+ * positions and advances kv->n_past, but the last layer stops after its
+ * c_attn (its attention, MLP and ln_f feed nothing a cache holds). The
+ * cached values are those gpt2_forward writes. Returns arena_status(a). */
+cbx_status gpt2_prefill_kv(struct arena *a, const struct gpt2 *g, struct gpt2_kv *kv,
+                           const struct tensor *x);
+
+/* Host copies of cache positions [0, n): per layer the keys, then the
+ * values, each [H, n, Dh] floats; gpt2_kv_floats(g, n) floats in all.
+ * Both use the scratch arena a and reset it (per layer). */
+size_t gpt2_kv_floats(const struct gpt2 *g, int n);
+cbx_status gpt2_kv_save(struct arena *a, const struct gpt2 *g, const struct gpt2_kv *kv, int n,
+                        float *dst);
+/* The reverse: positions [0, n) from src (as gpt2_kv_save wrote them);
+ * kv->n_past becomes n. Needs n <= kv->capacity. */
+cbx_status gpt2_kv_restore(struct arena *a, const struct gpt2 *g, struct gpt2_kv *kv, int n,
+                           const float *src);
+
 #endif

@@ -185,23 +185,28 @@ struct tensor *t3_prepare_conditioning(struct arena *a, const struct t3_model *m
     return op_concat(a, cond_spkr, prompt, 1);
 }
 
+/* The part of prepare_input_embeds after the conditioning:
+ * [text_emb(text); speech_emb(start)] -> [1, L + 1, D]. */
+static struct tensor *text_and_start(struct arena *a, const struct t3_model *m, const int32_t *text,
+                                     int64_t n_text)
+{
+    const int64_t one[2] = {1, 1};
+    struct tensor *bos = op_get_rows(a, m->speech_emb, op_from_host(a, TYPE_I32, 2, one, &m->hp.start_speech));
+    if (n_text == 0) return bos;
+    const int64_t tne[2] = {1, n_text};
+    return op_concat(a, op_get_rows(a, m->text_emb, op_from_host(a, TYPE_I32, 2, tne, text)), bos, 1);
+}
+
 struct tensor *t3_prepare_input_embeds(struct arena *a, const struct t3_model *m,
                                        const struct t3_cond *c, const int32_t *text,
                                        int64_t n_text)
 {
-    struct tensor *x = t3_prepare_conditioning(a, m, c);
-    if (n_text > 0) {
-        const int64_t tne[2] = {1, n_text};
-        x = op_concat(a, x, op_get_rows(a, m->text_emb, op_from_host(a, TYPE_I32, 2, tne, text)), 1);
-    }
-    const int64_t one[2] = {1, 1};
-    struct tensor *bos = op_get_rows(a, m->speech_emb, op_from_host(a, TYPE_I32, 2, one, &m->hp.start_speech));
-    return op_concat(a, x, bos, 1);
+    return op_concat(a, t3_prepare_conditioning(a, m, c), text_and_start(a, m, text, n_text), 1);
 }
 
 struct t3_gen_params t3_gen_default_params(void)
 {
-    struct t3_gen_params p = {{0.8, 1000, 0.95, 0.0, 1.2}, 1000, 0};
+    struct t3_gen_params p = {{0.8, 1000, 0.95, 0.0, 1.2}, 1000, 0, false};
     return p;
 }
 
@@ -223,15 +228,93 @@ static cbx_status last_logits(struct arena *a, const struct t3_model *m, const s
     return tensor_to_host(l, logits);
 }
 
-cbx_status t3_inference_turbo(const struct t3_model *m, const struct backend *be,
-                              const struct t3_cond *c, const int32_t *text, int64_t n_text,
-                              const struct t3_gen_params *p, t3_step_cb cb, void *user,
-                              int32_t **tokens, int64_t *n_tokens, char *err)
+/* ---- voice prefix ---------------------------------------------------------- */
+
+void t3_prefix_free(struct t3_prefix *p)
+{
+    if (!p) return;
+    free(p->kv);
+    free(p->speaker_emb);
+    free(p->prompt_tokens);
+    free(p);
+}
+
+bool t3_prefix_matches(const struct t3_prefix *p, const struct t3_model *m, const struct t3_cond *c)
+{
+    return p && c && p->m == m && p->n_prompt == c->n_prompt &&
+           !memcmp(p->speaker_emb, c->speaker_emb, sizeof(float) * (size_t)m->hp.speaker_embed_size) &&
+           (c->n_prompt == 0 ||
+            !memcmp(p->prompt_tokens, c->prompt_tokens, sizeof(int32_t) * (size_t)c->n_prompt));
+}
+
+/* The prompt must fit the context with at least the start-of-speech token
+ * after it. */
+static cbx_status check_prompt(const struct t3_model *m, int64_t n_prompt, char *err)
+{
+    if (n_prompt < 0 || 1 + n_prompt + 1 > m->tfmr.n_ctx)
+        return err_setf(err, CBX_ERR_INVALID_ARG, "T3: a prompt of %lld tokens does not fit the %d-position context",
+                        (long long)n_prompt, m->tfmr.n_ctx);
+    return CBX_OK;
+}
+
+cbx_status t3_prefix_build(const struct t3_model *m, const struct backend *be,
+                           const struct t3_cond *c, struct t3_prefix **out, char *err)
+{
+    *out = NULL;
+    cbx_status rc = check_prompt(m, c->n_prompt, err);
+    if (rc != CBX_OK) return rc;
+    const int n = (int)(1 + c->n_prompt);
+    const size_t nf = gpt2_kv_floats(&m->tfmr, n), ns = (size_t)m->hp.speaker_embed_size;
+    struct t3_prefix *p = calloc(1, sizeof *p);
+    struct arena *cache = arena_create(be, 0), *a = arena_create(be, 0);
+    if (p) {
+        p->kv = malloc(sizeof(float) * nf);
+        p->speaker_emb = malloc(sizeof(float) * ns);
+        p->prompt_tokens = malloc(sizeof(int32_t) * (size_t)(c->n_prompt > 0 ? c->n_prompt : 1));
+    }
+    if (!p || !p->kv || !p->speaker_emb || !p->prompt_tokens || !cache || !a) {
+        rc = err_setf(err, CBX_ERR_NOMEM, "T3: out of memory for a voice prefix of %d positions", n);
+        goto done;
+    }
+    p->m = m;
+    p->n = n;
+    p->n_prompt = c->n_prompt;
+    memcpy(p->speaker_emb, c->speaker_emb, sizeof(float) * ns);
+    if (c->n_prompt > 0) memcpy(p->prompt_tokens, c->prompt_tokens, sizeof(int32_t) * (size_t)c->n_prompt);
+    p->bytes = sizeof *p + sizeof(float) * (nf + ns) + sizeof(int32_t) * (size_t)c->n_prompt;
+    struct gpt2_kv kv;
+    if ((rc = gpt2_kv_init(&kv, &m->tfmr, cache, n)) != CBX_OK) {
+        rc = err_setf(err, rc, "T3: %s", arena_errmsg(cache));
+        goto done;
+    }
+    rc = gpt2_prefill_kv(a, &m->tfmr, &kv, t3_prepare_conditioning(a, m, c));
+    if (rc == CBX_OK) {
+        arena_reset(a);
+        rc = gpt2_kv_save(a, &m->tfmr, &kv, n, p->kv);
+    }
+    if (rc != CBX_OK) err_setf(err, rc, "T3: voice prefix: %s", arena_errmsg(a));
+done:
+    arena_free(a);
+    arena_free(cache);
+    if (rc != CBX_OK) t3_prefix_free(p);
+    else *out = p;
+    return rc;
+}
+
+/* inference_turbo with the prefix from pfx (when not NULL) or computed from
+ * c (one or two passes, p->one_pass). */
+static cbx_status generate(const struct t3_model *m, const struct backend *be, const struct t3_cond *c,
+                           const struct t3_prefix *pfx, const int32_t *text, int64_t n_text,
+                           const struct t3_gen_params *p, t3_step_cb cb, void *user, int32_t **tokens,
+                           int64_t *n_tokens, char *err)
 {
     *tokens = NULL;
     *n_tokens = 0;
+    if (pfx && pfx->m != m) return err_setf(err, CBX_ERR_INVALID_ARG, "T3: the voice prefix belongs to another model");
+    const int64_t n_prompt = pfx ? pfx->n_prompt : c->n_prompt;
+    if (n_text < 0) return err_setf(err, CBX_ERR_INVALID_ARG, "T3: %lld text tokens", (long long)n_text);
     const int64_t V = m->hp.speech_vocab;
-    int64_t L0 = 1 + c->n_prompt + n_text + 1;
+    int64_t L0 = 1 + n_prompt + n_text + 1;
     int cap = (int)(L0 + p->max_gen_len + 1);
     struct arena *cache = arena_create(be, 0), *a = arena_create(be, 0);
     float *logits = malloc(sizeof(float) * (size_t)V * 5);
@@ -259,9 +342,18 @@ cbx_status t3_inference_turbo(const struct t3_model *m, const struct backend *be
     struct rng_stream rs;
     rng_stream_init(&rs, "t3.sample", p->seed);
 
-    /* prefill over [cond; text; start-of-speech] */
-    struct tensor *x = t3_prepare_input_embeds(a, m, c, text, n_text);
-    rc = last_logits(a, m, gpt2_forward(a, &m->tfmr, &kv, x), logits);
+    /* prefill over [cond; text; start-of-speech]: the voice prefix (restored,
+     * or computed as t3_prefix_build does), then the rest */
+    struct tensor *x;
+    if (p->one_pass && !pfx) {
+        x = t3_prepare_input_embeds(a, m, c, text, n_text);
+    } else {
+        if (pfx) rc = gpt2_kv_restore(a, &m->tfmr, &kv, pfx->n, pfx->kv);
+        else rc = gpt2_prefill_kv(a, &m->tfmr, &kv, t3_prepare_conditioning(a, m, c));
+        if (rc == CBX_OK) arena_reset(a);
+        x = rc == CBX_OK ? text_and_start(a, m, text, n_text) : NULL;
+    }
+    if (rc == CBX_OK) rc = last_logits(a, m, gpt2_forward(a, &m->tfmr, &kv, x), logits);
     int32_t cur = 0;
     for (int step = 0; rc == CBX_OK; step++) {
         if (cb) memcpy(raw, logits, sizeof(float) * (size_t)V);
@@ -311,4 +403,26 @@ cleanup:
     arena_free(a);
     arena_free(cache);
     return rc;
+}
+
+cbx_status t3_inference_turbo(const struct t3_model *m, const struct backend *be,
+                              const struct t3_cond *c, const int32_t *text, int64_t n_text,
+                              const struct t3_gen_params *p, t3_step_cb cb, void *user,
+                              int32_t **tokens, int64_t *n_tokens, char *err)
+{
+    return generate(m, be, c, NULL, text, n_text, p, cb, user, tokens, n_tokens, err);
+}
+
+cbx_status t3_inference_turbo_prefixed(const struct t3_model *m, const struct backend *be,
+                                       const struct t3_prefix *pfx, const int32_t *text,
+                                       int64_t n_text, const struct t3_gen_params *p,
+                                       t3_step_cb cb, void *user, int32_t **tokens,
+                                       int64_t *n_tokens, char *err)
+{
+    if (!pfx) {
+        *tokens = NULL;
+        *n_tokens = 0;
+        return err_setf(err, CBX_ERR_INVALID_ARG, "T3: no voice prefix");
+    }
+    return generate(m, be, NULL, pfx, text, n_text, p, cb, user, tokens, n_tokens, err);
 }

@@ -7,6 +7,7 @@
 #ifndef CBX_T3_T3_H
 #define CBX_T3_T3_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "core/ops.h"
@@ -58,6 +59,10 @@ struct t3_gen_params {
     struct sampler_params s;  /* upstream defaults: 0.8, 1000, 0.95, 0, 1.2 */
     int max_gen_len;          /* inference_turbo max_gen_len (1000) */
     uint64_t seed;            /* seeds the "t3.sample" stream */
+    bool one_pass;            /* false: prefill the voice prefix, then the
+                               * text (see t3_prefix below); true: the whole
+                               * [cond; text; start] in one forward, as
+                               * upstream does (a reference for tests) */
 };
 struct t3_gen_params t3_gen_default_params(void);
 
@@ -75,6 +80,46 @@ cbx_status t3_inference_turbo(const struct t3_model *m, const struct backend *be
                               const struct t3_cond *c, const int32_t *text, int64_t n_text,
                               const struct t3_gen_params *p, t3_step_cb cb, void *user,
                               int32_t **tokens, int64_t *n_tokens, char *err);
+
+/* ---- voice prefix --------------------------------------------------------
+ * In inference_turbo's input (spec/t3.md §6.2) the conditioning
+ * [spkr_enc(speaker_emb); speech_emb(prompt)] takes positions 0..P and the
+ * text comes after it. GPT-2 is causal with learned absolute positions, so
+ * the keys and values of those 1 + P positions depend on the voice alone:
+ * a t3_prefix holds them (host memory, F32, as gpt2_kv_save lays them out)
+ * with a copy of the conditioning they were made from, and every utterance
+ * in that voice starts its prefill after them (the prompt is 376 of the
+ * ~410 positions of a sentence's prefill with Turbo's 375-token prompt).
+ * t3_inference_turbo prefills in the same two passes (prefix, then text +
+ * start-of-speech), so a run with a prebuilt prefix is bit-identical to one
+ * without. Size: 2 * n_layer * (1 + P) * D floats (Turbo, P = 375: 74 MB).
+ * A prefix is read-only once built: any number of concurrent calls may
+ * share it. */
+struct t3_prefix {
+    const struct t3_model *m;  /* the model it was computed with */
+    int n;                     /* positions: 1 + n_prompt */
+    float *kv;                 /* gpt2_kv_floats(&m->tfmr, n) floats */
+    float *speaker_emb;        /* copies of the conditioning */
+    int32_t *prompt_tokens;
+    int64_t n_prompt;
+    size_t bytes;              /* memory held */
+};
+
+/* The prefix of conditioning c. *out owned by the caller, t3_prefix_free. */
+cbx_status t3_prefix_build(const struct t3_model *m, const struct backend *be,
+                           const struct t3_cond *c, struct t3_prefix **out, char *err);
+void t3_prefix_free(struct t3_prefix *p); /* no-op on NULL */
+/* True when p was built with model m from conditioning equal to c. */
+bool t3_prefix_matches(const struct t3_prefix *p, const struct t3_model *m,
+                       const struct t3_cond *c);
+
+/* t3_inference_turbo for the conditioning pfx was built from, its prefill
+ * starting after the prefix (p->one_pass is ignored). */
+cbx_status t3_inference_turbo_prefixed(const struct t3_model *m, const struct backend *be,
+                                       const struct t3_prefix *pfx, const int32_t *text,
+                                       int64_t n_text, const struct t3_gen_params *p,
+                                       t3_step_cb cb, void *user, int32_t **tokens,
+                                       int64_t *n_tokens, char *err);
 
 /* tts_turbo.py: keep only ids < 6561 (drops stop/start and out-of-range). */
 int64_t t3_filter_speech_tokens(int32_t *tokens, int64_t n);
