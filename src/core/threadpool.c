@@ -10,7 +10,8 @@
  * sleeping. The polls use the pause instruction, never sched_yield, and a
  * side signals the condition variable only when the other side sleeps
  * (counted under the mutex), so a dispatch to spinning workers makes no
- * system call.
+ * system call. tp_release_cores ends the workers' polling early (before a
+ * threaded BLAS call, whose own threads need the cores).
  * Invariants (beyond threadpool.h):
  *  1. generation is bumped (release) after the job fields are written and
  *     before the mutex is taken to count sleepers, and a worker re-reads it
@@ -53,6 +54,7 @@ struct threadpool {
     int sleepers;          /* workers waiting on wake (under mu) */
     bool caller_sleeps;    /* the caller waits on done (under mu) */
     atomic_bool quit;
+    atomic_bool parked;    /* tp_release_cores: workers stop polling */
     /* current job */
     tp_fn fn;
     void *ctx;
@@ -105,6 +107,12 @@ static bool job_ready(struct threadpool *tp)
            atomic_load_explicit(&tp->quit, memory_order_acquire);
 }
 
+/* a polling worker's stop condition: a job, or the cores were released */
+static bool job_or_parked(struct threadpool *tp)
+{
+    return job_ready(tp) || atomic_load_explicit(&tp->parked, memory_order_relaxed);
+}
+
 static bool job_done(struct threadpool *tp)
 {
     return atomic_load_explicit(&tp->pending, memory_order_acquire) == 0;
@@ -118,7 +126,8 @@ static void *worker(void *p)
     tls_in_job = 1;
     tls_seen = 0;
     for (;;) {
-        if (!spin_until(tp, job_ready)) {
+        spin_until(tp, job_or_parked);
+        if (!job_ready(tp)) {
             pthread_mutex_lock(&tp->mu);
             tp->sleepers++;
             while (!job_ready(tp)) pthread_cond_wait(&tp->wake, &tp->mu); /* invariant 1 */
@@ -156,6 +165,7 @@ struct threadpool *tp_create(int n_threads)
     atomic_init(&tp->generation, 0);
     atomic_init(&tp->pending, 0);
     atomic_init(&tp->quit, false);
+    atomic_init(&tp->parked, false);
     atomic_init(&tp->next, 0);
     if (n_threads > 1) {
         tp->th = calloc((size_t)n_threads - 1, sizeof *tp->th);
@@ -192,6 +202,11 @@ void tp_free(struct threadpool *tp)
 
 int tp_n_threads(const struct threadpool *tp) { return tp ? tp->n : 1; }
 
+void tp_release_cores(struct threadpool *tp)
+{
+    if (tp) atomic_store_explicit(&tp->parked, true, memory_order_relaxed);
+}
+
 void tp_parallel_for(struct threadpool *tp, int64_t n, int64_t grain,
                      tp_fn fn, void *ctx)
 {
@@ -211,6 +226,7 @@ void tp_parallel_for(struct threadpool *tp, int64_t n, int64_t grain,
     tp->chunk = chunk;
     atomic_store_explicit(&tp->next, 0, memory_order_relaxed);
     atomic_store_explicit(&tp->pending, tp->n - 1, memory_order_relaxed);
+    atomic_store_explicit(&tp->parked, false, memory_order_relaxed);
     atomic_fetch_add_explicit(&tp->generation, 1, memory_order_seq_cst); /* invariant 1 */
     pthread_mutex_lock(&tp->mu);
     if (tp->sleepers > 0) pthread_cond_broadcast(&tp->wake);

@@ -31,6 +31,12 @@ int tp_n_threads(const struct threadpool *tp);
 void tp_parallel_for(struct threadpool *tp, int64_t n, int64_t grain,
                      tp_fn fn, void *ctx);
 
+/* Workers stop polling for the next job now and sleep until it comes (the
+ * next tp_parallel_for polls again). Call before the cores go to other
+ * threads for a while, e.g. a multi-threaded BLAS call, so they do not
+ * compete with the pool's polling. tp may be NULL. */
+void tp_release_cores(struct threadpool *tp);
+
 /* Number of online CPUs (>= 1). */
 int tp_default_threads(void);
 

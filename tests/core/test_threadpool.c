@@ -3,6 +3,7 @@
  * 1. many back-to-back jobs (workers still polling: no system call path);
  * 2. jobs separated by more than the poll time (workers and caller asleep
  *    on the condition variables: the wake-up path);
+ *    the same after tp_release_cores (workers sleep at once);
  * 3. grains and sizes around the chunking (n <= grain runs on the caller);
  * 4. a nested call from inside a job (runs serially on that thread);
  * 5. two caller threads sharing one pool (jobs serialised);
@@ -97,6 +98,14 @@ int main(void)
         }
         CHECK(ok, "%d threads: 20 jobs after 2 ms idle, each index once", nt);
 
+        /* 2b. cores released right after a job: workers sleep at once */
+        ok = true;
+        for (int k = 0; k < 200; k++) {
+            ok = once(tp, 64, 1, hits) && ok;
+            tp_release_cores(tp);
+        }
+        CHECK(ok, "%d threads: 200 jobs, cores released after each, each index once", nt);
+
         /* 3. grain: n <= grain runs on the caller; big grains, one item */
         ok = once(tp, 5, 5, hits) && once(tp, N, 3000, hits) && once(tp, 1, 1, hits) &&
              once(tp, N, 0, hits);
@@ -125,6 +134,7 @@ int main(void)
         CHECK(1, "%d threads: tp_free returned (%s workers)", nt, nt % 2 ? "sleeping" : "polling");
     }
     /* NULL pool runs serially */
+    tp_release_cores(NULL);
     CHECK(once(NULL, 100, 1, hits), "NULL pool: serial, each index once");
     free(hits);
     return test_summary();
