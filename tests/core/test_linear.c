@@ -239,8 +239,8 @@ static void test_linear_hand(void)
  * the difference is bounded by 1e-5 sum |w^ x^|. */
 static void test_qgemm_vs_dot(void)
 {
-    if (cpu_level_detected() < CPU_AVX512) {
-        printf("qgemm vs dot: no AVX-512 VNNI, skipped\n");
+    if (cpu_level() < CPU_AVX512) {
+        printf("qgemm vs dot: level %s has no quantised GEMM, skipped\n", cpu_level_name(cpu_level()));
         return;
     }
     const enum dtype types[] = {TYPE_Q4_0, TYPE_Q8_0};
@@ -284,6 +284,57 @@ static void test_qgemm_vs_dot(void)
                (long long)k, (long long)differ, (long long)(m * n), max_abs, max_rel);
         CHECK(max_rel <= 1e-5, "qgemm vs dot %s: max abs / max |y| %.3g > 1e-5", dtype_name(wt), max_rel);
         free(wf); free(xc); free(yd); free(yq); free(wq);
+    }
+}
+
+/* The GEMM's x packing quantises bit for bit as quantize_row_q8_0_ref:
+ * random rows plus rows of exact halves (roundf ties: amax 127 gives
+ * d = 1), tiny values (fp16 subnormal d), zeros and a lone spike; the
+ * records built here from quantize_row's blocks must equal the kernel's. */
+static void test_qgemm_pack(void)
+{
+    struct linear_qgemm g;
+    if (cpu_level_detected() < CPU_AVX512 || !linear_qgemm_avx512(TYPE_Q4_0, &g)) {
+        printf("qgemm pack: no AVX-512 VNNI, skipped\n");
+        return;
+    }
+    enum { LANES = LINEAR_QG_LANES, NB = 5, K = NB * QK };
+    static float x[LANES][K];
+    static struct block_q8_0 q[LANES][NB];
+    static uint8_t got[NB * LINEAR_QG_REC], want[NB * LINEAR_QG_REC];
+    fill_uniform(&x[0][0], (size_t)LANES * K, -3.0f, 3.0f, 4242);
+    for (int i = 0; i < K; i++) {
+        x[1][i] = (float)((i % 255) - 127) / 2.0f * 2.0f + ((i % 3) ? 0.5f : -0.5f); /* ties */
+        x[2][i] = x[0][i] * 1e-7f;                                                   /* tiny d */
+        x[3][i] = 0.0f;
+        x[4][i] = (i == 77) ? 1000.0f : x[0][i] * 1e-3f;
+    }
+    for (int b = 0; b < NB; b++) x[1][b * QK] = 127.0f; /* d = 1 in every block of row 1 */
+    for (int lanes = LANES; lanes >= 1; lanes -= 7) {
+        const float *rows[LANES];
+        for (int l = 0; l < lanes; l++) {
+            rows[l] = x[l];
+            quantize_row(TYPE_Q8_0, x[l], q[l], K);
+        }
+        memset(want, 0, sizeof want);
+        for (int b = 0; b < NB; b++) {
+            uint8_t *rec = want + b * LINEAR_QG_REC;
+            for (int l = 0; l < lanes; l++) {
+                int sum = 0;
+                for (int i = 0; i < QK; i++) sum += q[l][b].qs[i];
+                for (int gi = 0; gi < 8; gi++) memcpy(rec + 64 * gi + 4 * l, q[l][b].qs + 4 * gi, 4);
+                float d = fp16_to_f32(q[l][b].d);
+                int32_t c = -g.off * sum;
+                memcpy(rec + 512 + 4 * l, &d, 4);
+                memcpy(rec + 576 + 4 * l, &c, 4);
+            }
+        }
+        memset(got, 0xa5, sizeof got);
+        g.pack(rows, lanes, NB, g.off, got);
+        int64_t bad = 0;
+        for (size_t i = 0; i < sizeof got; i++) bad += got[i] != want[i];
+        CHECK(bad == 0, "qgemm pack, %d lanes: %lld of %zu bytes differ from quantize_row_q8_0_ref",
+              lanes, (long long)bad, sizeof got);
     }
 }
 
@@ -397,6 +448,7 @@ int main(void)
            getenv("CBX_CPU") ? getenv("CBX_CPU") : "unset");
     test_linear_hand();
     test_linear_errors();
+    test_qgemm_pack();
     test_qgemm_vs_dot();
     const enum dtype types[] = {TYPE_F32, TYPE_F16, TYPE_BF16, TYPE_Q8_0,
                                 TYPE_Q4_0, TYPE_Q4_1, TYPE_Q5_0, TYPE_Q5_1};

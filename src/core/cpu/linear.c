@@ -34,7 +34,7 @@
  * reads W once, and at 16 rows of [4096, 1024] q4_0/f16 it still beats
  * dequantise + sgemm, whose small-M sgemm runs far below peak). */
 int linear_dot_max_rows = 16;
-int linear_qgemm_min_rows = 2;
+int linear_qgemm_min_rows = 5;
 /* Bytes of F32 weights per dequantised tile: large enough for sgemm to
  * run at full speed, small enough to stay in L2/L3. */
 #define LINEAR_TILE_BYTES (4u << 20)
@@ -276,7 +276,7 @@ static void linear_dot(struct arena *a, struct tensor *out, const struct tensor 
  * the groups are taken in chunks that stay in L2 (the tile unpacked again
  * per chunk, which costs little next to the multiplies). */
 
-#define QG_CHUNK_BYTES (768u << 10)
+#define QG_CHUNK_BYTES (512u << 10)
 
 struct qg_job {
     struct linear_qgemm g;
@@ -294,11 +294,9 @@ struct qg_job {
 /* Per-thread scratch of the two phases (the larger of the two). */
 static size_t qg_tmp_bytes(int64_t k, int64_t nb)
 {
-    size_t pack = scr_round((size_t)k * sizeof(float)) +
-                  scr_round((size_t)LINEAR_QG_LANES * dtype_row_size(TYPE_Q8_0, k));
+    size_t pack = scr_round((size_t)(LINEAR_QG_LANES * k) * sizeof(float));
     size_t tile = scr_round((size_t)(LINEAR_QG_MAXW * k)) +
-                  scr_round((size_t)(LINEAR_QG_MAXW * nb) * sizeof(float)) +
-                  scr_round((size_t)(LINEAR_QG_MAXW * LINEAR_QG_LANES) * sizeof(float));
+                  scr_round((size_t)(LINEAR_QG_MAXW * nb) * sizeof(float));
     return pack > tile ? pack : tile;
 }
 
@@ -306,41 +304,22 @@ static void qg_pack(void *ctx, int64_t g0, int64_t g1, int ith)
 {
     const struct qg_job *j = ctx;
     const struct tensor *x = j->x;
-    const int64_t k = j->k, nb = j->nb, inner = x->nb[x->ndim - 1];
-    const size_t qrow = dtype_row_size(TYPE_Q8_0, k);
-    char *t = j->tmp + (size_t)ith * j->tmp_bytes;
-    float *row = (float *)t;
-    char *q = t + scr_round((size_t)k * sizeof(float));
+    const int64_t k = j->k, inner = x->nb[x->ndim - 1];
+    float *tmp = (float *)(j->tmp + (size_t)ith * j->tmp_bytes); /* rows with strided elements */
     for (int64_t g = g0; g < g1; g++) {
         int lanes = (int)(j->m - g * LINEAR_QG_LANES < LINEAR_QG_LANES ? j->m - g * LINEAR_QG_LANES
                                                                        : LINEAR_QG_LANES);
+        const float *rows[LINEAR_QG_LANES];
         for (int l = 0; l < lanes; l++) {
             const char *p = row_ptr(x, g * LINEAR_QG_LANES + l);
-            const float *xr = (const float *)p;
+            rows[l] = (const float *)p;
             if (inner != 4 && k > 1) {
-                for (int64_t i = 0; i < k; i++) memcpy(row + i, p + i * inner, 4);
-                xr = row;
+                float *t = tmp + l * k;
+                for (int64_t i = 0; i < k; i++) memcpy(t + i, p + i * inner, 4);
+                rows[l] = t;
             }
-            quantize_row(TYPE_Q8_0, xr, q + (size_t)l * qrow, k);
         }
-        uint8_t *dst = j->xp + (size_t)(g * nb) * LINEAR_QG_REC;
-        for (int64_t b = 0; b < nb; b++) {
-            uint8_t *rec = dst + b * LINEAR_QG_REC;
-            float d[LINEAR_QG_LANES] = {0};
-            int32_t c[LINEAR_QG_LANES] = {0};
-            for (int l = 0; l < lanes; l++) {
-                const struct block_q8_0 *blk = (const struct block_q8_0 *)(q + (size_t)l * qrow) + b;
-                int sum = 0;
-                for (int i = 0; i < QK; i++) sum += blk->qs[i];
-                for (int gi = 0; gi < 8; gi++) memcpy(rec + 64 * gi + 4 * l, blk->qs + 4 * gi, 4);
-                d[l] = fp16_to_f32(blk->d);
-                c[l] = -j->g.off * sum;
-            }
-            for (int l = lanes; l < LINEAR_QG_LANES; l++)
-                for (int gi = 0; gi < 8; gi++) memset(rec + 64 * gi + 4 * l, 0, 4);
-            memcpy(rec + 512, d, sizeof d);
-            memcpy(rec + 576, c, sizeof c);
-        }
+        j->g.pack(rows, lanes, j->nb, j->g.off, j->xp + (size_t)(g * j->nb) * LINEAR_QG_REC);
     }
 }
 
@@ -351,7 +330,6 @@ static void qg_tiles(void *ctx, int64_t t0, int64_t t1, int ith)
     char *t = j->tmp + (size_t)ith * j->tmp_bytes;
     int32_t *wq = (int32_t *)t;
     float *wd = (float *)(t + scr_round((size_t)(LINEAR_QG_MAXW * j->k)));
-    float *o = (float *)((char *)wd + scr_round((size_t)(LINEAR_QG_MAXW * nb) * sizeof(float)));
     int64_t chunk = (int64_t)(QG_CHUNK_BYTES / ((size_t)nb * LINEAR_QG_REC));
     if (chunk < 1) chunk = 1;
     for (int64_t c0 = 0; c0 < j->groups; c0 += chunk) {
@@ -365,13 +343,10 @@ static void qg_tiles(void *ctx, int64_t t0, int64_t t1, int ith)
                 bias[q] = j->bias ? *(const float *)((const char *)j->bias + (n0 + q) * j->bias_stride)
                                   : 0.0f;
             for (int64_t g = c0; g < c1; g++) {
-                j->g.tile(wq, wd, nw, j->xp + (size_t)(g * nb) * LINEAR_QG_REC, nb, o);
                 int64_t r0 = g * LINEAR_QG_LANES;
                 int lanes = (int)(j->m - r0 < LINEAR_QG_LANES ? j->m - r0 : LINEAR_QG_LANES);
-                for (int l = 0; l < lanes; l++) {
-                    float *yr = j->y + (r0 + l) * n + n0;
-                    for (int q = 0; q < nw; q++) yr[q] = o[q * LINEAR_QG_LANES + l] + bias[q];
-                }
+                j->g.tile(wq, wd, nw, j->xp + (size_t)(g * nb) * LINEAR_QG_REC, nb, bias,
+                          j->y + r0 * n + n0, n, lanes);
             }
         }
     }

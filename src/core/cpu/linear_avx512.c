@@ -487,15 +487,54 @@ TGT static void qg_unpack_q8_0(const void *w, size_t stride, int nw, int64_t nb,
     }
 }
 
+/* out rows l = 0..lanes-1 (y + l * ldy): the nw (<= 8) results of x row
+ * l, i.e. lane l of acc[0..nw-1], plus bias: an 8 x 16 transpose in
+ * registers, then one masked 8-float store per row. */
+TGT static inline __attribute__((always_inline)) void
+qg_store(__m512 *acc, int nw, const float *bias, float *y, int64_t ldy, int lanes)
+{
+    for (int j = nw; j < 8; j++) acc[j] = _mm512_setzero_ps();
+    /* t: pairs of rows interleaved; u[r] lane q: rows 0..3 (or 4..7) of
+     * element 4q + r */
+    __m512 t0 = _mm512_unpacklo_ps(acc[0], acc[1]), t1 = _mm512_unpackhi_ps(acc[0], acc[1]);
+    __m512 t2 = _mm512_unpacklo_ps(acc[2], acc[3]), t3 = _mm512_unpackhi_ps(acc[2], acc[3]);
+    __m512 t4 = _mm512_unpacklo_ps(acc[4], acc[5]), t5 = _mm512_unpackhi_ps(acc[4], acc[5]);
+    __m512 t6 = _mm512_unpacklo_ps(acc[6], acc[7]), t7 = _mm512_unpackhi_ps(acc[6], acc[7]);
+    __m512 u[8] = {
+        _mm512_shuffle_ps(t0, t2, 0x44), _mm512_shuffle_ps(t0, t2, 0xee),
+        _mm512_shuffle_ps(t1, t3, 0x44), _mm512_shuffle_ps(t1, t3, 0xee),
+        _mm512_shuffle_ps(t4, t6, 0x44), _mm512_shuffle_ps(t4, t6, 0xee),
+        _mm512_shuffle_ps(t5, t7, 0x44), _mm512_shuffle_ps(t5, t7, 0xee),
+    };
+    const __mmask8 m = (__mmask8)((1u << nw) - 1);
+    __m256 b8 = _mm256_maskz_loadu_ps(m, bias);
+    __m512 b16 = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(b8)),
+                                                     _mm256_castps_pd(b8), 1));
+    for (int r = 0; r < 4; r++) {
+        /* [lane q of u[r], lane q of u[4 + r]] = element 4q + r, q = 0..3 */
+        __m512 lo = _mm512_shuffle_f32x4(u[r], u[4 + r], 0x44); /* q = 0, 1 */
+        __m512 hi = _mm512_shuffle_f32x4(u[r], u[4 + r], 0xee); /* q = 2, 3 */
+        lo = _mm512_add_ps(_mm512_shuffle_f32x4(lo, lo, 0xd8), b16);
+        hi = _mm512_add_ps(_mm512_shuffle_f32x4(hi, hi, 0xd8), b16);
+        __m256 e[4] = {_mm512_castps512_ps256(lo),
+                       _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(lo), 1)),
+                       _mm512_castps512_ps256(hi),
+                       _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(hi), 1))};
+        for (int q = 0; q < 4; q++)
+            if (4 * q + r < lanes) _mm256_mask_storeu_ps(y + (4 * q + r) * ldy, m, e[q]);
+    }
+}
+
 /* nw weight rows (unpacked) x one packed group of 16 x rows over nb
- * blocks: lane l of out[j] = row j . x row l. Per block and weight row:
- * the integer accumulator starts at the x record's -off * sum(q_x), eight
- * vpdpbusd add the u8 weight dwords (broadcast) times the 16 rows' s8 x
- * dwords, so it holds sum((q_w - off) q_x) exactly; then one convert and
- * one fma with d_x * d_w. */
+ * blocks: y[l * ldy + j] = x row l . weight row j + bias[j] for the first
+ * `lanes` rows. Per block and weight row: the integer accumulator starts
+ * at the x record's -off * sum(q_x), eight vpdpbusd add the u8 weight
+ * dwords (broadcast) times the 16 rows' s8 x dwords, so it holds
+ * sum((q_w - off) q_x) exactly; then one convert and one fma with
+ * d_x * d_w. */
 TGT static inline __attribute__((always_inline)) void
 qg_tile_body(const int32_t *wq, const float *wd, const int nw, const uint8_t *xp, int64_t nb,
-             float *out)
+             const float *bias, float *y, int64_t ldy, int lanes)
 {
     __m512 acc[LINEAR_QG_MAXW];
     for (int j = 0; j < nw; j++) acc[j] = _mm512_setzero_ps();
@@ -517,14 +556,15 @@ qg_tile_body(const int32_t *wq, const float *wd, const int nw, const uint8_t *xp
             acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), sc, acc[j]);
         }
     }
-    for (int j = 0; j < nw; j++) _mm512_storeu_ps(out + 16 * j, acc[j]);
+    qg_store(acc, nw, bias, y, ldy, lanes);
 }
 
 #define QG_TILE(NW)                                                                          \
     TGT static void qg_tile##NW(const int32_t *wq, const float *wd, const uint8_t *xp,       \
-                                int64_t nb, float *out)                                     \
+                                int64_t nb, const float *bias, float *y, int64_t ldy,       \
+                                int lanes)                                                   \
     {                                                                                        \
-        qg_tile_body(wq, wd, NW, xp, nb, out);                                               \
+        qg_tile_body(wq, wd, NW, xp, nb, bias, y, ldy, lanes);                               \
     }
 QG_TILE(1)
 QG_TILE(2)
@@ -537,12 +577,63 @@ QG_TILE(8)
 #undef QG_TILE
 
 static void qg_tile(const int32_t *wq, const float *wd, int nw, const uint8_t *xp, int64_t nb,
-                    float *out)
+                    const float *bias, float *y, int64_t ldy, int lanes)
 {
     static void (*const tiles[LINEAR_QG_MAXW + 1])(const int32_t *, const float *, const uint8_t *,
-                                                   int64_t, float *) = {
+                                                   int64_t, const float *, float *, int64_t,
+                                                   int) = {
         NULL, qg_tile1, qg_tile2, qg_tile3, qg_tile4, qg_tile5, qg_tile6, qg_tile7, qg_tile8};
-    tiles[nw](wq, wd, xp, nb, out);
+    tiles[nw](wq, wd, xp, nb, bias, y, ldy, lanes);
+}
+
+/* roundf (halves away from zero) of 16 floats, as int32: truncate, then
+ * step away from zero where the dropped fraction is >= 0.5 (v - trunc(v)
+ * is exact). */
+TGT static inline __m512i round_away(__m512 v)
+{
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    __mmask16 up = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, t)), _mm512_set1_ps(0.5f),
+                                      _CMP_GE_OQ);
+    __m512 step = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(_mm512_set1_ps(1.0f)),
+                                                      _mm512_and_si512(_mm512_castps_si512(v), sign)));
+    return _mm512_cvttps_epi32(_mm512_mask_add_ps(t, up, t, step));
+}
+
+/* Rows rows[0..lanes-1] (nb blocks of contiguous floats each) quantised
+ * to Q8_0 with quantize_row_q8_0_ref's arithmetic (d = amax / 127 stored
+ * as fp16, q = roundf(x / d) with the float reciprocal), written as the
+ * group records of linear_kernels.h; lanes..15 are zero rows. */
+TGT static void qg_pack_q8(const float *const *rows, int lanes, int64_t nb, int off, uint8_t *dst)
+{
+    int32_t tq[LINEAR_QG_LANES * 8] __attribute__((aligned(64))); /* [lane][32 bytes] */
+    const __m512i gidx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5,
+                                                             4, 3, 2, 1, 0), _mm512_set1_epi32(8));
+    memset(tq, 0, sizeof tq);
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *rec = dst + b * LINEAR_QG_REC;
+        float d[LINEAR_QG_LANES] = {0};
+        int32_t c[LINEAR_QG_LANES] = {0};
+        for (int l = 0; l < lanes; l++) {
+            const float *x = rows[l] + b * QK;
+            __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+            float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+            const float dd = amax / 127.0f;
+            const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+            d[l] = _cvtsh_ss(_cvtss_sh(dd, _MM_FROUND_TO_NEAREST_INT));
+            __m512 vid = _mm512_set1_ps(id);
+            __m512i q0 = round_away(_mm512_mul_ps(v0, vid)), q1 = round_away(_mm512_mul_ps(v1, vid));
+            c[l] = -off * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+            _mm_store_si128((__m128i *)(tq + 8 * l), _mm512_cvtsepi32_epi8(q0));
+            _mm_store_si128((__m128i *)(tq + 8 * l + 4), _mm512_cvtsepi32_epi8(q1));
+        }
+        /* transpose: dword g of lane l -> rec + 64 g + 4 l */
+        for (int g = 0; g < 8; g++)
+            _mm512_storeu_si512(rec + 64 * g, _mm512_i32gather_epi32(_mm512_add_epi32(gidx, _mm512_set1_epi32(g)),
+                                                                     tq, 4));
+        memcpy(rec + 512, d, sizeof d);
+        memcpy(rec + 576, c, sizeof c);
+    }
 }
 
 bool linear_qgemm_avx512(enum dtype t, struct linear_qgemm *g)
@@ -553,5 +644,6 @@ bool linear_qgemm_avx512(enum dtype t, struct linear_qgemm *g)
     default: return false;
     }
     g->tile = qg_tile;
+    g->pack = qg_pack_q8;
     return true;
 }

@@ -52,9 +52,13 @@ struct linear_qgemm {
     /* nw (<= MAXW) rows w, w + stride, ... of nb blocks -> wq[b][j][8]
      * dwords of unsigned quants in element order, wd[b][j] their scales */
     void (*unpack)(const void *w, size_t stride, int nw, int64_t nb, int32_t *wq, float *wd);
-    /* out[j * 16 + l] = weight row j . x row l of the group at xp */
+    /* rows[0..lanes-1] (nb * QK contiguous floats each) -> one group's
+     * records at dst, the quantisation bit for bit quantize_row_q8_0_ref's */
+    void (*pack)(const float *const *rows, int lanes, int64_t nb, int off, uint8_t *dst);
+    /* y[l * ldy + j] = x row l of the group at xp . weight row j + bias[j]
+     * (j < nw, bias: nw floats), for the first `lanes` rows of the group */
     void (*tile)(const int32_t *wq, const float *wd, int nw, const uint8_t *xp, int64_t nb,
-                 float *out);
+                 const float *bias, float *y, int64_t ldy, int lanes);
 };
 /* AVX-512 VNNI kernels for t (q4_0, q8_0); false when there are none. */
 bool linear_qgemm_avx512(enum dtype t, struct linear_qgemm *g);
