@@ -14,7 +14,16 @@
  * scaled to N tokens (reported: t3 tokens actually decoded). S3Gen then
  * vocodes exactly N tokens (T3's, repeated) + 3 silence tokens, as `say`
  * does. One untimed warm-up (8 tokens through both) precedes the timed
- * repetitions. Peak RSS is the process high-water mark (VmHWM), reset per
+ * repetitions.
+ *
+ * T3 cold vs warm (pipeline/engine.h, "Voice prefix cache"): cold is
+ * t3_inference_turbo, which computes the voice prefix (speaker + 375
+ * prompt positions) before the text; warm is t3_inference_turbo_prefixed
+ * with that prefix built once beforehand, as the engine does from the
+ * second utterance in a voice on. Both are timed in every repetition, with
+ * their prefill (call -> first token) separately; their tokens must be
+ * identical (checked). e2e_rtf uses the cold T3 time, e2e_rtf_warm the warm
+ * one. Peak RSS is the process high-water mark (VmHWM), reset per
  * type through /proc/self/clear_refs.
  *
  * Real-time factor = (T3 time + S3Gen time) / audio seconds (lower is
@@ -78,7 +87,17 @@ static cbx_status load_tokens(const struct model *m, int32_t **ids, int64_t *n, 
     return rc;
 }
 
-struct result { double load, t3, t3_tokens, s3gen, rtf, rss; };
+struct result { double load, t3, t3_tokens, s3gen, rtf, rss, t3_warm, pre_cold, pre_warm, prefix, rtf_warm; };
+
+/* time of the first token (end of the prefill) */
+struct first { double t0, t1; };
+static int on_step(void *user, int step, int32_t token, const float *logits, int64_t V)
+{
+    (void)token; (void)logits; (void)V;
+    struct first *f = user;
+    if (step == 0) f->t1 = bench_now() - f->t0;
+    return 0;
+}
 
 /* One type: load (timed through the engine, as `say` loads), then the
  * workload on directly loaded T3/S3Gen. */
@@ -87,7 +106,10 @@ static int run_type(const char *path, int wtype, int N, const struct bench_opts 
 {
     char err[ERR_MAX] = "";
     double *tl = calloc((size_t)o->reps, sizeof(double)), *t3t = calloc((size_t)o->reps, sizeof(double)),
-           *s3t = calloc((size_t)o->reps, sizeof(double));
+           *s3t = calloc((size_t)o->reps, sizeof(double)), *t3w = calloc((size_t)o->reps, sizeof(double)),
+           *pc = calloc((size_t)o->reps, sizeof(double)), *pw = calloc((size_t)o->reps, sizeof(double));
+    struct t3_prefix *pfx = NULL;
+    int32_t *tokw = NULL;
     struct model *m = NULL;
     struct t3_model t3 = {0};
     struct s3gen s3 = {0};
@@ -97,7 +119,8 @@ static int run_type(const char *path, int wtype, int N, const struct bench_opts 
     float *pcm = NULL;
     int ok = 0;
     reset_hwm();
-    struct engine_load_params lp = {wtype};
+    struct engine_load_params lp = engine_load_default_params();
+    lp.wtype = wtype;
     for (int r = 0; r < o->reps; r++) {
         struct engine_model *em = NULL;
         double t0 = bench_now();
@@ -118,21 +141,36 @@ static int run_type(const char *path, int wtype, int N, const struct bench_opts 
     struct s3gen_params sp = s3gen_default_params();
     feed = malloc(sizeof(int32_t) * (size_t)(N + ENGINE_N_SIL));
     if (!feed) goto done;
+    double tp0 = bench_now();
+    if (t3_prefix_build(&t3, be, &cond, &pfx, err) != CBX_OK) goto done;
+    res->prefix = bench_now() - tp0;
     double n_dec = 0;
     for (int r = -1; r < o->reps; r++) {
         const int n_want = r < 0 ? 8 : N; /* warm-up: 8 tokens */
         gp.max_gen_len = n_want - 1;
-        int64_t n = 0;
-        double t0 = bench_now();
-        if (t3_inference_turbo(&t3, be, &cond, ids, n_ids, &gp, NULL, NULL, &tok, &n, err) != CBX_OK) goto done;
-        double tt = bench_now() - t0;
+        int64_t n = 0, nw = 0;
+        struct first fc = {bench_now(), 0}, fw;
+        if (t3_inference_turbo(&t3, be, &cond, ids, n_ids, &gp, on_step, &fc, &tok, &n, err) != CBX_OK) goto done;
+        double tt = bench_now() - fc.t0;
+        fw.t0 = bench_now();
+        fw.t1 = 0;
+        if (t3_inference_turbo_prefixed(&t3, be, pfx, ids, n_ids, &gp, on_step, &fw, &tokw, &nw, err) != CBX_OK)
+            goto done;
+        double tw = bench_now() - fw.t0;
+        if (nw != n || memcmp(tok, tokw, sizeof(int32_t) * (size_t)n)) {
+            snprintf(err, sizeof err, "T3 with the cached voice prefix gave other tokens (%lld vs %lld)",
+                     (long long)nw, (long long)n);
+            goto done;
+        }
+        free(tokw);
+        tokw = NULL;
         n = t3_filter_speech_tokens(tok, n);
         for (int i = 0; i < n_want; i++) feed[i] = n > 0 ? tok[i % n] : ENGINE_S3GEN_SIL;
         for (int i = 0; i < ENGINE_N_SIL; i++) feed[n_want + i] = ENGINE_S3GEN_SIL;
         free(tok);
         tok = NULL;
         int64_t n_pcm = 0;
-        t0 = bench_now();
+        double t0 = bench_now();
         if (s3gen_vocode(&s3, be, feed, n_want + ENGINE_N_SIL, &voice, &sp, &pcm, &n_pcm, err) != CBX_OK) goto done;
         double ts = bench_now() - t0;
         free(pcm);
@@ -140,6 +178,9 @@ static int run_type(const char *path, int wtype, int N, const struct bench_opts 
         if (r < 0) continue;
         n_dec = (double)(n > 0 ? n : 1);
         t3t[r] = n < n_want ? tt * n_want / n_dec : tt;
+        t3w[r] = n < n_want ? tw * n_want / n_dec : tw;
+        pc[r] = fc.t1;
+        pw[r] = fw.t1;
         s3t[r] = ts;
     }
     res->load = bench_stats(tl, o->reps).median;
@@ -147,12 +188,21 @@ static int run_type(const char *path, int wtype, int N, const struct bench_opts 
     res->t3_tokens = n_dec;
     res->s3gen = bench_stats(s3t, o->reps).median;
     res->rtf = (res->t3 + res->s3gen) / ((double)(N + ENGINE_N_SIL) * 960.0 / ENGINE_SAMPLE_RATE);
+    res->t3_warm = bench_stats(t3w, o->reps).median;
+    res->pre_cold = bench_stats(pc, o->reps).median;
+    res->pre_warm = bench_stats(pw, o->reps).median;
+    res->rtf_warm = (res->t3_warm + res->s3gen) / ((double)(N + ENGINE_N_SIL) * 960.0 / ENGINE_SAMPLE_RATE);
     res->rss = vm_hwm_mib();
     ok = 1;
 done:
     if (!ok) fprintf(stderr, "bench_e2e: %s\n", err);
     free(pcm);
     free(tok);
+    free(tokw);
+    t3_prefix_free(pfx);
+    free(t3w);
+    free(pc);
+    free(pw);
     free(feed);
     free(ids);
     conds_free(&voice);
@@ -215,11 +265,20 @@ int main(int argc, char **argv)
         emit("e2e_t3", name, N, &opt, "s", r.t3, base, f32.t3);
         emit("e2e_s3gen", name, N, &opt, "s", r.s3gen, base, f32.s3gen);
         emit("e2e_rtf", name, N, &opt, "x", r.rtf, base, f32.rtf);
+        emit("e2e_t3_warm", name, N, &opt, "s", r.t3_warm, "t3_cold", r.t3);
+        emit("e2e_t3_prefill_cold", name, N, &opt, "s", r.pre_cold, NULL, 0);
+        emit("e2e_t3_prefill_warm", name, N, &opt, "s", r.pre_warm, "prefill_cold", r.pre_cold);
+        emit("e2e_t3_prefix_build", name, N, &opt, "s", r.prefix, NULL, 0);
+        emit("e2e_rtf_warm", name, N, &opt, "x", r.rtf_warm, "rtf_cold", r.rtf);
         emit("e2e_peak_rss", name, N, &opt, "MiB", r.rss, base, f32.rss);
         fprintf(stderr,
                 "e2e %-5s %d tokens (%.1f s audio): load %.2f s | t3 %.2f s (%.1f tok/s, %.0f decoded) | s3gen %.2f s "
-                "| RTF %.3f | peak RSS %.0f MiB\n",
-                name, N, (N + ENGINE_N_SIL) * 0.04, r.load, r.t3, N / r.t3, r.t3_tokens, r.s3gen, r.rtf, r.rss);
+                "| RTF %.3f | peak RSS %.0f MiB\n"
+                "e2e %-5s t3 cold %.2f s (prefill %.3f s) vs warm %.2f s (prefill %.3f s): x%.2f, prefill x%.1f; "
+                "prefix build %.3f s; RTF warm %.3f\n",
+                name, N, (N + ENGINE_N_SIL) * 0.04, r.load, r.t3, N / r.t3, r.t3_tokens, r.s3gen, r.rtf, r.rss,
+                name, r.t3, r.pre_cold, r.t3_warm, r.pre_warm, r.t3_warm > 0 ? r.t3 / r.t3_warm : 0,
+                r.pre_warm > 0 ? r.pre_cold / r.pre_warm : 0, r.prefix, r.rtf_warm);
     }
     backend_cpu_free(be);
     return 0;

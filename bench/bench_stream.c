@@ -4,16 +4,24 @@
  * the whole-utterance run of the same text and parameters from the same
  * invocation as baseline (its first audio is its end).
  *
- *   bench_stream --model DIR|GGUF [--tokens N] [--threads N] [--reps N] [--filter q4_0]
+ *   bench_stream --model DIR|GGUF [--tokens N] [--first-tokens K] [--threads N] [--reps N] [--filter q4_0]
  *
  * Workload: a fixed sentence with the built-in voice, seed 0, upstream
  * sampling defaults, at most N speech tokens (default 250 = 10 s); the
- * engine's defaults for streaming (first chunk after 10 tokens, then 20,
- * 40, 80, 80, ...). One untimed warm-up (12 tokens, streamed) per type.
+ * engine's defaults for streaming (first chunk after
+ * engine_params.stream_first_tokens tokens, or K, then 20, 40, 80, 80...).
+ *
+ * Cold and warm (pipeline/engine.h, "Voice prefix cache"): each repetition
+ * empties the model's voice prefix cache and runs the stream twice: cold
+ * (T3 first computes the voice prefix: speaker + prompt positions) and
+ * warm (the second utterance in the voice: the prefix comes from the
+ * cache); then the whole-utterance baseline (warm). "first call" is the
+ * untimed-for-medians warm-up right after loading (12 tokens, streamed):
+ * cold prefix plus first touch of every weight page and buffer.
  * First-audio latency is measured from the engine_synthesize call to the
- * first chunk's callback; its parts: T3 prefill (call -> first token),
- * the first chunk's tokens (-> token `first_tokens`), and S3Gen's first
- * chunk (-> first audio). */
+ * first chunk's callback; its parts: T3 prefill (call -> first token,
+ * including the prefix when cold), the first chunk's tokens (-> token K),
+ * and S3Gen's first chunk (-> first audio). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,64 +57,101 @@ static int on_chunk(void *user, const float *pcm, int64_t n, int sr)
     return 0;
 }
 
+/* first audio and its parts */
+struct first { double first, prefill, tokens, s3first, prefix; };
+
 struct result {
-    double first, prefill, tokens, s3first, total, rtf, whole, whole_rtf, audio;
+    struct first cold, warm, call1;
+    double total, rtf, whole, whole_rtf, audio;
     int chunks;
     int64_t speech;
 };
 
-static int run_type(const char *path, int wtype, int N, const struct bench_opts *o, struct backend *be,
+enum { V_FIRST, V_PREFILL, V_TOKENS, V_S3, V_PREFIX, NV_FIRST };
+
+static void put(double **v, int r, const struct probe *b, const struct engine_stats *st)
+{
+    v[V_FIRST][r] = b->t_audio;
+    v[V_PREFILL][r] = b->t_tok1;
+    v[V_TOKENS][r] = b->t_tokf - b->t_tok1;
+    v[V_S3][r] = b->t_audio - b->t_tokf;
+    v[V_PREFIX][r] = st->t_t3_prefix;
+}
+
+static struct first medians(double **v, int R)
+{
+    struct first f = {bench_stats(v[V_FIRST], R).median, bench_stats(v[V_PREFILL], R).median,
+                      bench_stats(v[V_TOKENS], R).median, bench_stats(v[V_S3], R).median,
+                      bench_stats(v[V_PREFIX], R).median};
+    return f;
+}
+
+static int run_type(const char *path, int wtype, int N, int K, const struct bench_opts *o, struct backend *be,
                     struct result *res)
 {
     char err[ERR_MAX] = "";
     struct engine_model *m = NULL;
     const int R = o->reps;
-    double *v[7];
-    for (int i = 0; i < 7; i++) v[i] = calloc((size_t)R, sizeof(double));
+    double *v[2 * NV_FIRST + 3];
+    for (int i = 0; i < 2 * NV_FIRST + 3; i++) v[i] = calloc((size_t)R, sizeof(double));
+    double **vc = v, **vw = v + NV_FIRST, *tot = v[2 * NV_FIRST], *whole = v[2 * NV_FIRST + 1],
+           *waud = v[2 * NV_FIRST + 2];
     int ok = 0;
-    struct engine_load_params lp = {wtype};
+    struct engine_load_params lp = engine_load_default_params();
+    lp.wtype = wtype;
     if (engine_model_load(path, &lp, &m, err) != CBX_OK) goto done;
     struct engine_params p = engine_default_params();
     p.split = false;
-    p.stream = true;
+    if (K > 0) p.stream_first_tokens = K;
     for (int r = -1; r < R; r++) {
-        struct probe b = {0, 0, 0, 0, p.stream_first_tokens};
-        struct engine_stats st;
-        p.stream = true;
-        p.max_tokens = r < 0 ? 12 : N;
-        b.t0 = bench_now();
-        if (engine_synthesize(m, be, NULL, TEXT, &p, on_chunk, on_progress, &b, NULL, NULL, &st, err) != CBX_OK)
-            goto done;
+        for (int warm = 0; warm < 2; warm++) {
+            if (r < 0 && warm) break;
+            struct probe b = {0, 0, 0, 0, p.stream_first_tokens};
+            struct engine_stats st;
+            p.stream = true;
+            p.max_tokens = r < 0 ? 12 : N;
+            if (!warm) engine_voice_cache_clear(m);
+            b.t0 = bench_now();
+            if (engine_synthesize(m, be, NULL, TEXT, &p, on_chunk, on_progress, &b, NULL, NULL, &st, err) != CBX_OK)
+                goto done;
+            if (st.prefix_cached != (warm != 0)) {
+                snprintf(err, sizeof err, "voice prefix %s on the %s run", st.prefix_cached ? "cached" : "not cached",
+                         warm ? "warm" : "cold");
+                goto done;
+            }
+            if (r < 0) {
+                res->call1 = (struct first){b.t_audio, b.t_tok1, b.t_tokf - b.t_tok1, b.t_audio - b.t_tokf,
+                                            st.t_t3_prefix};
+                continue;
+            }
+            put(warm ? vw : vc, r, &b, &st);
+            if (!warm) continue;
+            tot[r] = st.t_total;
+            res->chunks = st.n_chunks;
+            res->speech = st.n_speech_tokens;
+            res->audio = st.audio_seconds;
+        }
         if (r < 0) continue;
-        v[0][r] = b.t_audio;
-        v[1][r] = b.t_tok1;
-        v[2][r] = b.t_tokf - b.t_tok1;
-        v[3][r] = b.t_audio - b.t_tokf;
-        v[4][r] = st.t_total;
-        res->chunks = st.n_chunks;
-        res->speech = st.n_speech_tokens;
-        res->audio = st.audio_seconds;
         /* the baseline: the same utterance, not streamed */
+        struct engine_stats st;
         p.stream = false;
         p.max_retries = 0;
         if (engine_synthesize(m, be, NULL, TEXT, &p, NULL, NULL, NULL, NULL, NULL, &st, err) != CBX_OK) goto done;
-        v[5][r] = st.t_total;
-        v[6][r] = st.audio_seconds;
+        whole[r] = st.t_total;
+        waud[r] = st.audio_seconds;
     }
-    res->first = bench_stats(v[0], R).median;
-    res->prefill = bench_stats(v[1], R).median;
-    res->tokens = bench_stats(v[2], R).median;
-    res->s3first = bench_stats(v[3], R).median;
-    res->total = bench_stats(v[4], R).median;
-    res->whole = bench_stats(v[5], R).median;
+    res->cold = medians(vc, R);
+    res->warm = medians(vw, R);
+    res->total = bench_stats(tot, R).median;
+    res->whole = bench_stats(whole, R).median;
     res->rtf = res->audio > 0 ? res->total / res->audio : 0;
-    const double wa = bench_stats(v[6], R).median;
+    const double wa = bench_stats(waud, R).median;
     res->whole_rtf = wa > 0 ? res->whole / wa : 0;
     ok = 1;
 done:
     if (!ok) fprintf(stderr, "bench_stream: %s\n", err);
     engine_model_free(m);
-    for (int i = 0; i < 7; i++) free(v[i]);
+    for (int i = 0; i < 2 * NV_FIRST + 3; i++) free(v[i]);
     return ok;
 }
 
@@ -121,10 +166,11 @@ static void emit(const char *bench, const char *type, int N, const struct bench_
 int main(int argc, char **argv)
 {
     const char *model = getenv("CHATTERBOX_MODEL");
-    int N = 250;
+    int N = 250, K = 0;
     for (int i = 1; i + 1 < argc;) { /* our options; the rest goes to bench_parse */
         if (!strcmp(argv[i], "--model")) model = argv[i + 1];
         else if (!strcmp(argv[i], "--tokens")) N = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--first-tokens")) K = atoi(argv[i + 1]);
         else { i += 2; continue; }
         memmove(argv + i, argv + i + 2, sizeof *argv * (size_t)(argc - i - 2));
         argc -= 2;
@@ -152,20 +198,30 @@ int main(int argc, char **argv)
         const char *name = gguf ? "gguf" : dtype_name((enum dtype)wt);
         if (!gguf && !bench_selected(&opt, name)) continue;
         struct result r = {0};
-        if (!run_type(model, wt, N, &opt, be, &r)) {
+        if (!run_type(model, wt, N, K, &opt, be, &r)) {
             backend_cpu_free(be);
             return 1;
         }
-        emit("stream_first_audio", name, N, &opt, "s", r.first, "whole_utterance", r.whole);
-        emit("stream_t3_prefill", name, N, &opt, "s", r.prefill, NULL, 0);
-        emit("stream_first_tokens", name, N, &opt, "s", r.tokens, NULL, 0);
-        emit("stream_s3gen_first_chunk", name, N, &opt, "s", r.s3first, NULL, 0);
+        emit("stream_first_audio", name, N, &opt, "s", r.warm.first, "whole_utterance", r.whole);
+        emit("stream_first_audio_cold", name, N, &opt, "s", r.cold.first, "warm", r.warm.first);
+        emit("stream_first_audio_first_call", name, N, &opt, "s", r.call1.first, NULL, 0);
+        emit("stream_t3_prefill", name, N, &opt, "s", r.warm.prefill, "cold", r.cold.prefill);
+        emit("stream_t3_prefix_build", name, N, &opt, "s", r.cold.prefix, NULL, 0);
+        emit("stream_first_tokens", name, N, &opt, "s", r.warm.tokens, NULL, 0);
+        emit("stream_s3gen_first_chunk", name, N, &opt, "s", r.warm.s3first, NULL, 0);
         emit("stream_rtf", name, N, &opt, "x", r.rtf, "whole_rtf", r.whole_rtf);
-        fprintf(stderr,
-                "stream %-5s %lld tokens (%.1f s audio, %d chunks): first audio %.0f ms = prefill %.0f + 10 tokens "
-                "%.0f + s3gen chunk %.0f | stream total %.2f s (RTF %.3f) vs whole %.2f s (RTF %.3f)\n",
-                name, (long long)r.speech, r.audio, r.chunks, 1000 * r.first, 1000 * r.prefill, 1000 * r.tokens,
-                1000 * r.s3first, r.total, r.rtf, r.whole, r.whole_rtf);
+        const struct first *f[3] = {&r.call1, &r.cold, &r.warm};
+        static const char *const what[3] = {"first call", "cold", "warm"};
+        for (int k = 0; k < 3; k++)
+            fprintf(stderr,
+                    "stream %-5s %-10s first audio %5.0f ms = prefill %5.0f (voice prefix %4.0f) + %d tokens %4.0f + "
+                    "s3gen chunk %5.0f\n",
+                    name, what[k], 1000 * f[k]->first, 1000 * f[k]->prefill, 1000 * f[k]->prefix,
+                    K > 0 ? K : engine_default_params().stream_first_tokens, 1000 * f[k]->tokens,
+                    1000 * f[k]->s3first);
+        fprintf(stderr, "stream %-5s %lld tokens (%.1f s audio, %d chunks): stream total %.2f s (RTF %.3f) vs whole "
+                "%.2f s (RTF %.3f)\n",
+                name, (long long)r.speech, r.audio, r.chunks, r.total, r.rtf, r.whole, r.whole_rtf);
     }
     backend_cpu_free(be);
     return 0;

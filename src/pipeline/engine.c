@@ -4,6 +4,7 @@
  * and progress (engine.h says what and why). */
 #include "pipeline/engine.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,19 @@ struct engine_model {
     bool has_builtin;
     char builtin_err[ERR_MAX]; /* why there is no built-in voice */
     double t_load;
+    /* voice prefix cache (engine.h): up to n_prefix entries, under mu */
+    pthread_mutex_t mu;
+    struct prefix_ent **prefix;
+    int n_prefix;
+    uint64_t tick;
+};
+
+/* A cached T3 voice prefix; freed when out of the table and unused. */
+struct prefix_ent {
+    struct t3_prefix *p;
+    int refs;        /* calls using it */
+    uint64_t used;   /* tick of the last use (least recently used goes) */
+    bool in_table;
 };
 
 static double now(void)
@@ -46,9 +60,11 @@ static double now(void)
 
 struct engine_load_params engine_load_default_params(void)
 {
-    struct engine_load_params p = {-1};
+    struct engine_load_params p = {-1, 0};
     return p;
 }
+
+#define ENGINE_VOICE_CACHE_DEFAULT 2
 
 /* A directory's tokenizer files as gpt2_bpe_load_dir reads them; a GGUF's
  * stored copies (vocab.json, merges.txt, optional added_tokens.json and
@@ -91,6 +107,13 @@ cbx_status engine_model_load(const char *path, const struct engine_load_params *
     const double t0 = now();
     struct engine_model *m = calloc(1, sizeof *m);
     if (!m) return err_setf(err, CBX_ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&m->mu, NULL);
+    m->n_prefix = p->voice_cache == 0 ? ENGINE_VOICE_CACHE_DEFAULT : p->voice_cache < 0 ? 0 : p->voice_cache;
+    if (m->n_prefix > 0 && !(m->prefix = calloc((size_t)m->n_prefix, sizeof *m->prefix))) {
+        pthread_mutex_destroy(&m->mu);
+        free(m);
+        return err_setf(err, CBX_ERR_NOMEM, "out of memory");
+    }
     cbx_status rc = model_open(path, &m->file, err);
     if (rc != CBX_OK) goto fail;
     m->variant = model_get_variant(m->file);
@@ -119,6 +142,13 @@ fail:
 void engine_model_free(struct engine_model *m)
 {
     if (!m) return;
+    for (int i = 0; i < m->n_prefix && m->prefix; i++) {
+        if (!m->prefix[i]) continue;
+        t3_prefix_free(m->prefix[i]->p);
+        free(m->prefix[i]);
+    }
+    free(m->prefix);
+    pthread_mutex_destroy(&m->mu);
     conds_free(&m->builtin);
     s3gen_free(&m->s3);
     t3_free(&m->t3);
@@ -178,6 +208,133 @@ cbx_status engine_voice_load(const struct engine_model *m, const struct backend 
                         path);
     cbx_status rc = conds_load_any(path, model_get_dir(m->file), be, NULL, out, err);
     if (rc == CBX_OK && (rc = check_voice(m, out, path, err)) != CBX_OK) conds_free(out);
+    return rc;
+}
+
+/* ---- voice prefix cache -------------------------------------------------- */
+
+/* The entry for voice: from the cache, or built (and cached when the cache
+ * is on). *built: seconds spent building (0 on a hit). Release with
+ * prefix_release. The model's mutable part is only this cache. */
+static cbx_status prefix_acquire(const struct engine_model *cm, const struct backend *be,
+                                 const struct conds *voice, struct prefix_ent **out, double *built,
+                                 char *err)
+{
+    struct engine_model *m = (struct engine_model *)cm;
+    const struct t3_cond c = {voice->speaker_emb, voice->cond_prompt_tokens, voice->n_cond_prompt};
+    *out = NULL;
+    *built = 0;
+    pthread_mutex_lock(&m->mu);
+    for (int i = 0; i < m->n_prefix; i++) {
+        struct prefix_ent *e = m->prefix[i];
+        if (e && t3_prefix_matches(e->p, &m->t3, &c)) {
+            e->refs++;
+            e->used = ++m->tick;
+            *out = e;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (*out) return CBX_OK;
+
+    /* build outside the lock; a concurrent call may build the same one */
+    const double t0 = now();
+    struct t3_prefix *p = NULL;
+    cbx_status rc = t3_prefix_build(&m->t3, be, &c, &p, err);
+    if (rc != CBX_OK) return rc;
+    struct prefix_ent *e = calloc(1, sizeof *e);
+    if (!e) {
+        t3_prefix_free(p);
+        return err_setf(err, CBX_ERR_NOMEM, "out of memory");
+    }
+    *built = now() - t0;
+    e->p = p;
+    e->refs = 1;
+    pthread_mutex_lock(&m->mu);
+    e->used = ++m->tick;
+    int slot = -1; /* an empty slot, else the least recently used */
+    for (int i = 0; i < m->n_prefix; i++) {
+        struct prefix_ent *o = m->prefix[i];
+        if (o && t3_prefix_matches(o->p, &m->t3, &c)) { /* another call's copy: use that one */
+            o->refs++;
+            o->used = e->used;
+            pthread_mutex_unlock(&m->mu);
+            t3_prefix_free(e->p);
+            free(e);
+            *out = o;
+            return CBX_OK;
+        }
+        if (!o) {
+            if (slot < 0 || m->prefix[slot]) slot = i;
+        } else if (slot < 0 || (m->prefix[slot] && o->used < m->prefix[slot]->used)) {
+            slot = i;
+        }
+    }
+    if (slot >= 0) {
+        struct prefix_ent *o = m->prefix[slot];
+        if (o) { /* out of the table; freed now or by its last user */
+            o->in_table = false;
+            if (o->refs == 0) {
+                t3_prefix_free(o->p);
+                free(o);
+            }
+        }
+        m->prefix[slot] = e;
+        e->in_table = true;
+    }
+    pthread_mutex_unlock(&m->mu);
+    *out = e;
+    return CBX_OK;
+}
+
+static void prefix_release(const struct engine_model *cm, struct prefix_ent *e)
+{
+    if (!e) return;
+    struct engine_model *m = (struct engine_model *)cm;
+    pthread_mutex_lock(&m->mu);
+    bool gone = --e->refs == 0 && !e->in_table;
+    pthread_mutex_unlock(&m->mu);
+    if (gone) {
+        t3_prefix_free(e->p);
+        free(e);
+    }
+}
+
+void engine_voice_cache_clear(const struct engine_model *cm)
+{
+    struct engine_model *m = (struct engine_model *)cm;
+    pthread_mutex_lock(&m->mu);
+    for (int i = 0; i < m->n_prefix; i++) {
+        struct prefix_ent *e = m->prefix[i];
+        m->prefix[i] = NULL;
+        if (!e) continue;
+        e->in_table = false;
+        if (e->refs == 0) {
+            t3_prefix_free(e->p);
+            free(e);
+        }
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+cbx_status engine_prepare_voice(const struct engine_model *m, const struct backend *be,
+                                const struct conds *voice, char *err)
+{
+    if (!m || !be) return err_setf(err, CBX_ERR_INVALID_ARG, "no model or backend");
+    const char *vname = "voice";
+    if (!voice) {
+        if (!m->has_builtin)
+            return err_setf(err, CBX_ERR_NOT_FOUND, "the model has no usable built-in voice (%s); give a voice",
+                            m->builtin_err);
+        voice = &m->builtin;
+        vname = "built-in voice";
+    }
+    cbx_status rc = check_voice(m, voice, vname, err);
+    if (rc != CBX_OK || m->n_prefix == 0) return rc;
+    struct prefix_ent *e = NULL;
+    double t = 0;
+    rc = prefix_acquire(m, be, voice, &e, &t, err);
+    prefix_release(m, e);
     return rc;
 }
 
@@ -528,7 +685,7 @@ static cbx_status append(float **buf, int64_t *n, int64_t *cap, const float *src
 /* One segment: normalise, tokenise, T3 (with retries). *speech owned by
  * the caller; it has room for ENGINE_N_SIL more tokens. */
 static cbx_status segment_tokens(const struct engine_model *m, const struct backend *be,
-                                 const struct conds *voice, const char *seg, int i,
+                                 const struct t3_prefix *pfx, const char *seg, int i,
                                  const struct engine_params *p, struct run *r,
                                  struct engine_stats *st, int32_t **speech, int64_t *n_speech,
                                  uint64_t *seed_used, char *err)
@@ -548,7 +705,6 @@ static cbx_status segment_tokens(const struct engine_model *m, const struct back
     st->n_text_tokens += n_ids;
     st->t_text += now() - t0;
 
-    struct t3_cond cond = {voice->speaker_emb, voice->cond_prompt_tokens, voice->n_cond_prompt};
     struct t3_gen_params gp = t3_gen_default_params();
     gp.s = p->s;
     gp.max_gen_len = p->max_tokens - 1;
@@ -561,7 +717,7 @@ static cbx_status segment_tokens(const struct engine_model *m, const struct back
         r->pr.attempt = j;
         r->pr.tokens = 0;
         t0 = now();
-        rc = t3_inference_turbo(&m->t3, be, &cond, ids, n_ids, &gp, on_t3_step, r, &tok, &n_tok, err);
+        rc = t3_inference_turbo_prefixed(&m->t3, be, pfx, ids, n_ids, &gp, on_t3_step, r, &tok, &n_tok, err);
         st->t_t3 += now() - t0;
         if (rc != CBX_OK) goto cleanup;
         const bool capped = n_tok >= p->max_tokens;
@@ -635,7 +791,8 @@ static int on_stream_audio(void *user, const float *pcm, int64_t n)
 /* One segment streamed: T3 (no retries) pushes its tokens into a stream
  * through on_t3_step; the final chunk adds the 3 silence tokens. */
 static cbx_status stream_segment(const struct engine_model *m, const struct backend *be,
-                                 const struct conds *voice, const char *seg, int i,
+                                 const struct conds *voice, const struct t3_prefix *pfx,
+                                 const char *seg, int i,
                                  const struct engine_params *p, struct run *r,
                                  struct engine_stats *st, struct stream_out *o, char *err)
 {
@@ -656,7 +813,7 @@ static cbx_status stream_segment(const struct engine_model *m, const struct back
     cbx_status rc = stream_create(&m->s3, be, &ref, &sp, on_stream_audio, o, &r->stream, err);
     if (rc != CBX_OK) return rc;
     r->stream_rc = CBX_OK;
-    rc = segment_tokens(m, be, voice, seg, i, &q, r, st, &speech, &n_speech, &seed, err);
+    rc = segment_tokens(m, be, pfx, seg, i, &q, r, st, &speech, &n_speech, &seed, err);
     const struct stream_stats *ss = stream_get_stats(r->stream);
     st->t_t3 -= ss->t_flow + ss->t_hift; /* S3Gen ran inside T3's callback */
     if (rc == CBX_ERR_CANCELLED && r->stream_rc != CBX_OK) {
@@ -720,6 +877,7 @@ cbx_status engine_synthesize(const struct engine_model *m, const struct backend 
     int64_t n_all = 0, cap = 0;
     int32_t *speech = NULL;
     float *wav = NULL;
+    struct prefix_ent *pe = NULL; /* the voice's T3 prefix, shared by the segments */
     if (!engine_has_word(text)) {
         rc = err_setf(err, CBX_ERR_INVALID_ARG, text[strspn(text, " \t\r\n")] ? "the text has nothing to speak (no letters or digits)" : "the text is empty");
         goto cleanup;
@@ -738,6 +896,9 @@ cbx_status engine_synthesize(const struct engine_model *m, const struct backend 
         goto cleanup;
     }
     st->n_segments = S.n;
+    if ((rc = prefix_acquire(m, be, voice, &pe, &st->t_t3_prefix, err)) != CBX_OK) goto cleanup;
+    st->prefix_cached = st->t_t3_prefix == 0;
+    st->t_t3 += st->t_t3_prefix;
     struct run r = {progress, user, {ENGINE_STAGE_T3, 0, S.n, 0, 0, p->max_tokens, 0}, 0, NULL, CBX_OK, ""};
     const int64_t pause = (int64_t)p->pause_ms * ENGINE_SAMPLE_RATE / 1000;
     for (int i = 0; i < S.n; i++) {
@@ -745,12 +906,13 @@ cbx_status engine_synthesize(const struct engine_model *m, const struct backend 
         if (p->stream) { /* pipeline/stream.h */
             struct stream_out o = {chunk, user, &all, &n_all, &cap, pcm != NULL, i > 0 ? pause : 0,
                                    st, t_start, CBX_OK, ""};
-            if ((rc = stream_segment(m, be, voice, S.text[i], i, p, &r, st, &o, err)) != CBX_OK) goto cleanup;
+            if ((rc = stream_segment(m, be, voice, pe->p, S.text[i], i, p, &r, st, &o, err)) != CBX_OK)
+                goto cleanup;
             continue;
         }
         int64_t n_speech = 0, n_wav = 0;
         uint64_t seed = p->seed;
-        rc = segment_tokens(m, be, voice, S.text[i], i, p, &r, st, &speech, &n_speech, &seed, err);
+        rc = segment_tokens(m, be, pe->p, S.text[i], i, p, &r, st, &speech, &n_speech, &seed, err);
         if (rc != CBX_OK) goto cleanup;
         st->n_speech_tokens += n_speech;
         r.pr.total_tokens = st->n_speech_tokens;
@@ -803,6 +965,7 @@ cleanup:
     free(wav);
     free(speech);
     free(all);
+    prefix_release(m, pe);
     engine_segments_free(&S);
     return rc;
 }

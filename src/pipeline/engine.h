@@ -55,9 +55,22 @@
  * a segment feed S3Gen chunk by chunk as they are sampled (stream.h), the
  * pause goes out as a chunk of its own before the segment's first audio.
  *
- * Thread safety: an engine_model is read-only after loading and may serve
- * any number of concurrent engine_synthesize calls, each with its own
- * backend (thread pool). */
+ * Voice prefix cache: T3's input is [speaker; voice prompt tokens; text;
+ * start-of-speech] and GPT-2 is causal, so the keys/values of the first
+ * 1 + P positions depend on the voice alone (t3.h, t3_prefix). The engine
+ * computes them once per voice and reuses them for every segment of a
+ * call and, through a small per-model cache (engine_load_params
+ * .voice_cache entries, least recently used out; ~74 MB each for Turbo's
+ * 375-token prompt), for later calls in the same voice (say --lines, a C
+ * API program speaking many texts, streaming). Voices are matched by
+ * content (speaker embedding and prompt tokens), not by address. A cached
+ * prefix gives bit-identical tokens to a freshly built one, so the output
+ * never depends on what was spoken before.
+ *
+ * Thread safety: an engine_model is read-only after loading (apart from the
+ * voice prefix cache, which has its own lock) and may serve any number of
+ * concurrent engine_synthesize calls, each with its own backend (thread
+ * pool). */
 #ifndef CBX_PIPELINE_ENGINE_H
 #define CBX_PIPELINE_ENGINE_H
 
@@ -79,6 +92,9 @@ struct engine_model; /* opaque: model file, tokenizer, T3, S3Gen, built-in voice
 struct engine_load_params {
     int wtype; /* enum dtype of the linear weights; < 0: as stored (F32 for a
                 * directory, the file's quantisation for a GGUF) */
+    int voice_cache; /* T3 voice prefixes kept between calls (see "Voice
+                      * prefix cache" below): 0 = the default, 2; < 0 = none
+                      * (a call still shares one among its segments) */
 };
 struct engine_load_params engine_load_default_params(void);
 
@@ -180,6 +196,9 @@ struct engine_stats {
     double audio_seconds;
     double t_first_audio;     /* seconds from the call to the first chunk */
     int n_chunks;             /* chunks delivered (pauses not counted) */
+    double t_t3_prefix;       /* building the voice prefix (part of t_t3;
+                               * 0 when it came from the cache) */
+    bool prefix_cached;       /* the voice prefix came from the cache */
 };
 
 /* Speak text with voice (NULL: the built-in voice) on backend be. *pcm
@@ -188,6 +207,14 @@ struct engine_stats {
  * receives timings. Errors: empty text or text with nothing to speak
  * (CBX_ERR_INVALID_ARG), CBX_ERR_CANCELLED from a callback, and the
  * stages' own; on failure *pcm is NULL. */
+/* Put voice's T3 prefix into the model's cache now (NULL: the built-in
+ * voice), so that the next call in that voice starts without it; a no-op
+ * when it is cached already or the cache is off. */
+cbx_status engine_prepare_voice(const struct engine_model *m, const struct backend *be,
+                                const struct conds *voice, char *err);
+/* Empty the voice prefix cache (prefixes in use are freed by their calls). */
+void engine_voice_cache_clear(const struct engine_model *m);
+
 cbx_status engine_synthesize(const struct engine_model *m, const struct backend *be,
                              const struct conds *voice, const char *text,
                              const struct engine_params *p, engine_chunk_fn chunk,
