@@ -836,18 +836,18 @@ static const struct tensor *unit_rows(struct arena *a, const struct tensor *t)
 /* ---- AVX-512 attention ---------------------------------------------------
  * Two drivers, by the number of query rows per head:
  *  - rows (Tq <= ROWS_MAX_TQ: the T3 decode step, CFG pairs): one item per
- *    query row. All its scores go to a scratch row, 16 keys per step (16
- *    dot products, then one transposing reduction to a vector of 16
- *    scores, no horizontal sum per key); then exp and sum over the row; then
- *    P.V with the output row in registers. K and V are each read once, in
- *    order.
+ *    query row, keys in segments of ZRB. A segment's scores go to a scratch
+ *    row, 16 keys per step (16 dot products, then one transposing reduction
+ *    to a vector of 16 scores, no horizontal sum per key); then their exp
+ *    against the running max; then P.V into the output row (online softmax
+ *    across segments, as the tiles). K and V are each read once, in order.
  *  - tiles (longer queries): K is first packed transposed per kv head, in
  *    blocks of ZKB keys ([D][ZKB] floats a block, zero padded), so both
  *    products are register tiles like a GEMM micro-kernel: S[6 rows, 64
  *    keys] = Q.Kt and O[6 rows, 64 columns] += P.V, 24 accumulators each,
  *    with the online softmax of the file header between them (invariant 1
  *    holds: a row whose max is still -inf gets P = 0 and keeps O = 0). */
-enum { ZR = 6, ZQB = 48, ZKB = 64, ROWS_MAX_TQ = 4 };
+enum { ZR = 6, ZQB = 48, ZKB = 64, ZRB = 256, ROWS_MAX_TQ = 4 };
 
 /* Key of each of the 16 accumulators of dot16 such that reduce16's lanes
  * come out in key order (the permutation is its own inverse). */
@@ -921,23 +921,26 @@ AVX512 static inline __m512 bias16(const char *br, int64_t bs, __mmask16 k)
     return _mm512_loadu_ps(t);
 }
 
-/* y[0, D) = inv * sum_j p[j] v_j, j < n; two sets of accumulators (even and
- * odd keys) so eight FMA chains are in flight */
-AVX512 static void pv_row(float *y, const float *p, const char *v0, int64_t vs, int64_t n,
-                          int64_t D, float inv)
+/* o[0, D) = o * corr + sum_j p[j] v_j, j < n; two sets of accumulators
+ * (even and odd keys) so eight FMA chains are in flight */
+AVX512 static void pv_row(float *o, float corr, const float *p, const char *v0, int64_t vs,
+                          int64_t n, int64_t D)
 {
     for (int64_t dc = 0; dc < D; dc += 64) {
         __mmask16 m[4];
         masks64(D, dc, m);
-        __m512 a[4], b[4];
-        #pragma GCC unroll 16
-        for (int c = 0; c < 4; c++) a[c] = b[c] = _mm512_setzero_ps();
+        __m512 a[4], b[4], cr = _mm512_set1_ps(corr);
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            a[c] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m[c], o + dc + 16 * c), cr);
+            b[c] = _mm512_setzero_ps();
+        }
         int64_t j = 0;
         for (; j + 2 <= n; j += 2) {
             const float *va = (const float *)(v0 + j * vs) + dc;
             const float *vb = (const float *)(v0 + (j + 1) * vs) + dc;
             __m512 pa = _mm512_set1_ps(p[j]), pb = _mm512_set1_ps(p[j + 1]);
-            #pragma GCC unroll 16
+#pragma GCC unroll 4
             for (int c = 0; c < 4; c++) {
                 a[c] = _mm512_fmadd_ps(pa, _mm512_maskz_loadu_ps(m[c], va + 16 * c), a[c]);
                 b[c] = _mm512_fmadd_ps(pb, _mm512_maskz_loadu_ps(m[c], vb + 16 * c), b[c]);
@@ -946,24 +949,27 @@ AVX512 static void pv_row(float *y, const float *p, const char *v0, int64_t vs, 
         if (j < n) {
             const float *va = (const float *)(v0 + j * vs) + dc;
             __m512 pa = _mm512_set1_ps(p[j]);
-            #pragma GCC unroll 16
+#pragma GCC unroll 4
             for (int c = 0; c < 4; c++)
                 a[c] = _mm512_fmadd_ps(pa, _mm512_maskz_loadu_ps(m[c], va + 16 * c), a[c]);
         }
-        __m512 sc = _mm512_set1_ps(inv);
-        #pragma GCC unroll 16
+#pragma GCC unroll 4
         for (int c = 0; c < 4; c++)
-            _mm512_mask_storeu_ps(y + dc + 16 * c, m[c], _mm512_mul_ps(_mm512_add_ps(a[c], b[c]), sc));
+            _mm512_mask_storeu_ps(o + dc + 16 * c, m[c], _mm512_add_ps(a[c], b[c]));
     }
 }
 
-/* one item per query row: it = (b * Hq + h) * Tq + i */
+/* one item per query row: it = (b * Hq + h) * Tq + i. Keys in segments of
+ * ZRB: the segment's scores (16 per dot16), then its exp against the
+ * running max, then its P.V into the output row (rescaled when the max
+ * grows), so K and V stream in turn, each read once. */
 AVX512 static void attn_rows_z(void *c, int64_t it0, int64_t it1, int ith)
 {
     const struct attn_ctx *x = c;
     const struct tensor *q = x->q, *k = x->k, *v = x->v, *bias = x->bias;
     const int64_t D = x->D, Tq = x->Tq, Tk = x->Tk;
-    float *s = x->scratch + ith * x->per_thread; /* [Tk rounded up to 16] */
+    float *s = x->scratch + ith * x->per_thread; /* [ZRB] scores, then [D] output */
+    float *o = s + ZRB;
     const __m512 sc = _mm512_set1_ps(x->p->scale), ninf = _mm512_set1_ps(-INFINITY);
     for (int64_t it = it0; it < it1; it++) {
         int64_t i = it % Tq, bh = it / Tq, h = bh % x->Hq, b = bh / x->Hq, hk = h / x->group;
@@ -976,28 +982,40 @@ AVX512 static void attn_rows_z(void *c, int64_t it0, int64_t it1, int ith)
         const char *vb = (const char *)v->data + b * v->nb[0] + hk * v->nb[1];
         const char *br = bias ? (const char *)bias->data + b * bias->nb[0] + h * bias->nb[1] +
                                     i * bias->nb[2] : NULL;
-        __m512 mx = ninf;
-        for (int64_t j0 = 0; j0 < kend; j0 += 16) {
-            int nk = (int)(kend - j0 < 16 ? kend - j0 : 16);
-            __mmask16 km = mask16(nk);
-            __m512 t = _mm512_mul_ps(dot16(qr, kb + j0 * k->nb[2], k->nb[2], nk, D), sc);
-            if (br) t = _mm512_add_ps(t, bias16(br + j0 * bias->nb[3], bias->nb[3], km));
-            t = _mm512_mask_blend_ps(km, ninf, t);
-            _mm512_storeu_ps(s + j0, t);
-            mx = _mm512_max_ps(mx, t);
+        float m = -INFINITY, l = 0;
+        memset(o, 0, (size_t)D * sizeof *o);
+        for (int64_t s0 = 0; s0 < kend; s0 += ZRB) {
+            int64_t ns = kend - s0 < ZRB ? kend - s0 : ZRB;
+            __m512 mx = ninf;
+            for (int64_t j0 = 0; j0 < ns; j0 += 16) {
+                int nk = (int)(ns - j0 < 16 ? ns - j0 : 16);
+                __mmask16 km = mask16(nk);
+                __m512 t = _mm512_mul_ps(dot16(qr, kb + (s0 + j0) * k->nb[2], k->nb[2], nk, D), sc);
+                if (br) t = _mm512_add_ps(t, bias16(br + (s0 + j0) * bias->nb[3], bias->nb[3], km));
+                t = _mm512_mask_blend_ps(km, ninf, t);
+                _mm512_storeu_ps(s + j0, t);
+                mx = _mm512_max_ps(mx, t);
+            }
+            float mnew = _mm512_reduce_max_ps(mx);
+            if (m > mnew) mnew = m;
+            if (mnew == -INFINITY) continue; /* invariant 1: nothing seen yet */
+            float corr = expf(m - mnew);     /* 0 when m was -inf */
+            __m512 mm = _mm512_set1_ps(mnew), sum = _mm512_setzero_ps();
+            for (int64_t j0 = 0; j0 < ns; j0 += 16) { /* masked lanes are -inf: exp gives 0 */
+                __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j0), mm));
+                _mm512_storeu_ps(s + j0, e);
+                sum = _mm512_add_ps(sum, e);
+            }
+            l = l * corr + _mm512_reduce_add_ps(sum);
+            m = mnew;
+            pv_row(o, corr, s, vb + s0 * v->nb[2], v->nb[2], ns, D);
         }
-        float m = _mm512_reduce_max_ps(mx);
-        if (m == -INFINITY) { /* sees no key: zeros (ops_nn.c, convention 2) */
+        if (l > 0) {
+            float inv = 1.0f / l;
+            for (int64_t d = 0; d < D; d++) y[d] = o[d] * inv;
+        } else { /* sees no key: zeros (ops_nn.c, convention 2) */
             memset(y, 0, (size_t)D * sizeof *y);
-            continue;
         }
-        __m512 mm = _mm512_set1_ps(m), sum = _mm512_setzero_ps();
-        for (int64_t j0 = 0; j0 < kend; j0 += 16) { /* masked lanes are -inf: exp gives 0 */
-            __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j0), mm));
-            _mm512_storeu_ps(s + j0, e);
-            sum = _mm512_add_ps(sum, e);
-        }
-        pv_row(y, s, vb, v->nb[2], kend, D, 1.0f / _mm512_reduce_add_ps(sum));
     }
 }
 
@@ -1200,7 +1218,7 @@ static void attention_z(struct arena *a, struct attn_ctx *c)
 {
     int nt = n_threads(a);
     if (c->Tq <= ROWS_MAX_TQ) {
-        c->per_thread = (c->Tk + 31) & ~(int64_t)15;
+        c->per_thread = (ZRB + c->D + 15) & ~(int64_t)15;
         c->scratch = arena_alloc_host(a, (size_t)(nt * c->per_thread) * sizeof(float));
         if (!c->scratch) return;
         tp_parallel_for(pool(a), c->B * c->Hq * c->Tq, 1, attn_rows_z, c);
