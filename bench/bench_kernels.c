@@ -18,7 +18,9 @@
  *                op_linear has, in the same run: the per-row dot path
  *                ("dot", the only quantised path before the GEMM), the
  *                dequantise + sgemm path ("gemm") and, for q4_0/q8_0 at
- *                the AVX-512 level, the quantised GEMM ("qgemm"); weight
+ *                the AVX-512 level, the quantised GEMM with VNNI tiles
+ *                ("qgemm") and with AMX tiles ("qgemm_amx", where the CPU
+ *                and OS have AMX-INT8); weight
  *                GB/s and us per call, and the speed-up of qgemm over dot.
  *                Places the switch-overs (linear_dot_max_rows,
  *                linear_qgemm_min_rows). Above 16 rows fewer weight
@@ -258,7 +260,7 @@ static void bench_rows(void)
     const enum dtype types[] = {TYPE_Q4_0, TYPE_Q8_0, TYPE_F16, TYPE_F32};
     const int64_t rows[] = {1, 2, 4, 8, 16, 32, 64, 256};
     const int64_t n = 4096, k = 1024, max_rows = 256;
-    static const char *const path_name[] = {"dot", "gemm", "qgemm"};
+    static const char *const path_name[] = {"dot", "gemm", "qgemm", "qgemm_amx"};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         enum dtype t = types[ti];
         char sel[64];
@@ -273,12 +275,14 @@ static void bench_rows(void)
         fill_random(x, (size_t)(max_rows * k), 9);
         int saved_dot = linear_dot_max_rows, saved_qg = linear_qgemm_min_rows;
         bool has_qg = linear_x_quantised(t, 1 << 20, cpu_level());
+        int npath = has_qg ? 3 + (linear_amx_available() ? 1 : 0) : 2;
         for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
             int64_t m = rows[ri], cm = m <= 16 ? copies : (copies * 16 + m - 1) / m;
-            double us[3] = {0, 0, 0};
-            for (int path = 0; path < (has_qg ? 3 : 2); path++) {
+            double us[4] = {0, 0, 0, 0};
+            for (int path = 0; path < npath; path++) {
                 linear_dot_max_rows = path == 0 ? 1 << 30 : 0;
-                linear_qgemm_min_rows = path == 2 ? 1 : 1 << 30;
+                linear_qgemm_min_rows = path >= 2 ? 1 : 1 << 30;
+                linear_qgemm_use_amx = path == 3;
                 struct bench_stats s = time_linear(t, m, n, k, cm, w, wbytes, x, &us[path]);
                 char ty[32];
                 snprintf(ty, sizeof ty, "%s:%s", dtype_name(t), path_name[path]);
@@ -287,15 +291,19 @@ static void bench_rows(void)
                            "copy", copy_gbs);
             }
             int best = us[1] < us[0] ? 1 : 0;
-            if (has_qg && us[2] < us[best]) best = 2;
+            for (int p = 2; p < npath; p++)
+                if (us[p] < us[best]) best = p;
             fprintf(stderr, "linear_rows %-5s m=%-3lld [%lld,%lld]: dot %8.1f us, dequant+sgemm %8.1f us",
                     dtype_name(t), (long long)m, (long long)n, (long long)k, us[0], us[1]);
             if (has_qg)
                 fprintf(stderr, ", qgemm %8.1f us (%.2fx dot)", us[2], us[2] > 0 ? us[0] / us[2] : 0);
+            if (npath > 3)
+                fprintf(stderr, ", qgemm_amx %8.1f us (%.2fx dot)", us[3], us[3] > 0 ? us[0] / us[3] : 0);
             fprintf(stderr, " -> %s\n", path_name[best]);
         }
         linear_dot_max_rows = saved_dot;
         linear_qgemm_min_rows = saved_qg;
+        linear_qgemm_use_amx = 1;
         free(w);
         free(x);
     }

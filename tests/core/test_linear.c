@@ -12,7 +12,17 @@
  *                      + 1e-5 sum_i |w^_i x_i|                (float sums)
  * and the check passes when every element is within it (the printed
  * ratio is the worst err / bound). SIMD levels against generic differ
- * only in float summation order: 1e-5 sum |w^ x^|. */
+ * only in float summation order: 1e-5 sum |w^ x^|.
+ *
+ * From linear_qgemm_min_rows rows up, the AVX-512 level takes the
+ * quantised GEMM (VNNI tiles; with AMX tiles too as the extra variant
+ * "avx512+amx" where the CPU and OS have AMX): the same Q8_0 x as the dot
+ * path, so the same bound. Shapes with M not a multiple of the 16-row x
+ * group, N not a multiple of the 8/16-row weight tiles, K of 2..128
+ * blocks, and M = 160 at K = 4096 (x packed in more than one L2 chunk).
+ * Also checked: the GEMM's x packing bit for bit against
+ * quantize_row_q8_0_ref, the GEMM against the dot path (summation order
+ * only) and AMX against VNNI (bit-identical). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,7 +170,13 @@ static void linear_case(enum dtype wt, int64_t m, int64_t k, int64_t n, enum lay
     run_linear(ar, &x, &w, bp, yr, (size_t)(m * n));
     enum cpu_level top = cpu_level_detected();
     bool quant_g = linear_x_quantised(wt, m, CPU_GENERIC);
-    for (int l = CPU_GENERIC; l <= (int)top; l++) {
+    /* variants: each level, and at AVX-512 with AMX first off, then on
+     * (when the CPU and OS have it) */
+    int nvar = (int)top + 1 + (top >= CPU_AVX512 && linear_amx_available());
+    for (int v = 0; v < nvar; v++) {
+        int l = v > (int)top ? (int)top : v;
+        linear_qgemm_use_amx = v > (int)top;
+        const char *vname = v > (int)top ? "avx512+amx" : cpu_level_name((enum cpu_level)l);
         cpu_set_level((enum cpu_level)l);
         /* x quantised at this level: its rounding is in the bound; against
          * generic too when only one of the two quantises x */
@@ -177,11 +193,12 @@ static void linear_case(enum dtype wt, int64_t m, int64_t k, int64_t n, enum lay
         if (worst > worst_ratio[wt]) worst_ratio[wt] = worst;
         CHECK(worst <= 1.0, "linear %s [%lld,%lld]x[%lld,%lld]^T %s %s %s: cpu vs ref err/bound %.3f",
               dtype_name(wt), (long long)m, (long long)k, (long long)n, (long long)k,
-              layout_name[lay], bias ? "bias" : "no-bias", cpu_level_name((enum cpu_level)l), worst);
+              layout_name[lay], bias ? "bias" : "no-bias", vname, worst);
         CHECK(worst_g <= 1.0, "linear %s m=%lld k=%lld n=%lld %s %s: vs generic err/tol %.3f",
               dtype_name(wt), (long long)m, (long long)k, (long long)n, layout_name[lay],
-              cpu_level_name((enum cpu_level)l), worst_g);
+              vname, worst_g);
     }
+    linear_qgemm_use_amx = 1;
     cpu_set_level(CPU_AVX512);
 cleanup:
     free(wf); free(wd); free(xc); free(xd); free(bb); free(wq); free(xq);
@@ -266,7 +283,29 @@ static void test_qgemm_vs_dot(void)
         linear_qgemm_min_rows = 1 << 30;
         run_linear(ac, &x, &w, NULL, yd, (size_t)(m * n));
         linear_qgemm_min_rows = 1;
+        linear_qgemm_use_amx = 0;
         run_linear(ac, &x, &w, NULL, yq, (size_t)(m * n));
+        if (linear_amx_available()) {
+            /* the AMX tiles do the VNNI kernel's integer and float steps:
+             * bit-identical (n = 67: four 16-row AMX tiles and a VNNI tail) */
+            float *ya = malloc((size_t)(m * n) * sizeof *ya);
+            if (ya) {
+                linear_qgemm_use_amx = 1;
+                run_linear(ac, &x, &w, NULL, ya, (size_t)(m * n));
+                int64_t differ = 0;
+                for (int64_t i = 0; i < m * n; i++) differ += memcmp(&ya[i], &yq[i], 4) != 0;
+                printf("qgemm amx vs vnni %s: %lld of %lld outputs differ\n", dtype_name(wt),
+                       (long long)differ, (long long)(m * n));
+                CHECK(differ == 0, "qgemm amx vs vnni %s: %lld outputs differ", dtype_name(wt),
+                      (long long)differ);
+            } else {
+                CHECK(0, "alloc");
+            }
+            free(ya);
+        } else {
+            printf("qgemm amx: not available (CPU or OS), skipped\n");
+        }
+        linear_qgemm_use_amx = 1;
         linear_dot_max_rows = saved_dot;
         linear_qgemm_min_rows = saved_qg;
         double max_abs = 0, max_rel = 0, ymax = 0;

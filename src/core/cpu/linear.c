@@ -1,22 +1,31 @@
 /* linear.c - cpu kernels of the linear group: op_linear, op_matmul (see
  * ops.h).
  *
- * op_linear, y[M, N] = x[M, K] @ w[N, K]^T + b, has two paths:
- *  - rows <= LINEAR_DOT_MAX_ROWS (decode: one row): per weight row dot
- *    products, threaded over weight rows. Quantised weights multiply x
- *    quantised once to Q8_0/Q8_1 (as ggml); F16/BF16 rows are widened in
- *    registers. Every weight byte is read once, whatever the row count,
- *    and kernels come from linear_dot_kernel(type, cpu_level()); at the
+ * op_linear, y[M, N] = x[M, K] @ w[N, K]^T + b, has three paths:
+ *  - quantised GEMM, q4_0/q8_0 weights at the AVX-512 level from
+ *    linear_qgemm_min_rows rows up: x quantised to Q8_0 (the dot path's
+ *    quantisation, bit for bit) and packed 16 rows to a group, weight rows
+ *    unpacked once per tile and multiplied with every group (VNNI: 8
+ *    weight rows x 16 x rows per vpdpbusd pass; AMX-INT8 where the CPU and
+ *    OS have it: 16 x 16 per TDPBUSD, same results bit for bit). See
+ *    "quantised GEMM path" below and linear_kernels.h.
+ *  - rows <= LINEAR_DOT_MAX_ROWS otherwise (decode: one row): per weight
+ *    row dot products, threaded over weight rows. Quantised weights
+ *    multiply x quantised once to Q8_0/Q8_1 (as ggml); F16/BF16 rows are
+ *    widened in registers. Every weight byte is read once, whatever the
+ *    row count, and kernels come from linear_dot_kernel(type, cpu_level()); at the
  *    AVX-512 level q4_0/q8_0 use the "dotx" kernels on an x prepared once
  *    per call (contiguous quants, float scales, d * sum(q)), about twice
  *    the speed of the block-at-a-time kernels, four weight rows per call
  *    (x loads and the final reductions shared: 1.06-1.16x on one core,
  *    bench_kernels dotx), the remainder of a task's rows one at a time.
  *  - more rows: OpenBLAS sgemm. F32 weights are used in place; other
- *    types are dequantised tile by tile (rows of W) into arena scratch,
+ *    types are dequantised tile by tile (rows of W) into scratch,
  *    the pool's threads splitting each tile, then one sgemm per tile with
  *    the BLAS threads (the pool is idle meanwhile, so the two never
  *    compete for cores). The bias is written first and sgemm adds to it.
+ * Scratch of all three comes from a per-thread buffer kept between calls
+ * (see "scratch"), not from the arena.
  * op_matmul runs one sgemm per batch element, passing strided views
  * through lda/ldb (transposed when the inner stride is the other dim's)
  * and copying only views with neither dimension contiguous. */
@@ -35,6 +44,7 @@
  * dequantise + sgemm, whose small-M sgemm runs far below peak). */
 int linear_dot_max_rows = 16;
 int linear_qgemm_min_rows = 5;
+int linear_qgemm_use_amx = 1;
 /* Bytes of F32 weights per dequantised tile: large enough for sgemm to
  * run at full speed, small enough to stay in L2/L3. */
 #define LINEAR_TILE_BYTES (4u << 20)
@@ -271,10 +281,12 @@ static void linear_dot(struct arena *a, struct tensor *out, const struct tensor 
  * x is quantised to Q8_0 (the dot path's quantisation, so the products
  * per block are the same integers) and packed in groups of 16 rows (see
  * linear_kernels.h), the groups split over the pool; then the pool splits
- * the weight rows in tiles of LINEAR_QG_MAXW: a tile is unpacked once
- * into per-thread scratch and multiplied with every x group. For large M
- * the groups are taken in chunks that stay in L2 (the tile unpacked again
- * per chunk, which costs little next to the multiplies). */
+ * the weight rows in tiles of g.maxw rows (8 VNNI, 16 AMX): a tile is
+ * unpacked once into per-thread scratch and multiplied with every x
+ * group. For large M the groups are taken in chunks that stay in L2 (the
+ * tile unpacked again per chunk, which costs little next to the
+ * multiplies). Against the dot path only the float summation order
+ * differs (test_linear: max |diff| / max |y| about 2e-7). */
 
 #define QG_CHUNK_BYTES (512u << 10)
 
@@ -295,8 +307,8 @@ struct qg_job {
 static size_t qg_tmp_bytes(int64_t k, int64_t nb)
 {
     size_t pack = scr_round((size_t)(LINEAR_QG_LANES * k) * sizeof(float));
-    size_t tile = scr_round((size_t)(LINEAR_QG_MAXW * k)) +
-                  scr_round((size_t)(LINEAR_QG_MAXW * nb) * sizeof(float));
+    size_t tile = scr_round((size_t)(LINEAR_QG_MAXW_ANY * k)) +
+                  scr_round((size_t)(LINEAR_QG_MAXW_ANY * nb) * sizeof(float));
     return pack > tile ? pack : tile;
 }
 
@@ -327,29 +339,36 @@ static void qg_tiles(void *ctx, int64_t t0, int64_t t1, int ith)
 {
     const struct qg_job *j = ctx;
     const int64_t nb = j->nb, n = j->n;
+    const int maxw = j->g.maxw;
     char *t = j->tmp + (size_t)ith * j->tmp_bytes;
     int32_t *wq = (int32_t *)t;
-    float *wd = (float *)(t + scr_round((size_t)(LINEAR_QG_MAXW * j->k)));
+    float *wd = (float *)(t + scr_round((size_t)(LINEAR_QG_MAXW_ANY * j->k)));
     int64_t chunk = (int64_t)(QG_CHUNK_BYTES / ((size_t)nb * LINEAR_QG_REC));
     if (chunk < 1) chunk = 1;
+    if (j->g.thread_begin) j->g.thread_begin();
     for (int64_t c0 = 0; c0 < j->groups; c0 += chunk) {
         int64_t c1 = c0 + chunk < j->groups ? c0 + chunk : j->groups;
         for (int64_t ti = t0; ti < t1; ti++) {
-            int64_t n0 = ti * LINEAR_QG_MAXW;
-            int nw = (int)(n - n0 < LINEAR_QG_MAXW ? n - n0 : LINEAR_QG_MAXW);
-            j->g.unpack(j->w + n0 * j->w_stride, (size_t)j->w_stride, nw, nb, wq, wd);
-            float bias[LINEAR_QG_MAXW];
-            for (int q = 0; q < nw; q++)
-                bias[q] = j->bias ? *(const float *)((const char *)j->bias + (n0 + q) * j->bias_stride)
-                                  : 0.0f;
-            for (int64_t g = c0; g < c1; g++) {
-                int64_t r0 = g * LINEAR_QG_LANES;
-                int lanes = (int)(j->m - r0 < LINEAR_QG_LANES ? j->m - r0 : LINEAR_QG_LANES);
-                j->g.tile(wq, wd, nw, j->xp + (size_t)(g * nb) * LINEAR_QG_REC, nb, bias,
-                          j->y + r0 * n + n0, n, lanes);
+            int64_t e = (ti + 1) * maxw < n ? (ti + 1) * maxw : n;
+            /* a full tile, or the tail in pieces of at most 8 rows */
+            int step = e - ti * maxw == maxw ? maxw : LINEAR_QG_MAXW;
+            for (int64_t n0 = ti * maxw; n0 < e; n0 += step) {
+                int nw = (int)(e - n0 < step ? e - n0 : step);
+                j->g.unpack(j->w + n0 * j->w_stride, (size_t)j->w_stride, nw, nb, wq, wd);
+                float bias[LINEAR_QG_MAXW_ANY];
+                for (int q = 0; q < nw; q++)
+                    bias[q] = j->bias ? *(const float *)((const char *)j->bias + (n0 + q) * j->bias_stride)
+                                      : 0.0f;
+                for (int64_t g = c0; g < c1; g++) {
+                    int64_t r0 = g * LINEAR_QG_LANES;
+                    int lanes = (int)(j->m - r0 < LINEAR_QG_LANES ? j->m - r0 : LINEAR_QG_LANES);
+                    j->g.tile(wq, wd, nw, j->xp + (size_t)(g * nb) * LINEAR_QG_REC, nb, bias,
+                              j->y + r0 * n + n0, n, lanes);
+                }
             }
         }
     }
+    if (j->g.thread_end) j->g.thread_end();
 }
 
 static void linear_qgemm(struct arena *a, struct tensor *out, const struct tensor *x,
@@ -370,7 +389,7 @@ static void linear_qgemm(struct arena *a, struct tensor *out, const struct tenso
     j.xp = scratch_take(xp_bytes);
     j.tmp = scratch_take(j.tmp_bytes * (size_t)nt);
     tp_parallel_for(tp, j.groups, 1, qg_pack, &j);
-    tp_parallel_for(tp, (j.n + LINEAR_QG_MAXW - 1) / LINEAR_QG_MAXW, 1, qg_tiles, &j);
+    tp_parallel_for(tp, (j.n + g->maxw - 1) / g->maxw, 1, qg_tiles, &j);
 }
 
 /* The quantised GEMM kernels for w at the level in use, when op_linear
@@ -378,6 +397,7 @@ static void linear_qgemm(struct arena *a, struct tensor *out, const struct tenso
 static bool qgemm_for(enum dtype t, int64_t m, enum cpu_level l, struct linear_qgemm *g)
 {
     if (m < linear_qgemm_min_rows || l < CPU_AVX512) return false;
+    if (linear_qgemm_use_amx && linear_qgemm_amx(t, g)) return true;
     return linear_qgemm_avx512(t, g);
 }
 

@@ -645,5 +645,7 @@ bool linear_qgemm_avx512(enum dtype t, struct linear_qgemm *g)
     }
     g->tile = qg_tile;
     g->pack = qg_pack_q8;
+    g->maxw = LINEAR_QG_MAXW;
+    g->thread_begin = g->thread_end = NULL;
     return true;
 }

@@ -45,8 +45,14 @@ linear_dotx4_fn linear_dotx4_avx512(enum dtype t);
  * multiplied with every x group, 16 rows per vpdpbusd. */
 #define LINEAR_QG_LANES 16
 #define LINEAR_QG_REC 640
-#define LINEAR_QG_MAXW 8
+#define LINEAR_QG_MAXW 8     /* VNNI kernels */
+#define LINEAR_QG_MAXW_ANY 16 /* any kernel (AMX) */
 struct linear_qgemm {
+    /* weight rows per tile: tile() takes nw == maxw, or nw <= 8 */
+    int maxw;
+    /* run by each thread before / after its tiles (AMX tile config), or NULL */
+    void (*thread_begin)(void);
+    void (*thread_end)(void);
     /* the weight zero point: unpacked quants are q_w + off, all >= 0 */
     int off;
     /* nw (<= MAXW) rows w, w + stride, ... of nb blocks -> wq[b][j][8]
@@ -62,6 +68,15 @@ struct linear_qgemm {
 };
 /* AVX-512 VNNI kernels for t (q4_0, q8_0); false when there are none. */
 bool linear_qgemm_avx512(enum dtype t, struct linear_qgemm *g);
+/* Whether AMX-INT8 is there and the OS granted its tile state to the
+ * process (asked once, on the first call). */
+bool linear_amx_available(void);
+/* AMX-INT8 tiles (16 weight rows) with the VNNI pack/unpack/tails, same
+ * results bit for bit; false without AMX or for other types. */
+bool linear_qgemm_amx(enum dtype t, struct linear_qgemm *g);
+/* op_linear's quantised GEMM uses the AMX kernels when available and this
+ * is nonzero (default 1); tests and benchmarks clear it to compare. */
+extern int linear_qgemm_use_amx;
 /* op_linear uses the quantised GEMM from this many rows of x up, when the
  * level has kernels for the weight type (else the dot path / sgemm as set
  * by linear_dot_max_rows). A tuning knob like linear_dot_max_rows. */

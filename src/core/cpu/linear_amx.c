@@ -1,0 +1,178 @@
+/* linear_amx.c - AMX-INT8 tile kernel of the quantised GEMM (see
+ * linear_kernels.h), for CPUs with amx_tile + amx_int8 whose kernel grants
+ * the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, Linux >= 5.16).
+ *
+ * One tile is 16 weight rows x one packed x group (16 rows): per block,
+ * TDPBUSD multiplies the 16 x 32 unsigned weight bytes (A, the unpacked
+ * rows as they lie: 32 bytes a row) with the group's 8 x 64 record bytes
+ * (B: the record's quant layout is AMX's B layout, dword l of row g =
+ * quants 4g..4g+3 of x row l) into a 16 x 16 int32 tile C. C goes to
+ * memory and the AVX-512 epilogue adds the x record's -off * sum(q),
+ * converts and accumulates with d_x * d_w, the same integer and float
+ * steps as the VNNI kernel, so both give bit-identical results. Two C
+ * tiles alternate so block b + 1's TDPBUSD runs during block b's epilogue.
+ * Tails of fewer than 16 weight rows use the VNNI tile kernel. */
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "linear_x86.h"
+
+#define TGT __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8")))
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+/* The VNNI kernels: unpack, pack, tails. */
+static struct linear_qgemm vnni[2]; /* [0] q4_0, [1] q8_0 */
+
+static bool amx_ok;
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+
+static void amx_detect(void)
+{
+    unsigned a, b, c, d;
+    /* cpuid leaf 7 edx: amx_tile bit 24, amx_int8 bit 25; XCR0 bits 17, 18 */
+    __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+    if (!(d & (1u << 24)) || !(d & (1u << 25))) return;
+    __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
+    if (!(c & (1u << 27))) return; /* osxsave */
+    unsigned lo, hi;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    (void)hi;
+    if ((lo & (3u << 17)) != (3u << 17)) return;
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) return;
+    amx_ok = linear_qgemm_avx512(TYPE_Q4_0, &vnni[0]) && linear_qgemm_avx512(TYPE_Q8_0, &vnni[1]);
+}
+
+bool linear_amx_available(void)
+{
+    pthread_once(&amx_once, amx_detect);
+    return amx_ok;
+}
+
+struct tilecfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+
+/* tmm0, tmm3: C (16 x 16 int32); tmm1, tmm4: A (16 rows x 32 bytes);
+ * tmm2, tmm5: B (8 rows x 64 bytes). A static object: GCC's
+ * _tile_loadconfig tells the compiler it reads only 8 bytes, so a config
+ * built on the stack could lose its other stores. */
+static const struct tilecfg amx_cfg __attribute__((aligned(64))) = {
+    .palette = 1,
+    .colsb = {64, 32, 64, 64, 32, 64},
+    .rows = {16, 16, 8, 16, 16, 8},
+};
+
+TGT static void amx_begin(void)
+{
+    __asm__ volatile("" ::: "memory");
+    _tile_loadconfig(&amx_cfg);
+}
+
+TGT static void amx_end(void) { _tile_release(); }
+
+/* acc[i] += (C row i + c) * (d_x * d_w[i]) for block b's record */
+TGT static inline __attribute__((always_inline)) void
+amx_epilogue(__m512 *acc, const int32_t *cbuf, const uint8_t *rec, const float *wdb)
+{
+    __m512 dx = _mm512_loadu_ps((const float *)(rec + 512));
+    __m512i c = _mm512_loadu_si512(rec + 576);
+    for (int i = 0; i < 16; i++) {
+        __m512i s = _mm512_add_epi32(_mm512_load_si512(cbuf + 16 * i), c);
+        __m512 sc = _mm512_mul_ps(dx, _mm512_set1_ps(wdb[i]));
+        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), sc, acc[i]);
+    }
+}
+
+/* 8 x 16 transposed store with bias (as the VNNI kernel's qg_store) */
+TGT static inline __attribute__((always_inline)) void
+amx_store8(const __m512 *a, const float *bias, float *y, int64_t ldy, int lanes)
+{
+    __m512 t0 = _mm512_unpacklo_ps(a[0], a[1]), t1 = _mm512_unpackhi_ps(a[0], a[1]);
+    __m512 t2 = _mm512_unpacklo_ps(a[2], a[3]), t3 = _mm512_unpackhi_ps(a[2], a[3]);
+    __m512 t4 = _mm512_unpacklo_ps(a[4], a[5]), t5 = _mm512_unpackhi_ps(a[4], a[5]);
+    __m512 t6 = _mm512_unpacklo_ps(a[6], a[7]), t7 = _mm512_unpackhi_ps(a[6], a[7]);
+    __m512 u[8] = {
+        _mm512_shuffle_ps(t0, t2, 0x44), _mm512_shuffle_ps(t0, t2, 0xee),
+        _mm512_shuffle_ps(t1, t3, 0x44), _mm512_shuffle_ps(t1, t3, 0xee),
+        _mm512_shuffle_ps(t4, t6, 0x44), _mm512_shuffle_ps(t4, t6, 0xee),
+        _mm512_shuffle_ps(t5, t7, 0x44), _mm512_shuffle_ps(t5, t7, 0xee),
+    };
+    __m256 b8 = _mm256_loadu_ps(bias);
+    __m512 b16 = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(b8)),
+                                                     _mm256_castps_pd(b8), 1));
+    for (int r = 0; r < 4; r++) {
+        __m512 lo = _mm512_shuffle_f32x4(u[r], u[4 + r], 0x44);
+        __m512 hi = _mm512_shuffle_f32x4(u[r], u[4 + r], 0xee);
+        lo = _mm512_add_ps(_mm512_shuffle_f32x4(lo, lo, 0xd8), b16);
+        hi = _mm512_add_ps(_mm512_shuffle_f32x4(hi, hi, 0xd8), b16);
+        __m256 e[4] = {_mm512_castps512_ps256(lo),
+                       _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(lo), 1)),
+                       _mm512_castps512_ps256(hi),
+                       _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(hi), 1))};
+        for (int q = 0; q < 4; q++)
+            if (4 * q + r < lanes) _mm256_storeu_ps(y + (4 * q + r) * ldy, e[q]);
+    }
+}
+
+TGT static void amx_tile16(const int32_t *wq, const float *wd, const uint8_t *xp, int64_t nb,
+                           const float *bias, float *y, int64_t ldy, int lanes)
+{
+    int32_t cbuf[2][256] __attribute__((aligned(64)));
+    __m512 acc[16];
+    for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+    /* A of block b: wq + b * 128 dwords (16 rows of 32 bytes) */
+#define ISSUE(C, A, B, b)                                                                  \
+    do {                                                                                   \
+        _tile_zero(C);                                                                     \
+        _tile_loadd(A, wq + (b) * 128, 32);                                                \
+        _tile_loadd(B, xp + (b) * LINEAR_QG_REC, 64);                                      \
+        _tile_dpbusd(C, A, B);                                                             \
+    } while (0)
+    ISSUE(0, 1, 2, 0);
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        ISSUE(3, 4, 5, b + 1);
+        _tile_stored(0, cbuf[0], 64);
+        amx_epilogue(acc, cbuf[0], xp + b * LINEAR_QG_REC, wd + b * 16);
+        if (b + 2 < nb) ISSUE(0, 1, 2, b + 2);
+        _tile_stored(3, cbuf[1], 64);
+        amx_epilogue(acc, cbuf[1], xp + (b + 1) * LINEAR_QG_REC, wd + (b + 1) * 16);
+    }
+    if (b < nb) { /* odd nb: the last block was issued into tmm0 */
+        _tile_stored(0, cbuf[0], 64);
+        amx_epilogue(acc, cbuf[0], xp + b * LINEAR_QG_REC, wd + b * 16);
+    }
+#undef ISSUE
+    amx_store8(acc, bias, y, ldy, lanes);
+    amx_store8(acc + 8, bias + 8, y + 8, ldy, lanes);
+}
+
+static void amx_tile(const int32_t *wq, const float *wd, int nw, const uint8_t *xp, int64_t nb,
+                     const float *bias, float *y, int64_t ldy, int lanes)
+{
+    if (nw == 16) {
+        amx_tile16(wq, wd, xp, nb, bias, y, ldy, lanes);
+        return;
+    }
+    /* tails: the unpacked layout is [b][nw][32 bytes], what the VNNI tile
+     * kernel reads for nw <= 8; above, unpack order would differ, so the
+     * driver never passes 8 < nw < 16 (see linear_qgemm_amx) */
+    vnni[0].tile(wq, wd, nw, xp, nb, bias, y, ldy, lanes);
+}
+
+bool linear_qgemm_amx(enum dtype t, struct linear_qgemm *g)
+{
+    if (!linear_amx_available() || !linear_qgemm_avx512(t, g)) return false;
+    g->tile = amx_tile;
+    g->maxw = 16;
+    g->thread_begin = amx_begin;
+    g->thread_end = amx_end;
+    return true;
+}
