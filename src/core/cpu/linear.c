@@ -451,6 +451,7 @@ static void linear_gemm(struct arena *a, struct tensor *out, const struct tensor
     if (k == 0) return;
     set_blas_threads(be);
     if (w->type == TYPE_F32) {
+        tp_release_cores(be->tp); /* the pool's polling would compete with BLAS */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)n, (int)k, 1.0f,
                     xm, (int)ldx, w->data, (int)(w->nb[0] / 4), 1.0f, y, (int)n);
         return;
@@ -461,6 +462,7 @@ static void linear_gemm(struct arena *a, struct tensor *out, const struct tensor
         struct deq_job j = {w->type, cpu_level() >= CPU_AVX2 ? linear_dequant_avx2(w->type) : NULL,
                             (const char *)w->data + n0 * w->nb[0], w->nb[0], k, wt};
         tp_parallel_for(be->tp, tn, 8, deq_rows, &j);
+        tp_release_cores(be->tp);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)tn, (int)k, 1.0f,
                     xm, (int)ldx, wt, (int)k, 1.0f, y + n0, (int)n);
     }
@@ -522,6 +524,7 @@ static void cpu_matmul(struct arena *a, struct tensor *out, const struct tensor 
         ldy = n;
     }
     set_blas_threads(arena_backend(a));
+    tp_release_cores(arena_backend(a)->tp);
     int64_t batch = 1;
     for (int d = 0; d < nd - 2; d++) batch *= out->ne[d];
     for (int64_t bi = 0; bi < batch; bi++) {
