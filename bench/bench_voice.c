@@ -7,7 +7,8 @@
  *   voice_total_cpu    its CPU time summed over threads (robust on a
  *                      shared machine: wall >= cpu / threads)
  *   voice_resample     soxr and torchaudio resampling
- *   voice_loudness     pyloudnorm meter (default path only)
+ *   voice_loudness     pyloudnorm meter (the silence check, and the gain
+ *                      on the default Turbo/Nano path)
  *   voice_prompt_mel   S3Gen 24 kHz prompt mel
  *   voice_campplus     Kaldi fbank + CAMPPlus x-vector
  *   voice_prompt_tokens  S3TokenizerV2 on the 10 s prompt
@@ -16,8 +17,9 @@
  *
  * Options: --model DIR (default $CHATTERBOX_MODEL), --ref FILE (default
  * tests/data/ref_voice_24k.wav), --ref16 FILE (fixture path: no
- * resampling, one tokenizer run), plus the common --threads/--reps/
- * --filter. */
+ * resampling, one tokenizer run), --serial (stages one after another:
+ * voice_params.serial, the comparison for the concurrent network lanes),
+ * plus the common --threads/--reps/--filter. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +56,14 @@ int main(int argc, char **argv)
     const char *model = take_opt(&argc, argv, "--model", getenv("CHATTERBOX_MODEL"));
     const char *ref = take_opt(&argc, argv, "--ref", "tests/data/ref_voice_24k.wav");
     const char *ref16 = take_opt(&argc, argv, "--ref16", NULL);
+    bool serial = false; /* --serial: voice_params.serial (stages one after another) */
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--serial")) {
+            serial = true;
+            memmove(argv + i, argv + i + 1, sizeof *argv * (size_t)(argc - i - 1));
+            argc--;
+            break;
+        }
     struct bench_opts opt;
     if (!bench_parse(argc, argv, &opt, 3)) return 2;
     if (!model) {
@@ -82,6 +92,7 @@ int main(int argc, char **argv)
     double *t[N_STAGE];
     for (int s = 0; s < N_STAGE; s++) t[s] = calloc((size_t)reps, sizeof(double));
     struct voice_params p = voice_default_params();
+    p.serial = serial;
     for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
         struct conds c;
         struct voice_report rep;
@@ -99,12 +110,12 @@ int main(int argc, char **argv)
         for (int s = 0; s < N_STAGE; s++) t[s][r] = v[s];
     }
     int64_t shape[1] = {a.n};
-    fprintf(stderr, "bench_voice: %.2f s clip at %d Hz, %s path, %d threads, %d reps (median s, x real time)\n",
-            clip, a.sample_rate, ref16 ? "--ref16" : "default", opt.threads, reps);
+    fprintf(stderr, "bench_voice: %.2f s clip at %d Hz, %s path%s, %d threads, %d reps (median s, x real time)\n",
+            clip, a.sample_rate, ref16 ? "--ref16" : "default", serial ? " (--serial)" : "", opt.threads, reps);
     for (int s = 0; s < N_STAGE; s++) {
         if (!bench_selected(&opt, names[s])) continue;
         struct bench_stats st = bench_stats(t[s], reps);
-        bench_emit(names[s], ref16 ? "ref16" : "default", shape, 1, opt.threads, reps, "s", st, "clip_seconds",
+        bench_emit(names[s], ref16 ? "ref16" : serial ? "serial" : "default", shape, 1, opt.threads, reps, "s", st, "clip_seconds",
                    clip);
         fprintf(stderr, "  %-20s %7.3f s  (p10 %.3f, p90 %.3f)  %.3f x real time\n", names[s], st.median, st.p10,
                 st.p90, st.median / clip);

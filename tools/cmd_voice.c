@@ -17,6 +17,7 @@
 
 #include "chatterbox.h"
 #include "cli.h"
+#include "default_model.h"
 #include "core/backend.h"
 #include "io/model_file.h"
 #include "voice/conds.h"
@@ -40,7 +41,8 @@ static void usage(FILE *f)
             "  --npy DIR              also write the tensors as .npy files named as\n"
             "                         upstream's conds keys (speaker_emb, ...)\n"
             "  --model PATH           model directory or converted .gguf\n"
-            "                         (default $CHATTERBOX_MODEL)\n"
+            "                         (default $CHATTERBOX_MODEL, else the Turbo\n"
+            "                         snapshot of `chatterbox download turbo`)\n"
             "  --ref16 FILE           a 16 kHz rendition of REF to use instead of\n"
             "                         resampling (as the test fixtures do)\n"
             "  --no-loudness-norm     Turbo/Nano: keep the level (default: -27 LUFS)\n"
@@ -83,7 +85,7 @@ static const char *base_name(const char *path)
 
 static int cmd_create(int argc, char **argv)
 {
-    const char *model = getenv("CHATTERBOX_MODEL"), *ref = NULL, *out = NULL, *npy = NULL, *ref16 = NULL;
+    const char *model = NULL, *ref = NULL, *out = NULL, *npy = NULL, *ref16 = NULL;
     struct voice_params p = voice_default_params();
     double threads = 0, x;
     int quiet = 0;
@@ -109,7 +111,13 @@ static int cmd_create(int argc, char **argv)
     }
     if (!ref) return usage_error("create needs a reference audio file");
     if (!out && !npy) return usage_error("create needs -o FILE (or --npy DIR)");
-    if (!model) return usage_error("--model DIR is required (or set CHATTERBOX_MODEL)");
+    char cached[4096];
+    if (!model) model = cli_default_model(cached, sizeof cached);
+    if (!model || !*model) {
+        char msg[ERR_MAX];
+        cli_no_model_message(msg, sizeof msg);
+        return usage_error("%s", msg);
+    }
 
     char err[ERR_MAX] = "";
     int status = 1;
@@ -145,9 +153,15 @@ static int cmd_create(int argc, char **argv)
                        rep.t_t3_tokens + rep.t_ve;
         fprintf(stderr, "voice: %s, %.2f s at %d Hz, %s model\n", base_name(ref), (double)a.n / a.sample_rate,
                 a.sample_rate, model_variant_info(var)->name);
+        if (a.channels > 1) fprintf(stderr, "voice: %d channels mixed to mono\n", a.channels);
+        if (a.sample_rate != VOICE_S3GEN_SR)
+            fprintf(stderr, "voice: resampled from %d Hz to %d Hz\n", a.sample_rate, VOICE_S3GEN_SR);
         if (rep.loudness_applied)
             fprintf(stderr, "voice: loudness %.2f LUFS -> %.0f LUFS (gain %+.2f dB)\n", rep.loudness_lufs,
                     VOICE_TARGET_LUFS, rep.gain_db);
+        if (rep.ve_capped)
+            fprintf(stderr, "voice: long reference: the speaker embedding uses its first %d s\n",
+                    VOICE_VE_MAX_LEN / VOICE_S3_SR);
         fprintf(stderr,
                 "voice: %lld T3 prompt tokens, %lld S3Gen prompt tokens, %lld mel frames; %.2f s "
                 "(resample %.2f, loudness %.2f, mel %.2f, campplus %.2f, tokens %.2f + %.2f, ve %.2f)\n",

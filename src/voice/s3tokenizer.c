@@ -262,6 +262,11 @@ static int64_t n_tokens_for(int64_t frames)
     return (l1 - 1) / 2 + 1;
 }
 
+int64_t s3tok_n_tokens(int64_t n)
+{
+    return n > N_FFT / 2 ? n_tokens_for(n / HOP) : 0;
+}
+
 cbx_status s3tok_log_mel(const struct s3tokenizer *t, const struct backend *be,
                          const float *wav16, int64_t n, float **mel, int64_t *frames,
                          char *err)

@@ -29,6 +29,10 @@ cbx_status s3tok_log_mel(const struct s3tokenizer *t, const struct backend *be,
                          const float *wav16, int64_t n, float **mel, int64_t *frames,
                          char *err);
 
+/* Tokens s3tok_tokenize gives for n samples without max_len: F = n // 160
+ * mel frames, ceil(ceil(F / 2) / 2) tokens (0 when n is too short). */
+int64_t s3tok_n_tokens(int64_t n);
+
 /* S3Tokenizer.forward([wav16], max_len): tokens of one 16 kHz waveform,
  * at most max_len of them (0 = no limit; the mel is cut to 4 * max_len
  * frames after normalisation). *tokens owned by the caller, free with

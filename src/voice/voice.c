@@ -6,7 +6,9 @@
  * spec/voice.md §1, §2, §7. Blocks in upstream call order. */
 #include "voice.h"
 
+#include <cblas.h>
 #include <math.h>
+#include <pthread.h>
 #include <soxr.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +17,7 @@
 #include <time.h>
 
 #include "core/backend.h"
+#include "core/threadpool.h"
 #include "io/model_file.h"
 #include "io/weights.h"
 #include "voice/campplus.h"
@@ -44,7 +47,7 @@ const struct voice_variant_rules *voice_rules(enum model_variant v)
 
 struct voice_params voice_default_params(void)
 {
-    return (struct voice_params){.norm_loudness = true, .exaggeration = 0.5f};
+    return (struct voice_params){.norm_loudness = true, .exaggeration = 0.5f, .serial = false};
 }
 
 static double now(void)
@@ -344,6 +347,91 @@ enum model_variant voice_models_variant(const struct voice_models *vm) { return 
 
 /* ---- prepare_conditionals --------------------------------------------------- */
 
+/* The network stages of voice_prepare in two independent lanes: A (the
+ * CAMPPlus x-vector and S3Gen prompt tokens of the embed_ref audio) and B
+ * (the T3 prompt tokens, unless reused, and the VoiceEncoder embedding of
+ * ref16). Inputs are read-only and outputs disjoint, so the lanes can run
+ * at once; each records its own status and message. */
+struct lanes {
+    const struct voice_models *vm;
+    const struct backend *be_a, *be_b;
+    /* A */
+    const float *wdec;
+    int64_t n_dec;
+    float *embedding;   /* [CAMPPLUS_EMBED], caller-allocated */
+    int32_t *ptoks;     /* prompt tokens (malloc) */
+    int64_t n_ptoks;
+    /* B */
+    const float *w16;
+    int64_t n_enc, prompt_len, n_ve;
+    bool t3_tokens;     /* false: reused from A by the caller */
+    int32_t *ttoks;     /* T3 prompt tokens (malloc) */
+    int64_t n_ttoks;
+    float *speaker;     /* [VE_EMBED], caller-allocated */
+    double t_campplus, t_ptok, t_ttok, t_ve;
+    cbx_status rc_a, rc_b;
+    char err_a[ERR_MAX], err_b[ERR_MAX];
+};
+
+static void *lane_a(void *p)
+{
+    struct lanes *L = p;
+    double t0 = now();
+    L->rc_a = campplus_embed(L->vm->campplus, L->be_a, L->wdec, L->n_dec, L->embedding, L->err_a);
+    L->t_campplus = now() - t0;
+    if (L->rc_a != CBX_OK) return NULL;
+    t0 = now();
+    L->rc_a = s3tok_tokenize(L->vm->tokenizer, L->be_a, L->wdec, L->n_dec, 0, &L->ptoks, &L->n_ptoks, L->err_a);
+    L->t_ptok = now() - t0;
+    return NULL;
+}
+
+static void *lane_b(void *p)
+{
+    struct lanes *L = p;
+    double t0 = now();
+    if (L->t3_tokens) {
+        L->rc_b = s3tok_tokenize(L->vm->tokenizer, L->be_b, L->w16, L->n_enc, L->prompt_len, &L->ttoks,
+                                 &L->n_ttoks, L->err_b);
+        L->t_ttok = now() - t0;
+        if (L->rc_b != CBX_OK) return NULL;
+    }
+    t0 = now();
+    L->rc_b = ve_embed(L->vm->ve, L->be_b, L->w16, L->n_ve, L->speaker, L->err_b);
+    L->t_ve = now() - t0;
+    return NULL;
+}
+
+/* Run both lanes at once, each on a one-thread CPU backend (its own core,
+ * single-threaded BLAS) rather than one after the other on both cores:
+ * no BLAS thread hand-offs or idle waits between the many small ops of
+ * these networks. The results are the same numbers (no sum is split
+ * across threads either way; parity_turbo_voice_input checks it). Only
+ * when L's backend is a CPU pool of 2 or more threads; false (nothing
+ * run) otherwise or when the helpers cannot start. */
+static bool lanes_parallel(struct lanes *L)
+{
+    const struct backend *be = L->be_a;
+    if (!be->tp || tp_n_threads(be->tp) < 2) return false;
+    struct backend *b1 = backend_cpu_create(1), *b2 = backend_cpu_create(1);
+    pthread_t th;
+    bool ok = b1 && b2;
+    if (ok) {
+        L->be_a = b1, L->be_b = b2;
+        /* both lanes use one BLAS thread: set it before either starts */
+        openblas_set_num_threads(1);
+        ok = pthread_create(&th, NULL, lane_a, L) == 0;
+        if (ok) {
+            lane_b(L);
+            pthread_join(th, NULL);
+        }
+        L->be_a = L->be_b = be;
+    }
+    backend_cpu_free(b1);
+    backend_cpu_free(b2);
+    return ok;
+}
+
 cbx_status voice_prepare(const struct voice_models *vm, const struct backend *be, const struct audio *ref,
                          const struct audio *ref16_in, const struct voice_params *p, struct conds *out,
                          struct voice_report *rep, char *err)
@@ -385,14 +473,27 @@ cbx_status voice_prepare(const struct voice_models *vm, const struct backend *be
         goto cleanup;
     }
 
+    /* Silence (ours): upstream measures -inf LUFS, skips the gain and
+     * conditions on nothing; refuse instead. The meter's verdict: every
+     * 400 ms block below the -70 LUFS absolute gate. */
+    t0 = now();
+    double L = NAN;
+    bool metered = voice_integrated_loudness(ref24, n24, VOICE_S3GEN_SR, &L, NULL) == CBX_OK;
+    r.t_loudness = now() - t0;
+    if (metered && isinf(L) && L < 0) {
+        rc = err_setf(err, CBX_ERR_INVALID_ARG,
+                      "voice: reference audio is silent (every 400 ms block is below -70 LUFS); "
+                      "record some speech");
+        goto cleanup;
+    }
+
     /* Turbo: if norm_loudness: s3gen_ref_wav = self.norm_loudness(s3gen_ref_wav, _sr).
      * A clip the meter refuses (< 0.4 s) is left as is, as upstream's
      * except-branch does (unreachable after the 5 s check). */
     double gain = 1.0;
     if (vr->loudness && p->norm_loudness) {
         t0 = now();
-        double L;
-        if (voice_integrated_loudness(ref24, n24, VOICE_S3GEN_SR, &L, NULL) == CBX_OK) {
+        if (metered) {
             r.loudness_measured = true;
             r.loudness_lufs = L;
             double gain_db = VOICE_TARGET_LUFS - L;
@@ -405,7 +506,7 @@ cbx_status voice_prepare(const struct voice_models *vm, const struct backend *be
                 r.gain_db = gain_db;
             }
         }
-        r.t_loudness = now() - t0;
+        r.t_loudness += now() - t0;
     }
 
     /* ref_16k_wav = librosa.resample(s3gen_ref_wav, S3GEN_SR, S3_SR), or the
@@ -443,25 +544,60 @@ cbx_status voice_prepare(const struct voice_models *vm, const struct backend *be
     if ((rc = s3gen_prompt_mel(be, ref24, n_dec, &mel, &T, err)) != CBX_OK) goto cleanup;
     r.t_prompt_mel = now() - t0;
 
-    /* ref_x_vector = self.speaker_encoder.inference(ref_wav_16) */
-    t0 = now();
-    if (!(out->embedding = malloc(sizeof(float) * CAMPPLUS_EMBED))) {
+    /* The four network stages, as two independent lanes (struct lanes):
+     *   A: ref_x_vector = self.speaker_encoder.inference(ref_wav_16);
+     *      ref_speech_tokens, ref_speech_token_lens = self.tokenizer(ref_wav_16)
+     *   B: t3_cond_prompt_tokens, _ = s3_tokzr.forward([ref_16k_wav[:self.ENC_COND_LEN]],
+     *          max_len=plen);
+     *      ve_embed = torch.from_numpy(self.ve.embeds_from_wavs([ref_16k_wav], sample_rate=S3_SR));
+     *      ve_embed = ve_embed.mean(axis=0, keepdim=True) (one utterance)
+     * When B's tokenizer input is the very audio A tokenises, with no more
+     * tokens than the limit, the result is the same (the cut follows the
+     * normalisation): B reuses A's tokens. Ours: the VoiceEncoder sees at
+     * most VOICE_VE_MAX_LEN samples (voice.h). */
+    int64_t n_enc = n16 < vr->enc_cond_len ? n16 : vr->enc_cond_len;
+    bool reuse = wav16_dec == ref16 && n_enc == n_dec16 && s3tok_n_tokens(n_dec16) <= vr->prompt_len;
+    r.ve_capped = n16 > VOICE_VE_MAX_LEN;
+    out->embedding = malloc(sizeof(float) * CAMPPLUS_EMBED);
+    out->speaker_emb = malloc(sizeof(float) * VE_EMBED);
+    if (!out->embedding || !out->speaker_emb) {
         rc = err_setf(err, CBX_ERR_NOMEM, "voice: out of memory");
         goto cleanup;
     }
     out->n_embedding = CAMPPLUS_EMBED;
-    if ((rc = campplus_embed(vm->campplus, be, wav16_dec, n_dec16, out->embedding, err)) != CBX_OK) goto cleanup;
-    r.t_campplus = now() - t0;
-
-    /* ref_speech_tokens, ref_speech_token_lens = self.tokenizer(ref_wav_16);
-     * then keep mel frames = 2 * tokens */
-    t0 = now();
-    if ((rc = s3tok_tokenize(vm->tokenizer, be, wav16_dec, n_dec16, 0, &toks, &n_toks, err)) != CBX_OK)
+    out->n_speaker = VE_EMBED;
+    struct lanes ln = {
+        .vm = vm, .be_a = be, .be_b = be,
+        .wdec = wav16_dec, .n_dec = n_dec16, .embedding = out->embedding,
+        .w16 = ref16, .n_enc = n_enc, .prompt_len = vr->prompt_len, .t3_tokens = !reuse,
+        .n_ve = r.ve_capped ? VOICE_VE_MAX_LEN : n16, .speaker = out->speaker_emb,
+        .rc_a = CBX_OK, .rc_b = CBX_OK,
+    };
+    if (p->serial || !lanes_parallel(&ln)) {
+        lane_a(&ln);
+        if (ln.rc_a == CBX_OK) lane_b(&ln);
+    }
+    toks = ln.ptoks, n_toks = ln.n_ptoks;
+    out->cond_prompt_tokens = ln.ttoks, out->n_cond_prompt = ln.n_ttoks;
+    r.t_campplus = ln.t_campplus, r.t_prompt_tokens = ln.t_ptok, r.t_t3_tokens = ln.t_ttok, r.t_ve = ln.t_ve;
+    if (ln.rc_a != CBX_OK || ln.rc_b != CBX_OK) {
+        rc = ln.rc_a != CBX_OK ? ln.rc_a : ln.rc_b;
+        err_setf(err, rc, "%s", ln.rc_a != CBX_OK ? ln.err_a : ln.err_b);
         goto cleanup;
+    }
+    /* embed_ref: keep mel frames = 2 * tokens */
     int64_t kept = s3tok_reconcile_prompt(n_toks, T);
     if (kept < 1) {
         rc = err_setf(err, CBX_ERR_INVALID_ARG, "voice: reference audio gave no prompt tokens");
         goto cleanup;
+    }
+    if (reuse) {
+        if (!(out->cond_prompt_tokens = malloc(sizeof(int32_t) * (size_t)n_toks))) {
+            rc = err_setf(err, CBX_ERR_NOMEM, "voice: out of memory");
+            goto cleanup;
+        }
+        memcpy(out->cond_prompt_tokens, toks, sizeof(int32_t) * (size_t)n_toks);
+        out->n_cond_prompt = n_toks;
     }
     out->prompt_token = toks;
     out->n_prompt_token = kept;
@@ -469,37 +605,6 @@ cbx_status voice_prepare(const struct voice_models *vm, const struct backend *be
     out->prompt_feat = mel;
     out->n_prompt_feat = T;
     mel = NULL;
-    r.t_prompt_tokens = now() - t0;
-
-    /* t3_cond_prompt_tokens, _ = s3_tokzr.forward([ref_16k_wav[:self.ENC_COND_LEN]],
-     * max_len=plen). When that is the very audio tokenised above, with
-     * no more tokens than the limit, the result is the same (the cut
-     * follows the normalisation): reuse it. */
-    t0 = now();
-    int64_t n_enc = n16 < vr->enc_cond_len ? n16 : vr->enc_cond_len;
-    if (wav16_dec == ref16 && n_enc == n_dec16 && n_toks <= vr->prompt_len) {
-        if (!(out->cond_prompt_tokens = malloc(sizeof(int32_t) * (size_t)n_toks))) {
-            rc = err_setf(err, CBX_ERR_NOMEM, "voice: out of memory");
-            goto cleanup;
-        }
-        memcpy(out->cond_prompt_tokens, out->prompt_token, sizeof(int32_t) * (size_t)n_toks);
-        out->n_cond_prompt = n_toks;
-    } else if ((rc = s3tok_tokenize(vm->tokenizer, be, ref16, n_enc, vr->prompt_len, &out->cond_prompt_tokens,
-                                    &out->n_cond_prompt, err)) != CBX_OK) {
-        goto cleanup;
-    }
-    r.t_t3_tokens = now() - t0;
-
-    /* ve_embed = torch.from_numpy(self.ve.embeds_from_wavs([ref_16k_wav], sample_rate=S3_SR));
-     * ve_embed = ve_embed.mean(axis=0, keepdim=True) (one utterance) */
-    t0 = now();
-    if (!(out->speaker_emb = malloc(sizeof(float) * VE_EMBED))) {
-        rc = err_setf(err, CBX_ERR_NOMEM, "voice: out of memory");
-        goto cleanup;
-    }
-    out->n_speaker = VE_EMBED;
-    if ((rc = ve_embed(vm->ve, be, ref16, n16, out->speaker_emb, err)) != CBX_OK) goto cleanup;
-    r.t_ve = now() - t0;
 
     /* T3Cond(..., emotion_adv=exaggeration * torch.ones(1, 1, 1)) */
     out->emotion_adv = p->exaggeration;

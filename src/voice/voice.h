@@ -21,6 +21,14 @@
  *   5. cond_prompt_speech_tokens = S3Tokenizer(ref16[:15 s or 6 s], max_len
  *      375 or 150)
  *   6. speaker_emb = VoiceEncoder(ref16), emotion_adv = exaggeration.
+ * Input handling beyond upstream (bad input): a file's channels are mixed
+ * to mono (mean) and any rate is resampled (soxr HQ) to 24 kHz as
+ * librosa.load does; a reference too short for the variant fails; a
+ * silent one (every 400 ms block below the meter's -70 LUFS gate, where
+ * upstream would condition on nothing) fails; a long one is used as
+ * upstream does (conditioning windows of 10 s / 15 s or 6 s, loudness
+ * over the whole clip) except that the VoiceEncoder sees only its first
+ * VOICE_VE_MAX_LEN samples (report.ve_capped). Every output is finite.
  * A given 16 kHz rendition (ref16 argument) replaces both 16 kHz
  * resamplings (3 and the one inside 4), as the fixtures do; the loudness
  * gain measured on ref24 is applied to it too.
@@ -45,6 +53,11 @@ struct model;
 #define VOICE_S3_SR 16000
 #define VOICE_DEC_COND_LEN (10 * VOICE_S3GEN_SR) /* S3Gen prompt: 10 s at 24 kHz */
 #define VOICE_TARGET_LUFS (-27.0)                /* Turbo's norm_loudness target */
+/* Ours: the VoiceEncoder sees at most the first 60 s of the 16 kHz
+ * reference (upstream embeds the whole clip; its cost grows with the
+ * length, ~3 s of CPU per minute, and the mean over 60 s of partials is
+ * already a stable speaker embedding). */
+#define VOICE_VE_MAX_LEN (60 * VOICE_S3_SR)
 
 /* Per-variant constants of prepare_conditionals. */
 struct voice_variant_rules {
@@ -60,6 +73,11 @@ const struct voice_variant_rules *voice_rules(enum model_variant v);
 struct voice_params {
     bool norm_loudness;  /* Turbo/Nano: normalise to -27 LUFS (upstream default true) */
     float exaggeration;  /* emotion_adv (upstream default 0.5) */
+    bool serial;         /* run the network stages one after another on the
+                          * given backend (default false: on a CPU backend
+                          * of 2+ threads, CAMPPlus + S3Gen prompt tokens
+                          * and T3 prompt tokens + VoiceEncoder run as two
+                          * lanes at once, a core each); same results */
 };
 struct voice_params voice_default_params(void);
 
@@ -71,6 +89,7 @@ struct voice_report {
     double loudness_lufs;     /* measured, NaN when not measured */
     double gain_db;           /* applied gain, 0 when none */
     int64_t n24, n16;         /* samples of ref24 / ref16 after resampling */
+    bool ve_capped;           /* the VoiceEncoder saw only VOICE_VE_MAX_LEN samples */
     double t_resample, t_loudness, t_prompt_mel, t_campplus, t_prompt_tokens,
         t_t3_tokens, t_ve;
 };
