@@ -16,19 +16,28 @@
  * Weights are the synthetic checkpoint generated in memory from the
  * manifest (flow.* and mel2wav.* only). The utterance is a 250-token
  * (10 s) prompt plus --tokens N speech tokens (default 100 = 4 s).
- * Options: --variant turbo|english, --tokens N, and bench_parse's. */
+ * Options: --variant turbo|english, --tokens N, and bench_parse's.
+ *
+ * --model DIR|GGUF [--wtype T]: instead, the real checkpoint with its
+ * built-in voice, S3Gen loaded with weight type T (default the stored
+ * type of its linears, f32 when unsure), and the time of each stage of
+ * s3gen_inference (encoder, each CFM step, HiFT f0 / source / decode) for
+ * --tokens N speech tokens (default 253, 10 s), median of the reps. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "common.h"
 #include "core/backend.h"
 #include "core/threadpool.h"
+#include "io/model_file.h"
 #include "io/synth.h"
 #include "s3gen/cfm.h"
 #include "s3gen/encoder.h"
 #include "s3gen/hift.h"
 #include "s3gen/s3gen.h"
+#include "voice/conds.h"
 
 struct synth_weights { struct synth_manifest *m; struct tensor *t; int n; };
 
@@ -60,8 +69,129 @@ static const char *take_opt(int *argc, char **argv, const char *name, const char
     return def;
 }
 
+/* ---- stage profile of the real model ----------------------------------- */
+
+struct step_clock { double t[64]; int n; };
+
+static long minflt(void)
+{
+    struct rusage u;
+    return getrusage(RUSAGE_SELF, &u) == 0 ? u.ru_minflt : 0;
+}
+
+static int on_step(void *user, int step, float t, float r, const struct tensor *x,
+                   const struct tensor *v)
+{
+    (void)step, (void)t, (void)r, (void)x, (void)v;
+    struct step_clock *c = user;
+    if (c->n < 64) c->t[c->n++] = bench_now();
+    return 0;
+}
+
+static void run_stages(const char *path, const char *wname, int n_tok, const struct bench_opts *opt,
+                       struct backend *cpu)
+{
+    char err[ERR_MAX];
+    struct model *md = NULL;
+    struct conds vc = {0};
+    struct s3gen s3;
+    if (model_open(path, &md, err) != CBX_OK) die("model", err);
+    if (conds_from_model(md, &vc, err) != CBX_OK) die("voice", err);
+    int wt = dtype_from_name(wname);
+    if (wt < 0) die("--wtype", "unknown type");
+    struct weights w = model_weights(md, MODEL_S3GEN);
+    if (s3gen_load(&s3, &w, (enum dtype)wt, err) != CBX_OK) die("s3gen_load", err);
+    int64_t np = vc.n_prompt_token, all = np + n_tok;
+    int32_t *ids = malloc(sizeof *ids * (size_t)all);
+    if (!ids) die("tokens", "out of memory");
+    for (int64_t i = 0; i < all; i++) ids[i] = i < np ? vc.prompt_token[i] : (int32_t)((i * 2731 + 17) % 6561);
+    struct s3gen_ref ref = {vc.prompt_token, np, vc.prompt_feat, vc.n_prompt_feat, vc.embedding};
+    int n_steps = s3.meanflow ? S3GEN_MEANFLOW_STEPS : S3GEN_STANDARD_STEPS;
+    enum { N_ST = 6 };
+    const char *names[N_ST] = {"encoder", "cfm_step0", "cfm_step_rest", "hift_f0", "hift_source", "hift_decode"};
+    double *v[N_ST + 1];
+    for (int k = 0; k <= N_ST; k++)
+        if (!(v[k] = calloc((size_t)opt->reps, sizeof(double)))) die("stages", "out of memory");
+    struct arena *a = arena_create(cpu, 0);
+    if (!a) die("arena", "out of memory");
+    fprintf(stderr, "bench_s3gen stages: %s (S3Gen %s), %lld prompt + %d speech tokens, %d threads\n",
+            path, wname, (long long)np, n_tok, opt->threads);
+    for (int r = -1; r < opt->reps; r++) {
+        arena_reset(a);
+        struct step_clock sc = {{0}, 0};
+        struct s3gen_cfm_params cp = {0, false, on_step, &sc};
+        struct rng_stream zs;
+        rng_stream_init(&zs, "s3gen.cfm.z", 0);
+        long f0c = minflt();
+        double t0 = bench_now();
+        /* s3gen_flow_inference, stage by stage */
+        struct tensor *spks = s3gen_flow_spks(a, &s3.flow, ref.embedding);
+        struct tensor *mu = s3gen_encoder_forward(a, s3.flow.encoder, ids, all);
+        if (!mu) die("encoder", arena_errmsg(a));
+        double t1 = bench_now();
+        long f1c = minflt();
+        int64_t tm = mu->ne[2], tp = ref.n_prompt_feat;
+        const int64_t rest[3] = {1, 80, tm - tp}, pf[3] = {1, tp, 80}, nne[3] = {1, 80, 2 * n_tok};
+        struct tensor *cond = op_concat(a, op_transpose(a, op_from_host(a, TYPE_F32, 3, pf, ref.prompt_feat), 1, 2),
+                                        op_fill(a, 3, rest, 0.0f), 2);
+        struct tensor *noised = s3.meanflow ? op_fill(a, 3, nne, 0.5f) : NULL;
+        struct tensor *x = s3gen_cfm_forward(a, &s3.flow.cfm, mu, spks, cond, noised, &zs, &cp);
+        struct tensor *mel = op_cont(a, op_slice(a, x, 2, tp, tm - tp));
+        if (!mel) die("cfm", arena_errmsg(a));
+        double t2 = bench_now();
+        long f2c = minflt();
+        struct tensor *f0 = hift_f0(a, s3.mel2wav, mel);
+        double t3 = bench_now();
+        struct tensor *src = hift_source(a, s3.mel2wav, f0, 0);
+        double t4 = bench_now();
+        if (!hift_decode(a, s3.mel2wav, mel, src)) die("hift", arena_errmsg(a));
+        double t5 = bench_now();
+        long f5c = minflt();
+        if (r < 0) continue;
+        fprintf(stderr, "rep %d: page faults encoder %ld, cfm %ld, hift %ld\n", r, f1c - f0c,
+                f2c - f1c, f5c - f2c);
+        v[0][r] = t1 - t0;
+        v[1][r] = sc.n > 0 ? sc.t[0] - t1 : 0;
+        v[2][r] = sc.n > 1 ? (sc.t[sc.n - 1] - sc.t[0]) / (sc.n - 1) : 0;
+        v[3][r] = t3 - t2;
+        v[4][r] = t4 - t3;
+        v[5][r] = t5 - t4;
+        v[N_ST][r] = t5 - t0;
+    }
+    const int64_t shape[2] = {n_tok, np};
+    for (int k = 0; k <= N_ST; k++) {
+        struct bench_stats s = bench_stats(v[k], opt->reps);
+        const char *nm = k < N_ST ? names[k] : "total";
+        char bn[64];
+        snprintf(bn, sizeof bn, "s3gen_stage_%s", nm);
+        bench_emit(bn, wname, shape, 2, opt->threads, opt->reps, "s", s, NULL, 0);
+        fprintf(stderr, "%-14s %8.3f s  (p10 %.3f, p90 %.3f)%s\n", nm, s.median, s.p10, s.p90,
+                k == 2 ? " per step after the first" : "");
+        free(v[k]);
+    }
+    fprintf(stderr, "(%d CFM steps)\n", n_steps);
+    arena_free(a);
+    free(ids);
+    s3gen_free(&s3);
+    conds_free(&vc);
+    model_close(md);
+}
+
 int main(int argc, char **argv)
 {
+    const char *model = take_opt(&argc, argv, "--model", NULL);
+    const char *wname = take_opt(&argc, argv, "--wtype", "f32");
+    if (model) {
+        int n = atoi(take_opt(&argc, argv, "--tokens", "253"));
+        struct bench_opts o;
+        if (!bench_parse(argc, argv, &o, 3)) return 2;
+        if (n < 1 || n > 4000) die("--tokens", "needs 1..4000");
+        struct backend *be = backend_cpu_create(o.threads);
+        if (!be) die("backend", "out of memory");
+        run_stages(model, wname, n, &o, be);
+        backend_cpu_free(be);
+        return 0;
+    }
     const char *variant = take_opt(&argc, argv, "--variant", "turbo");
     int n_tok = atoi(take_opt(&argc, argv, "--tokens", "100"));
     struct bench_opts opt;

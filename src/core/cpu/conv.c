@@ -15,9 +15,10 @@
  *   overlap-add into the output rows (threaded over output channels, so
  *   no two threads write one row).
  * lstm: the input projection of all time steps is one sgemm; each step
- *   is one threaded pass over hidden units: four W_hh row dot products
- *   per unit and sequence (AVX2+FMA, written explicitly) and the cell
- *   update, fused so a step costs one dispatch.
+ *   is one threaded pass over blocks of 8 hidden units: four W_hh row dot
+ *   products per unit and sequence (AVX2+FMA, written explicitly) and the
+ *   cell update of the 8 units in vector lanes (vector exp for sigmoid and
+ *   tanh), fused so a step costs one dispatch.
  * Time is processed in chunks so scratch stays bounded (CHUNK_FLOATS)
  * however long the signal is. Results differ from the ref kernels only by
  * float summation order. */
@@ -451,6 +452,262 @@ static bool conv1d_direct(struct arena *a, struct tensor *out, const struct tens
 }
 #endif
 
+/* ---- conv1d, AMX path (stride 1, one group) -------------------------------
+ * On CPUs with AMX-BF16 (and the kernel's permission for the tile state)
+ * the conv is C[co][t] += sum over taps k and input channels of
+ * W[co][ci][k] * xpad[ci][t + k*dil] on 16 x 16 FP32 tiles, each product
+ * of a 16 x 32 weight tile and a 32 x 16 input tile in BF16. Operands are
+ * split into bf16 pairs (v = hi + lo, hi = RNE(v), lo = RNE(v - hi), so
+ * |v - hi - lo| <= 2^-17 |v|) and each product summed as hi*hi + hi*lo +
+ * lo*hi (only lo*lo <= 2^-16 |w x| is dropped; adding it changed the
+ * error by 15%: the tile unit's own FP32 rounding dominates), so results
+ * stay within ~4e-6 of the largest output (core_conv; FP32 paths ~3e-7),
+ * at three bf16 tile products per step.
+ * Opt-in (CBX_AMX=1): ~2x the GFLOP/s of the direct kernel at HiFT shapes
+ * (bench_kernels conv1d), but HiFT amplifies the error: with the path on,
+ * parity_turbo_s3gen_wav measured rel 7.3e-2 against its 1e-2 (9.8e-4
+ * with FP32 convs). A three-way split (six products) would restore FP32
+ * accuracy at about the direct kernel's speed in this layout.
+ * Layout: x of a chunk of output columns is packed once into VNNI rows
+ * xh/xl[ci/2][pos] (uint32 = bf16 pair of channels 2p, 2p+1, position pos
+ * of the padded signal, zero channels up to a multiple of 32), so the
+ * input tile of tap k, channels c0..c0+31 and columns t..t+15 is one tile
+ * load at (c0/2, t + k*dil) with the row stride: no im2col. W is packed
+ * per call to wh/wl[k][co][ci] (zero rows up to a multiple of 16). A task
+ * computes 16 output channels x DA_TB columns in steps of 32 columns (two
+ * accumulator tiles, two weight tiles, four input tiles: all eight). */
+
+#define DA_TB 256 /* output columns per task */
+
+struct aconv_job {
+    const struct tensor *x;
+    const struct conv1d_params *p;
+    const float *w, *bias;   /* w [Cout, Cin, K] F32 */
+    uint16_t *wh, *wl;       /* [K][coutp][cinp] */
+    uint32_t *xh, *xl;       /* [cinp/2][ldv] */
+    float *rows;             /* per thread 2 x ldv floats (fetch scratch) */
+    float *out;              /* [B, Cout, Tout] contiguous */
+    int64_t T, tout, K, cin, cout, cinp, coutp, ldv, span;
+    int64_t b, t0, tc, n_tb, n_cb;
+    bool t_major;
+};
+
+static atomic_int amx_state; /* 0 unknown, 1 usable, -1 not */
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && defined(__linux__)
+#include <cpuid.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define TGTAMX __attribute__((target("amx-tile,amx-bf16,avx2,fma,avx512f,avx512bw")))
+
+/* CBX_AMX=1 in the environment, AMX-BF16 present, its tile state enabled
+ * by the OS (XCR0 bits 17-18) and the process granted the tile data state
+ * (arch_prctl). Decided once. */
+static bool amx_usable(void)
+{
+    int s = atomic_load(&amx_state);
+    if (s) return s > 0;
+    bool ok = false;
+    const char *env = getenv("CBX_AMX");
+    unsigned a, b, c, d;
+    if (env && !strcmp(env, "1") && __get_cpuid_count(7, 0, &a, &b, &c, &d) &&
+        (d >> 22 & 1) && (d >> 24 & 1) && (c >> 27 & 1) /* amx-bf16, amx-tile, osxsave */) {
+        unsigned lo, hi;
+        __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+        if ((lo & (3u << 17)) == (3u << 17))
+            ok = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */,
+                         18 /* XFEATURE_XTILEDATA */) == 0;
+    }
+    atomic_store(&amx_state, ok ? 1 : -1);
+    return ok;
+}
+
+/* bf16 bits (RNE) of v in the low half of each 32-bit lane; *rest = v - hi */
+TGTAMX static __m512i bf16_rne(__m512 v, __m512 *rest)
+{
+    __m512i u = _mm512_castps_si512(v);
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                 _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
+    r = _mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u));
+    if (rest) *rest = _mm512_sub_ps(v, _mm512_castsi512_ps(r));
+    return _mm512_srli_epi32(r, 16);
+}
+
+static uint16_t bf16_rne1(float v, float *rest)
+{
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    float h;
+    memcpy(&h, &u, 4);
+    if (rest) *rest = v - h;
+    return (uint16_t)(u >> 16);
+}
+
+/* W [Cout, Cin, K] -> wh/wl[k][co][ci] for out channels [r0, r1) of coutp */
+static void aconv_pack_w(void *ctx, int64_t r0, int64_t r1, int ith)
+{
+    (void)ith;
+    const struct aconv_job *j = ctx;
+    for (int64_t co = r0; co < r1; co++)
+        for (int64_t k = 0; k < j->K; k++) {
+            uint16_t *h = j->wh + (k * j->coutp + co) * j->cinp, *l = j->wl + (k * j->coutp + co) * j->cinp;
+            for (int64_t ci = 0; ci < j->cinp; ci++) {
+                float v = co < j->cout && ci < j->cin ? j->w[(co * j->cin + ci) * j->K + k] : 0.0f, rest;
+                h[ci] = bf16_rne1(v, &rest);
+                l[ci] = bf16_rne1(rest, NULL);
+            }
+        }
+}
+
+/* x channel pairs [r0, r1) of the chunk -> xh/xl VNNI rows */
+TGTAMX static void aconv_pack_x(void *ctx, int64_t r0, int64_t r1, int ith)
+{
+    const struct aconv_job *j = ctx;
+    const struct conv1d_params *p = j->p;
+    int64_t n = j->tc + j->span;
+    float *ra = j->rows + ith * 2 * j->ldv, *rb = ra + j->ldv;
+    for (int64_t q = r0; q < r1; q++) {
+        for (int s = 0; s < 2; s++) {
+            int64_t ci = 2 * q + s, es;
+            float *dst = s ? rb : ra;
+            if (ci < j->cin) {
+                const float *src = act_row(j->x, j->b, ci, &es);
+                fetch_row(dst, src, es, j->T, j->t0 - p->pad_left, 1, n, p->pad_mode, 0.0f);
+                memset(dst + n, 0, (size_t)(j->ldv - n) * sizeof *dst);
+            } else {
+                memset(dst, 0, (size_t)j->ldv * sizeof *dst);
+            }
+        }
+        uint32_t *h = j->xh + q * j->ldv, *l = j->xl + q * j->ldv;
+        for (int64_t i = 0; i < j->ldv; i += 16) { /* ldv is a multiple of 16 */
+            __m512 resta, restb;
+            __m512i ha = bf16_rne(_mm512_loadu_ps(ra + i), &resta);
+            __m512i hb = bf16_rne(_mm512_loadu_ps(rb + i), &restb);
+            __m512i la = bf16_rne(resta, NULL), lb = bf16_rne(restb, NULL);
+            _mm512_storeu_si512(h + i, _mm512_or_si512(ha, _mm512_slli_epi32(hb, 16)));
+            _mm512_storeu_si512(l + i, _mm512_or_si512(la, _mm512_slli_epi32(lb, 16)));
+        }
+    }
+}
+
+struct amx_cfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+
+TGTAMX static void aconv_run(void *ctx, int64_t i0, int64_t i1, int ith)
+{
+    (void)ith;
+    const struct aconv_job *j = ctx;
+    struct amx_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 8; i++) {
+        cfg.rows[i] = 16;
+        cfg.colsb[i] = 64;
+    }
+    _tile_loadconfig(&cfg);
+    float tmp[16 * 32] __attribute__((aligned(64)));
+    const int64_t dil = j->p->dilation, sw = j->cinp * 2, sx = j->ldv * 4;
+    for (int64_t i = i0; i < i1; i++) {
+        int64_t cb = j->t_major ? i % j->n_cb : i / j->n_tb;
+        int64_t tb = j->t_major ? i / j->n_cb : i % j->n_tb;
+        int64_t co0 = cb * 16, t1 = min64(j->tc, (tb + 1) * DA_TB);
+        int nr = (int)min64(16, j->cout - co0);
+        for (int64_t t = tb * DA_TB; t < t1; t += 32) {
+            _tile_zero(0);
+            _tile_zero(1);
+            for (int64_t k = 0; k < j->K; k++) {
+                const uint16_t *wh = j->wh + (k * j->coutp + co0) * j->cinp;
+                const uint16_t *wl = j->wl + (k * j->coutp + co0) * j->cinp;
+                const uint32_t *xh = j->xh + t + k * dil, *xl = j->xl + t + k * dil;
+                for (int64_t c0 = 0; c0 < j->cinp; c0 += 32) {
+                    int64_t xo = c0 / 2 * j->ldv;
+                    _tile_loadd(2, wh + c0, sw);
+                    _tile_loadd(3, wl + c0, sw);
+                    _tile_loadd(4, xh + xo, sx);
+                    _tile_loadd(5, xh + xo + 16, sx);
+                    _tile_loadd(6, xl + xo, sx);
+                    _tile_loadd(7, xl + xo + 16, sx);
+                    _tile_dpbf16ps(0, 2, 4);
+                    _tile_dpbf16ps(1, 2, 5);
+                    _tile_dpbf16ps(0, 2, 6);
+                    _tile_dpbf16ps(1, 2, 7);
+                    _tile_dpbf16ps(0, 3, 4);
+                    _tile_dpbf16ps(1, 3, 5);
+                }
+            }
+            _tile_stored(0, tmp, 128);
+            _tile_stored(1, tmp + 16, 128);
+            int64_t rem = min64(32, t1 - t);
+            __mmask16 m0 = (__mmask16)(rem >= 16 ? 0xffffu : (1u << rem) - 1);
+            __mmask16 m1 = (__mmask16)(rem >= 32 ? 0xffffu : rem <= 16 ? 0u : (1u << (rem - 16)) - 1);
+            for (int r = 0; r < nr; r++) {
+                __m512 bv = _mm512_set1_ps(j->bias ? j->bias[co0 + r] : 0.0f);
+                float *y = j->out + (j->b * j->cout + co0 + r) * j->tout + j->t0 + t;
+                _mm512_mask_storeu_ps(y, m0, _mm512_add_ps(bv, _mm512_load_ps(tmp + r * 32)));
+                _mm512_mask_storeu_ps(y + 16, m1, _mm512_add_ps(bv, _mm512_load_ps(tmp + r * 32 + 16)));
+            }
+        }
+    }
+    _tile_release();
+}
+
+/* conv1d through AMX when it applies (see above); false: nothing done.
+ * true: done, or an arena allocation failed (recorded in the arena). */
+static bool conv1d_amx(struct arena *a, struct tensor *out, const struct tensor *x,
+                       const struct tensor *wt, const float *w, const float *bias,
+                       const struct conv1d_params *p, int64_t B)
+{
+    int n = x->ndim;
+    int64_t cin = x->ne[n - 2], cout = wt->ne[0], K = wt->ne[2];
+    int64_t cinp = (cin + 31) / 32 * 32;
+    /* worth it when the reduction is long and the channel padding small */
+    if (p->stride != 1 || p->groups != 1 || cin < 32 || cout < 8 || cinp * K < 64 ||
+        4 * cinp > 5 * cin || cpu_level() < CPU_AVX512 || !amx_usable())
+        return false;
+    struct threadpool *tp = pool(a);
+    int64_t nt = tp ? tp_n_threads(tp) : 1;
+    struct aconv_job j = {
+        .x = x, .p = p, .w = w, .bias = bias, .out = out->data, .T = x->ne[n - 1],
+        .tout = out->ne[n - 1], .K = K, .cin = cin, .cout = cout, .cinp = cinp,
+        .coutp = (cout + 15) / 16 * 16,
+    };
+    j.span = (K - 1) * p->dilation;
+    j.n_cb = j.coutp / 16;
+    int64_t chunk = min64(j.tout, max64(DA_TB, (CHUNK_FLOATS / cinp - j.span - 32) / DA_TB * DA_TB));
+    j.ldv = (chunk + 31) / 32 * 32 + (j.span + 15) / 16 * 16;
+    size_t nw = (size_t)(K * j.coutp * cinp), nx = (size_t)(cinp / 2 * j.ldv);
+    j.wh = arena_alloc(a, 2 * nw * sizeof(uint16_t));
+    j.xh = arena_alloc(a, 2 * nx * sizeof(uint32_t));
+    j.rows = arena_alloc(a, (size_t)(nt * 2 * j.ldv) * sizeof(float));
+    if (!j.wh || !j.xh || !j.rows) return true;
+    j.wl = j.wh + nw;
+    j.xl = j.xh + nx;
+    j.t_major = 2 * nw * sizeof(uint16_t) <= ((size_t)1 << 20);
+    tp_parallel_for(tp, j.coutp, max64(1, 4096 / (K * cinp)), aconv_pack_w, &j);
+    for (j.b = 0; j.b < B; j.b++)
+        for (j.t0 = 0; j.t0 < j.tout; j.t0 += chunk) {
+            j.tc = min64(chunk, j.tout - j.t0);
+            j.n_tb = (j.tc + DA_TB - 1) / DA_TB;
+            tp_parallel_for(tp, cinp / 2, grain_for(2 * j.ldv), aconv_pack_x, &j);
+            tp_parallel_for(tp, j.n_cb * j.n_tb, 1, aconv_run, &j);
+        }
+    return true;
+}
+#else
+static bool conv1d_amx(struct arena *a, struct tensor *out, const struct tensor *x,
+                       const struct tensor *wt, const float *w, const float *bias,
+                       const struct conv1d_params *p, int64_t B)
+{
+    (void)a, (void)out, (void)x, (void)wt, (void)w, (void)bias, (void)p, (void)B, (void)amx_state;
+    return false;
+}
+#endif
+
 static void conv1d(struct arena *a, struct tensor *out, const struct tensor *x,
                    const struct tensor *w, const struct tensor *b,
                    const struct conv1d_params *p)
@@ -476,6 +733,7 @@ static void conv1d(struct arena *a, struct tensor *out, const struct tensor *x,
         tp_parallel_for(tp, B * j.cout, grain_for(j.K * j.tout), conv_direct, &j);
         return;
     }
+    if (conv1d_amx(a, out, x, w, j.w, j.bias, p, B)) return;
     if (conv1d_direct(a, out, x, w, j.w, j.bias, p, B)) return;
 
     int64_t kk = j.cin_g * j.K;
@@ -509,6 +767,7 @@ static void conv1d(struct arena *a, struct tensor *out, const struct tensor *x,
                     tp_parallel_for(tp, j.cout_g, grain_for(j.tc), fill_rows, &f);
                     beta = 1.0f;
                 }
+                tp_release_cores(tp); /* the pool's polling would compete with BLAS */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)j.cout_g,
                             (int)j.tc, (int)kk, 1.0f, wg, (int)kk, cols, (int)ldb, beta,
                             og + j.t0, (int)j.tout);
@@ -616,6 +875,7 @@ static void conv_transpose1d(struct arena *a, struct tensor *out, const struct t
                     ldb = j.tc;
                 }
                 /* cols[m, tc] = W_g^T[m, cin_g] @ x_g[cin_g, tc] */
+                tp_release_cores(tp);
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)m, (int)j.tc,
                             (int)j.cin_g, 1.0f, wg, (int)m, xb, (int)ldb, 0.0f, j.cols,
                             (int)j.tc);
@@ -746,6 +1006,11 @@ static dot4_fn pick_dot4(void)
 static dot4_fn pick_dot4(void) { return dot4_generic; }
 #endif
 
+/* Cell update of n <= 8 hidden units from their gate pre-activations
+ * pre[q*8 + u] (q = i, f, g, o): c' = sigmoid(f)*c + sigmoid(i)*tanh(g),
+ * h' = sigmoid(o)*tanh(c'); c[u] updated in place, h[u] written. */
+typedef void (*gates_fn)(const float *pre, float *c, float *h, int n);
+
 struct lstm_job {
     const float *gx;       /* [B*T, 4H]: x_t @ W_ih^T + b_ih + b_hh */
     const float *whh;      /* [4H, H] */
@@ -754,36 +1019,112 @@ struct lstm_job {
     float *out;            /* [B, T, H] */
     int64_t B, T, H, t;
     dot4_fn dot4;
+    gates_fn gates;
 };
 
 static float sigmoidf(float v) { return 1.0f / (1.0f + expf(-v)); }
 
+static void gates_generic(const float *pre, float *c, float *h, int n)
+{
+    for (int u = 0; u < n; u++) {
+        float ig = sigmoidf(pre[u]), fg = sigmoidf(pre[8 + u]);
+        float gg = tanhf(pre[16 + u]), og = sigmoidf(pre[24 + u]);
+        c[u] = fg * c[u] + ig * gg;
+        h[u] = og * tanhf(c[u]);
+    }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* exp of 8 lanes (Cephes expf: n = round(x log2 e), r = x - n ln 2 in two
+ * parts, degree-6 polynomial, times 2^n); x clamped to +-88.37, so the
+ * result is finite and sigmoid/tanh below saturate cleanly. */
+__attribute__((target("avx2,fma"))) static __m256 exp8(__m256 x)
+{
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-88.3762626647949f)),
+                      _mm256_set1_ps(88.3762626647949f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/* sigmoid(x) = 1 / (1 + e^-x); tanh(x) = 2 sigmoid(2x) - 1 */
+__attribute__((target("avx2,fma"))) static __m256 sigmoid8(__m256 x)
+{
+    __m256 one = _mm256_set1_ps(1.0f);
+    return _mm256_div_ps(one, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+}
+__attribute__((target("avx2,fma"))) static __m256 tanh8(__m256 x)
+{
+    __m256 two = _mm256_set1_ps(2.0f);
+    return _mm256_fmsub_ps(two, sigmoid8(_mm256_mul_ps(two, x)), _mm256_set1_ps(1.0f));
+}
+
+__attribute__((target("avx2,fma"))) static void gates_avx2(const float *pre, float *c, float *h,
+                                                          int n)
+{
+    __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n),
+                                   _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256 ig = sigmoid8(_mm256_loadu_ps(pre)), fg = sigmoid8(_mm256_loadu_ps(pre + 8));
+    __m256 gg = tanh8(_mm256_loadu_ps(pre + 16)), og = sigmoid8(_mm256_loadu_ps(pre + 24));
+    __m256 cv = _mm256_fmadd_ps(fg, _mm256_maskload_ps(c, m), _mm256_mul_ps(ig, gg));
+    _mm256_maskstore_ps(c, m, cv);
+    _mm256_maskstore_ps(h, m, _mm256_mul_ps(og, tanh8(cv)));
+}
+static gates_fn pick_gates(void)
+{
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? gates_avx2
+                                                                           : gates_generic;
+}
+#else
+static gates_fn pick_gates(void) { return gates_generic; }
+#endif
+
 /* One time step for hidden units [k0, k1): the four gate rows of each unit
  * (i, f, g, o at k, H+k, 2H+k, 3H+k) dotted with h_{t-1} of every
- * sequence, then c' = f*c + i*g, h' = o*tanh(c'). Units are independent
- * given h_{t-1}, which is read-only during the step (h is double
- * buffered), so tasks never share a written element. */
+ * sequence, then the cell update of blocks of 8 units in vector lanes.
+ * Units are independent given h_{t-1}, which is read-only during the step
+ * (h is double buffered), so tasks never share a written element. */
 static void lstm_step(void *ctx, int64_t k0, int64_t k1, int ith)
 {
     (void)ith;
     const struct lstm_job *j = ctx;
     int64_t H = j->H;
-    for (int64_t k = k0; k < k1; k++) {
+    float pre[32], hv[8];
+    for (int64_t kb = k0; kb < k1; kb += 8) {
+        int n = (int)min64(8, k1 - kb);
         for (int64_t b = 0; b < j->B; b++) {
             const float *gx = j->gx + (b * j->T + j->t) * 4 * H;
-            float d[4];
-            j->dot4(j->whh + k * H, H * H, j->h_prev + b * H, H, d);
-            float ig = sigmoidf(gx[k] + d[0]);
-            float fg = sigmoidf(gx[H + k] + d[1]);
-            float gg = tanhf(gx[2 * H + k] + d[2]);
-            float og = sigmoidf(gx[3 * H + k] + d[3]);
-            float *c = j->c + b * H + k;
-            *c = fg * *c + ig * gg;
-            float hv = og * tanhf(*c);
-            j->h_next[b * H + k] = hv;
-            j->out[(b * j->T + j->t) * H + k] = hv;
+            for (int u = 0; u < n; u++) {
+                float d[4];
+                int64_t k = kb + u;
+                j->dot4(j->whh + k * H, H * H, j->h_prev + b * H, H, d);
+                for (int q = 0; q < 4; q++) pre[q * 8 + u] = gx[q * H + k] + d[q];
+            }
+            for (int u = n; u < 8; u++)
+                for (int q = 0; q < 4; q++) pre[q * 8 + u] = 0.0f;
+            j->gates(pre, j->c + b * H + kb, hv, n);
+            memcpy(j->h_next + b * H + kb, hv, (size_t)n * sizeof *hv);
+            memcpy(j->out + (b * j->T + j->t) * H + kb, hv, (size_t)n * sizeof *hv);
         }
     }
+}
+
+/* Tasks over blocks of 8 hidden units (so the vector lanes never straddle
+ * two tasks' units). */
+static void lstm_blocks(void *ctx, int64_t r0, int64_t r1, int ith)
+{
+    const struct lstm_job *j = ctx;
+    lstm_step(ctx, r0 * 8, min64(r1 * 8, j->H), ith);
 }
 
 /* Copy a [B, H] state view (or zeros) into contiguous dst. */
@@ -822,16 +1163,17 @@ static void lstm(struct arena *a, struct tensor *out, struct tensor *h_n, struct
         for (int64_t r = 0; r < B * T; r++)
             for (int64_t k = 0; k < G; k++)
                 gx[r * G + k] = (bih ? bih[k] : 0.0f) + (bhh ? bhh[k] : 0.0f);
+        tp_release_cores(tp);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(B * T), (int)G, (int)In,
                     1.0f, xs, (int)In, wih, (int)In, 1.0f, gx, (int)G);
     }
     struct lstm_job j = {.gx = gx, .whh = whh, .c = c, .out = out->data, .B = B, .T = T,
-                         .H = H, .dot4 = pick_dot4()};
+                         .H = H, .dot4 = pick_dot4(), .gates = pick_gates()};
     float *hb[2] = {h, h + B * H};
     for (j.t = 0; j.t < T; j.t++) {
         j.h_prev = hb[j.t & 1];
         j.h_next = hb[(j.t + 1) & 1];
-        tp_parallel_for(tp, H, grain_for(4 * H * B), lstm_step, &j);
+        tp_parallel_for(tp, (H + 7) / 8, max64(1, grain_for(4 * H * B) / 8), lstm_blocks, &j);
     }
     if (h_n) memcpy(h_n->data, hb[T & 1], (size_t)(B * H) * sizeof(float));
     if (c_n) memcpy(c_n->data, c, (size_t)(B * H) * sizeof(float));
