@@ -26,8 +26,11 @@
  *                linear_qgemm_min_rows). Above 16 rows fewer weight
  *                copies cycle (the cases are compute-bound there).
  *   sgemm        op_linear with many rows (CFM-like: M = 602 or 1204
- *                frames), F32 weights straight to OpenBLAS, F16/Q8_0
- *                dequantised per tile; GFLOP/s and ratio to fma_peak.
+ *                frames), F32 weights straight to OpenBLAS, F16
+ *                dequantised per tile, Q8_0 through the quantised GEMM at
+ *                the AVX-512 level (dequantised per tile below it);
+ *                GFLOP/s and ratio to fma_peak (the F32 FMA peak, which
+ *                the int8 GEMM can exceed).
  *   dotx         the AVX-512 q4_0/q8_0 row kernels alone, one thread, hot
  *                (a [256, K] matrix in L2): one row per call (dotx) vs four
  *                rows sharing the x loads (dotx4); the best of --reps * 20
