@@ -14,6 +14,11 @@
  *   voice_prompt_tokens  S3TokenizerV2 on the 10 s prompt
  *   voice_t3_tokens    S3TokenizerV2 for the T3 prompt (0 when reused)
  *   voice_ve           VoiceEncoder speaker embedding
+ *   voice_lane_a_cpu   CPU time of the CAMPPlus + prompt-token lane's thread
+ *   voice_lane_b_cpu   CPU time of the T3-token + VE lane's thread (the
+ *                      lanes run at once, a core each, unless --serial;
+ *                      on an idle machine the wall time is about the
+ *                      work before the lanes plus the larger of the two)
  *
  * Options: --model DIR (default $CHATTERBOX_MODEL), --ref FILE (default
  * tests/data/ref_voice_24k.wav), --ref16 FILE (fixture path: no
@@ -85,9 +90,10 @@ int main(int argc, char **argv)
         return 1;
     }
     double clip = (double)a.n / a.sample_rate;
-    enum { N_STAGE = 9 };
+    enum { N_STAGE = 11 };
     static const char *names[N_STAGE] = {"voice_total", "voice_total_cpu", "voice_resample", "voice_loudness", "voice_prompt_mel",
-                                         "voice_campplus", "voice_prompt_tokens", "voice_t3_tokens", "voice_ve"};
+                                         "voice_campplus", "voice_prompt_tokens", "voice_t3_tokens", "voice_ve",
+                                         "voice_lane_a_cpu", "voice_lane_b_cpu"};
     int reps = opt.reps > 0 ? opt.reps : 1;
     double *t[N_STAGE];
     for (int s = 0; s < N_STAGE; s++) t[s] = calloc((size_t)reps, sizeof(double));
@@ -106,7 +112,7 @@ int main(int argc, char **argv)
         }
         if (r < 0) continue;
         double v[N_STAGE] = {total, cpu, rep.t_resample, rep.t_loudness, rep.t_prompt_mel, rep.t_campplus,
-                             rep.t_prompt_tokens, rep.t_t3_tokens, rep.t_ve};
+                             rep.t_prompt_tokens, rep.t_t3_tokens, rep.t_ve, rep.cpu_lane_a, rep.cpu_lane_b};
         for (int s = 0; s < N_STAGE; s++) t[s][r] = v[s];
     }
     int64_t shape[1] = {a.n};

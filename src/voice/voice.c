@@ -369,36 +369,58 @@ struct lanes {
     int64_t n_ttoks;
     float *speaker;     /* [VE_EMBED], caller-allocated */
     double t_campplus, t_ptok, t_ttok, t_ve;
+    double cpu_a, cpu_b; /* CPU seconds of the thread that ran each lane */
     cbx_status rc_a, rc_b;
     char err_a[ERR_MAX], err_b[ERR_MAX];
 };
 
-static void *lane_a(void *p)
+static void lane_a_run(struct lanes *L)
 {
-    struct lanes *L = p;
     double t0 = now();
     L->rc_a = campplus_embed(L->vm->campplus, L->be_a, L->wdec, L->n_dec, L->embedding, L->err_a);
     L->t_campplus = now() - t0;
-    if (L->rc_a != CBX_OK) return NULL;
+    if (L->rc_a != CBX_OK) return;
     t0 = now();
     L->rc_a = s3tok_tokenize(L->vm->tokenizer, L->be_a, L->wdec, L->n_dec, 0, &L->ptoks, &L->n_ptoks, L->err_a);
     L->t_ptok = now() - t0;
+}
+
+static void lane_b_run(struct lanes *L)
+{
+    double t0 = now();
+    if (L->t3_tokens) {
+        L->rc_b = s3tok_tokenize(L->vm->tokenizer, L->be_b, L->w16, L->n_enc, L->prompt_len, &L->ttoks,
+                                 &L->n_ttoks, L->err_b);
+        L->t_ttok = now() - t0;
+        if (L->rc_b != CBX_OK) return;
+    }
+    t0 = now();
+    L->rc_b = ve_embed(L->vm->ve, L->be_b, L->w16, L->n_ve, L->speaker, L->err_b);
+    L->t_ve = now() - t0;
+}
+
+static double thread_cpu(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void *lane_a(void *p)
+{
+    struct lanes *L = p;
+    double c0 = thread_cpu();
+    lane_a_run(L);
+    L->cpu_a = thread_cpu() - c0;
     return NULL;
 }
 
 static void *lane_b(void *p)
 {
     struct lanes *L = p;
-    double t0 = now();
-    if (L->t3_tokens) {
-        L->rc_b = s3tok_tokenize(L->vm->tokenizer, L->be_b, L->w16, L->n_enc, L->prompt_len, &L->ttoks,
-                                 &L->n_ttoks, L->err_b);
-        L->t_ttok = now() - t0;
-        if (L->rc_b != CBX_OK) return NULL;
-    }
-    t0 = now();
-    L->rc_b = ve_embed(L->vm->ve, L->be_b, L->w16, L->n_ve, L->speaker, L->err_b);
-    L->t_ve = now() - t0;
+    double c0 = thread_cpu();
+    lane_b_run(L);
+    L->cpu_b = thread_cpu() - c0;
     return NULL;
 }
 
@@ -580,6 +602,7 @@ cbx_status voice_prepare(const struct voice_models *vm, const struct backend *be
     toks = ln.ptoks, n_toks = ln.n_ptoks;
     out->cond_prompt_tokens = ln.ttoks, out->n_cond_prompt = ln.n_ttoks;
     r.t_campplus = ln.t_campplus, r.t_prompt_tokens = ln.t_ptok, r.t_t3_tokens = ln.t_ttok, r.t_ve = ln.t_ve;
+    r.cpu_lane_a = ln.cpu_a, r.cpu_lane_b = ln.cpu_b;
     if (ln.rc_a != CBX_OK || ln.rc_b != CBX_OK) {
         rc = ln.rc_a != CBX_OK ? ln.rc_a : ln.rc_b;
         err_setf(err, rc, "%s", ln.rc_a != CBX_OK ? ln.err_a : ln.err_b);

@@ -92,6 +92,10 @@ struct voice_report {
     bool ve_capped;           /* the VoiceEncoder saw only VOICE_VE_MAX_LEN samples */
     double t_resample, t_loudness, t_prompt_mel, t_campplus, t_prompt_tokens,
         t_t3_tokens, t_ve;
+    /* CPU seconds of the thread that ran each lane (CAMPPlus + prompt
+     * tokens; T3 tokens + VE): the lanes' whole work when they run at
+     * once (one thread each); serial, only the calling thread's share */
+    double cpu_lane_a, cpu_lane_b;
 };
 
 /* ---- audio helpers (host code, float32 in and out) ------------------ */

@@ -79,6 +79,7 @@ int main(void)
     check_tokens("parity_turbo_tokens_cli greedy", out, "turbo/t3_greedy_tokens.npy");
 
     /* usage errors exit 2 with nothing on stdout; runtime errors exit 1 */
+    setenv("XDG_CACHE_HOME", test_tmpdir("tokens-no-cache"), 1); /* no cached default model */
     CHECK(run("--text hi", out, 1 << 16) == 2 || getenv("CHATTERBOX_MODEL"), "missing --model -> 2");
     snprintf(args, sizeof args, "--model '%s' --text hi --top-p 7", model);
     CHECK(run(args, out, 1 << 16) == 2 && out[0] == 0, "bad --top-p -> 2");
