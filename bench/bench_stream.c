@@ -4,12 +4,15 @@
  * the whole-utterance run of the same text and parameters from the same
  * invocation as baseline (its first audio is its end).
  *
- *   bench_stream --model DIR|GGUF [--tokens N] [--first-tokens K] [--threads N] [--reps N] [--filter q4_0]
+ *   bench_stream --model DIR|GGUF [--tokens N] [--first-tokens K] [--stream-prompt P] [--threads N] [--reps N]
+ *                [--filter q4_0]
  *
  * Workload: a fixed sentence with the built-in voice, seed 0, upstream
  * sampling defaults, at most N speech tokens (default 250 = 10 s); the
  * engine's defaults for streaming (first chunk after
- * engine_params.stream_first_tokens tokens, or K, then 20, 40, 80, 80...).
+ * engine_params.stream_first_tokens tokens, or K, then 20, 40, 80, 80...);
+ * --stream-prompt P cuts S3Gen's reference prompt to its last P tokens
+ * (engine_params.stream_prompt_tokens; default: the whole prompt).
  *
  * Cold and warm (pipeline/engine.h, "Voice prefix cache"): each repetition
  * empties the model's voice prefix cache and runs the stream twice: cold
@@ -86,7 +89,7 @@ static struct first medians(double **v, int R)
     return f;
 }
 
-static int run_type(const char *path, int wtype, int N, int K, const struct bench_opts *o, struct backend *be,
+static int run_type(const char *path, int wtype, int N, int K, int P, const struct bench_opts *o, struct backend *be,
                     struct result *res)
 {
     char err[ERR_MAX] = "";
@@ -103,6 +106,7 @@ static int run_type(const char *path, int wtype, int N, int K, const struct benc
     struct engine_params p = engine_default_params();
     p.split = false;
     if (K > 0) p.stream_first_tokens = K;
+    p.stream_prompt_tokens = P;
     for (int r = -1; r < R; r++) {
         for (int warm = 0; warm < 2; warm++) {
             if (r < 0 && warm) break;
@@ -166,11 +170,12 @@ static void emit(const char *bench, const char *type, int N, const struct bench_
 int main(int argc, char **argv)
 {
     const char *model = getenv("CHATTERBOX_MODEL");
-    int N = 250, K = 0;
+    int N = 250, K = 0, P = 0;
     for (int i = 1; i + 1 < argc;) { /* our options; the rest goes to bench_parse */
         if (!strcmp(argv[i], "--model")) model = argv[i + 1];
         else if (!strcmp(argv[i], "--tokens")) N = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--first-tokens")) K = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--stream-prompt")) P = atoi(argv[i + 1]);
         else { i += 2; continue; }
         memmove(argv + i, argv + i + 2, sizeof *argv * (size_t)(argc - i - 2));
         argc -= 2;
@@ -198,7 +203,7 @@ int main(int argc, char **argv)
         const char *name = gguf ? "gguf" : dtype_name((enum dtype)wt);
         if (!gguf && !bench_selected(&opt, name)) continue;
         struct result r = {0};
-        if (!run_type(model, wt, N, K, &opt, be, &r)) {
+        if (!run_type(model, wt, N, K, P, &opt, be, &r)) {
             backend_cpu_free(be);
             return 1;
         }

@@ -805,8 +805,16 @@ static cbx_status stream_segment(const struct engine_model *m, const struct back
     sp.noise_frames = 2 * (p->max_tokens + ENGINE_N_SIL); /* a bound known before T3 starts */
     sp.n_cfm_steps = p->cfm_steps;
     sp.seed = engine_seed(p->seed, i, 0); /* the seed T3 uses (no retries) */
-    const struct s3gen_ref ref = {voice->prompt_token, voice->n_prompt_token, voice->prompt_feat,
-                                  voice->n_prompt_feat, voice->embedding};
+    struct s3gen_ref ref = {voice->prompt_token, voice->n_prompt_token, voice->prompt_feat, voice->n_prompt_feat,
+                            voice->embedding};
+    const int64_t k = p->stream_prompt_tokens;
+    if (k > 0 && k < ref.n_prompt_token && ref.n_prompt_feat == 2 * ref.n_prompt_token) {
+        /* the last k tokens of the reference, the speech right before ours */
+        ref.prompt_token += ref.n_prompt_token - k;
+        ref.prompt_feat += 2 * (ref.n_prompt_token - k) * S3GEN_MEL_CHANNELS;
+        ref.n_prompt_token = k;
+        ref.n_prompt_feat = 2 * k;
+    }
     int32_t *speech = NULL;
     int64_t n_speech = 0;
     uint64_t seed = sp.seed;
@@ -855,10 +863,10 @@ cbx_status engine_synthesize(const struct engine_model *m, const struct backend 
     if (!m || !be) return err_setf(err, CBX_ERR_INVALID_ARG, "no model or backend");
     if (!text) return err_setf(err, CBX_ERR_INVALID_ARG, "no text given");
     if (p->max_tokens < 1 || p->max_tokens > 100000 || p->pause_ms < 0 || p->pause_ms > 60000 ||
-        p->max_retries < 0 || p->max_retries > 16 || !(p->s.top_p >= 0 && p->s.top_p <= 1) ||
+        p->max_retries < 0 || p->max_retries > 16 || p->stream_prompt_tokens < 0 || !(p->s.top_p >= 0 && p->s.top_p <= 1) ||
         !(p->s.temperature >= 0) || p->s.top_k < 0 || !(p->s.repetition_penalty > 0))
         return err_setf(err, CBX_ERR_INVALID_ARG,
-                        "bad parameters (max_tokens 1..100000, pause_ms 0..60000, max_retries 0..16, "
+                        "bad parameters (max_tokens 1..100000, pause_ms 0..60000, max_retries 0..16, stream_prompt_tokens >= 0, "
                         "top_p in [0, 1], temperature >= 0, top_k >= 0, repetition_penalty > 0)");
     const char *vname = "voice";
     if (!voice) {

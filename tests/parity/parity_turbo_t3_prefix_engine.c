@@ -9,7 +9,10 @@
  *     another address hits, a changed speaker embedding misses;
  *   - with a one-entry cache the least recently used voice is dropped;
  *     engine_prepare_voice fills the cache ahead of a call; voice_cache
- *     < 0 never keeps one between calls (and still gives the same audio).
+ *     < 0 never keeps one between calls (and still gives the same audio);
+ *   - engine_params.stream_prompt_tokens: a stream on a cut S3Gen prompt
+ *     has the same length, is deterministic and differs from the whole
+ *     prompt's (it is used).
  * Workload: a few speech tokens per call (the cache is what is tested). */
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +25,8 @@
 
 struct out { float *pcm; int64_t n; struct engine_stats st; };
 
+static int stream_prompt; /* engine_params.stream_prompt_tokens */
+
 static bool say(const struct engine_model *m, const struct backend *be, const struct conds *v, const char *text,
                 bool greedy, bool stream, struct out *o)
 {
@@ -32,6 +37,7 @@ static bool say(const struct engine_model *m, const struct backend *be, const st
     p.seed = 7;
     p.stream = stream;
     p.stream_first_tokens = 8;
+    p.stream_prompt_tokens = stream_prompt;
     if (greedy) p.s.top_k = 1;
     cbx_status rc = engine_synthesize(m, be, v, text, &p, NULL, NULL, NULL, &o->pcm, &o->n, &o->st, err);
     CHECK(rc == CBX_OK && o->n > 0, "engine_synthesize: %s", err);
@@ -102,6 +108,20 @@ int main(void)
     if (say(m, be, NULL, "Hello there.", false, true, &a) && say(m, be, NULL, "Hello there.", false, true, &b))
         pair("built-in again (evicted), streamed", &a, &b);
     out_free(&b);
+    /* the S3Gen prompt cut to its last 20 tokens */
+    stream_prompt = 20;
+    if (say(m, be, NULL, "Hello there.", false, true, &b) && say(m, be, NULL, "Hello there.", false, true, &c)) {
+        const bool same = b.n == c.n && !memcmp(b.pcm, c.pcm, sizeof(float) * (size_t)b.n);
+        double d = 0;
+        for (int64_t i = 0; b.n == a.n && i < a.n; i++) d = fmax(d, fabs((double)a.pcm[i] - b.pcm[i]));
+        printf("stream_prompt_tokens 20: %lld samples (whole prompt %lld), repeat %s, max abs diff to the whole "
+               "prompt's %.3e, S3Gen %.3f s vs %.3f s\n",
+               (long long)b.n, (long long)a.n, same ? "identical" : "DIFFERS", d, b.st.t_s3gen, a.st.t_s3gen);
+        CHECK(b.n == a.n && same && d > 0, "stream_prompt_tokens: same length, deterministic, used");
+    }
+    stream_prompt = 0;
+    out_free(&b);
+    out_free(&c);
     /* engine_prepare_voice, then a streamed call of the same text: as before */
     rc = engine_prepare_voice(m, be, &other, err);
     CHECK(rc == CBX_OK, "engine_prepare_voice: %s", err);
