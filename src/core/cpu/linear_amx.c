@@ -10,7 +10,8 @@
  * memory and the AVX-512 epilogue adds the x record's -off * sum(q),
  * converts and accumulates with d_x * d_w, the same integer and float
  * steps as the VNNI kernel, so both give bit-identical results. Two C
- * tiles alternate so block b + 1's TDPBUSD runs during block b's epilogue.
+ * tiles alternate; block b's epilogue runs while block b + 1's TDPBUSD
+ * does, on C stored one block earlier.
  * Tails of fewer than 16 weight rows use the VNNI tile kernel. */
 #include <pthread.h>
 #include <stdint.h>
@@ -135,19 +136,27 @@ TGT static void amx_tile16(const int32_t *wq, const float *wd, const uint8_t *xp
         _tile_loadd(B, xp + (b) * LINEAR_QG_REC, 64);                                      \
         _tile_dpbusd(C, A, B);                                                             \
     } while (0)
+    /* block b's C is stored right after its TDPBUSD and read back one
+     * block later, while the next TDPBUSD runs, so the epilogue's loads
+     * never wait for a tile store still in flight */
     ISSUE(0, 1, 2, 0);
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {
-        ISSUE(3, 4, 5, b + 1);
-        _tile_stored(0, cbuf[0], 64);
-        amx_epilogue(acc, cbuf[0], xp + b * LINEAR_QG_REC, wd + b * 16);
-        if (b + 2 < nb) ISSUE(0, 1, 2, b + 2);
+    _tile_stored(0, cbuf[0], 64);
+    int64_t b = 1;
+    for (; b + 1 < nb; b += 2) {
+        ISSUE(3, 4, 5, b);
+        amx_epilogue(acc, cbuf[0], xp + (b - 1) * LINEAR_QG_REC, wd + (b - 1) * 16);
         _tile_stored(3, cbuf[1], 64);
-        amx_epilogue(acc, cbuf[1], xp + (b + 1) * LINEAR_QG_REC, wd + (b + 1) * 16);
-    }
-    if (b < nb) { /* odd nb: the last block was issued into tmm0 */
+        ISSUE(0, 1, 2, b + 1);
+        amx_epilogue(acc, cbuf[1], xp + b * LINEAR_QG_REC, wd + b * 16);
         _tile_stored(0, cbuf[0], 64);
-        amx_epilogue(acc, cbuf[0], xp + b * LINEAR_QG_REC, wd + b * 16);
+    }
+    if (b < nb) {
+        ISSUE(3, 4, 5, b);
+        amx_epilogue(acc, cbuf[0], xp + (b - 1) * LINEAR_QG_REC, wd + (b - 1) * 16);
+        _tile_stored(3, cbuf[1], 64);
+        amx_epilogue(acc, cbuf[1], xp + b * LINEAR_QG_REC, wd + b * 16);
+    } else {
+        amx_epilogue(acc, cbuf[0], xp + (b - 1) * LINEAR_QG_REC, wd + (b - 1) * 16);
     }
 #undef ISSUE
     amx_store8(acc, bias, y, ldy, lanes);
