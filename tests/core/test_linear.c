@@ -303,7 +303,7 @@ static void test_qgemm_vs_dot(void)
             }
             free(ya);
         } else {
-            printf("qgemm amx: not available (CPU or OS), skipped\n");
+            printf("qgemm amx: not available (CPU, OS or CBX_AMX=0), skipped\n");
         }
         linear_qgemm_use_amx = 1;
         linear_dot_max_rows = saved_dot;

@@ -15,6 +15,7 @@
  * Tails of fewer than 16 weight rows use the VNNI tile kernel. */
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -34,6 +35,8 @@ static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
 
 static void amx_detect(void)
 {
+    const char *env = getenv("CBX_AMX");
+    if (env && strcmp(env, "0") == 0) return; /* turned off by the user */
     unsigned a, b, c, d;
     /* cpuid leaf 7 edx: amx_tile bit 24, amx_int8 bit 25; XCR0 bits 17, 18 */
     __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));

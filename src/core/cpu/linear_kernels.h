@@ -69,7 +69,8 @@ struct linear_qgemm {
 /* AVX-512 VNNI kernels for t (q4_0, q8_0); false when there are none. */
 bool linear_qgemm_avx512(enum dtype t, struct linear_qgemm *g);
 /* Whether AMX-INT8 is there and the OS granted its tile state to the
- * process (asked once, on the first call). */
+ * process (asked once, on the first call); false when the environment
+ * has CBX_AMX=0 (then the state is never asked for). */
 bool linear_amx_available(void);
 /* AMX-INT8 tiles (16 weight rows) with the VNNI pack/unpack/tails, same
  * results bit for bit; false without AMX or for other types. */
