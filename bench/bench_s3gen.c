@@ -79,6 +79,16 @@ static long minflt(void)
     return getrusage(RUSAGE_SELF, &u) == 0 ? u.ru_minflt : 0;
 }
 
+/* CPU seconds (user + system) of the process so far: less sensitive to
+ * other load on the machine than wall time */
+static double cpu_s(void)
+{
+    struct rusage u;
+    if (getrusage(RUSAGE_SELF, &u) != 0) return 0;
+    return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           1e-6 * (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
 static int on_step(void *user, int step, float t, float r, const struct tensor *x,
                    const struct tensor *v)
 {
@@ -123,6 +133,7 @@ static void run_stages(const char *path, const char *wname, int n_tok, const str
         struct rng_stream zs;
         rng_stream_init(&zs, "s3gen.cfm.z", 0);
         long f0c = minflt();
+        double c0 = cpu_s();
         double t0 = bench_now();
         /* s3gen_flow_inference, stage by stage */
         struct tensor *spks = s3gen_flow_spks(a, &s3.flow, ref.embedding);
@@ -130,6 +141,7 @@ static void run_stages(const char *path, const char *wname, int n_tok, const str
         if (!mu) die("encoder", arena_errmsg(a));
         double t1 = bench_now();
         long f1c = minflt();
+        double c1 = cpu_s();
         int64_t tm = mu->ne[2], tp = ref.n_prompt_feat;
         const int64_t rest[3] = {1, 80, tm - tp}, pf[3] = {1, tp, 80}, nne[3] = {1, 80, 2 * n_tok};
         struct tensor *cond = op_concat(a, op_transpose(a, op_from_host(a, TYPE_F32, 3, pf, ref.prompt_feat), 1, 2),
@@ -140,6 +152,7 @@ static void run_stages(const char *path, const char *wname, int n_tok, const str
         if (!mel) die("cfm", arena_errmsg(a));
         double t2 = bench_now();
         long f2c = minflt();
+        double c2 = cpu_s();
         struct tensor *f0 = hift_f0(a, s3.mel2wav, mel);
         double t3 = bench_now();
         struct tensor *src = hift_source(a, s3.mel2wav, f0, 0);
@@ -147,9 +160,10 @@ static void run_stages(const char *path, const char *wname, int n_tok, const str
         if (!hift_decode(a, s3.mel2wav, mel, src)) die("hift", arena_errmsg(a));
         double t5 = bench_now();
         long f5c = minflt();
+        double c5 = cpu_s();
         if (r < 0) continue;
-        fprintf(stderr, "rep %d: page faults encoder %ld, cfm %ld, hift %ld\n", r, f1c - f0c,
-                f2c - f1c, f5c - f2c);
+        fprintf(stderr, "rep %d: page faults encoder %ld, cfm %ld, hift %ld; CPU s encoder %.2f, "
+                "cfm %.2f, hift %.2f\n", r, f1c - f0c, f2c - f1c, f5c - f2c, c1 - c0, c2 - c1, c5 - c2);
         v[0][r] = t1 - t0;
         v[1][r] = sc.n > 0 ? sc.t[0] - t1 : 0;
         v[2][r] = sc.n > 1 ? (sc.t[sc.n - 1] - sc.t[0]) / (sc.n - 1) : 0;

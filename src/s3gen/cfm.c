@@ -498,10 +498,14 @@ static bool is_bct(const struct tensor *t, int64_t B, int64_t T)
            t->ne[1] == S3GEN_MEL_CHANNELS && t->ne[2] == T;
 }
 
-struct tensor *s3gen_estimator_forward(struct arena *a, const struct s3gen_cfm *c,
-                                       const struct tensor *x, const struct tensor *mu,
-                                       const struct tensor *spks, const struct tensor *cond,
-                                       const float *t, const float *r)
+/* s3gen_estimator_forward with its two scratch arenas given (sc[0], sc[1],
+ * reset here before use): a solver passes the same pair to every step, so
+ * the steps after the first reuse memory that is already mapped (no
+ * first-touch page faults). */
+static struct tensor *estimator(struct arena *a, struct arena *const sc[2],
+                                const struct s3gen_cfm *c, const struct tensor *x,
+                                const struct tensor *mu, const struct tensor *spks,
+                                const struct tensor *cond, const float *t, const float *r)
 {
     if (!x || !mu || !spks || !cond) return NULL;
     const struct s3gen_estimator *e = c->est;
@@ -516,12 +520,10 @@ struct tensor *s3gen_estimator_forward(struct arena *a, const struct s3gen_cfm *
                    c->meanflow && !r ? ", meanflow needs r" : "");
         return NULL;
     }
-    struct pingpong p = {a, {arena_create(arena_backend(a), 0), arena_create(arena_backend(a), 0)}, 0};
+    struct pingpong p = {a, {sc[0], sc[1]}, 0};
     struct tensor *out = NULL;
-    if (!p.ar[0] || !p.ar[1]) {
-        arena_fail(a, CBX_ERR_NOMEM, "s3gen estimator: out of memory for scratch arenas");
-        goto done;
-    }
+    arena_reset(sc[0]);
+    arena_reset(sc[1]);
 
     /* t = time_mlp(time_embeddings(t)); meanflow: t = time_embed_mixer(
      * [t | time_mlp(time_embeddings(r))]); kept in a */
@@ -557,11 +559,35 @@ struct tensor *s3gen_estimator_forward(struct arena *a, const struct s3gen_cfm *
     if (out) out->name = "flow.decoder.estimator";
 done:
     for (int i = 0; i < 2; i++) /* a failure in a scratch arena is reported in a */
-        if (p.ar[i] && arena_status(p.ar[i]) != CBX_OK && arena_status(a) == CBX_OK)
+        if (arena_status(p.ar[i]) != CBX_OK && arena_status(a) == CBX_OK)
             arena_fail(a, arena_status(p.ar[i]), "s3gen estimator: %s", arena_errmsg(p.ar[i]));
-    arena_free(p.ar[0]);
-    arena_free(p.ar[1]);
     return arena_status(a) == CBX_OK ? out : NULL;
+}
+
+/* Scratch arena pair for estimator(); false (reported in a) when out of memory. */
+static bool scratch_pair(struct arena *a, struct arena *sc[2])
+{
+    sc[0] = arena_create(arena_backend(a), 0);
+    sc[1] = arena_create(arena_backend(a), 0);
+    if (sc[0] && sc[1]) return true;
+    arena_fail(a, CBX_ERR_NOMEM, "s3gen estimator: out of memory for scratch arenas");
+    arena_free(sc[0]);
+    arena_free(sc[1]);
+    sc[0] = sc[1] = NULL;
+    return false;
+}
+
+struct tensor *s3gen_estimator_forward(struct arena *a, const struct s3gen_cfm *c,
+                                       const struct tensor *x, const struct tensor *mu,
+                                       const struct tensor *spks, const struct tensor *cond,
+                                       const float *t, const float *r)
+{
+    struct arena *sc[2];
+    if (!x || !mu || !spks || !cond || !scratch_pair(a, sc)) return NULL;
+    struct tensor *out = estimator(a, sc, c, x, mu, spks, cond, t, r);
+    arena_free(sc[0]);
+    arena_free(sc[1]);
+    return out;
 }
 
 double s3gen_estimator_flops(const struct s3gen_cfm *c, int64_t B, int64_t T)
@@ -609,8 +635,8 @@ struct tensor *s3gen_cfm_solve(struct arena *a, const struct s3gen_cfm *c,
     }
     bool batched = !c->meanflow && !(p && p->cfg_separate);
     float *span = arena_alloc_host(a, sizeof *span * (size_t)(n + 1));
-    struct arena *s = arena_create(arena_backend(a), 0);
-    if (!span || !s) {
+    struct arena *s = arena_create(arena_backend(a), 0), *sc[2] = {NULL, NULL};
+    if (!span || !s || !scratch_pair(a, sc)) {
         arena_fail(a, CBX_ERR_NOMEM, "s3gen cfm: out of memory");
         arena_free(s);
         return NULL;
@@ -635,17 +661,17 @@ struct tensor *s3gen_cfm_solve(struct arena *a, const struct s3gen_cfm *c,
         float t = span[i], r = span[i + 1], tt[2] = {t, t};
         struct tensor *v, *x_in = x, *v_all;
         if (c->meanflow) {
-            v_all = v = s3gen_estimator_forward(s, c, x, mu, spks, cond, &t, &r);
+            v_all = v = estimator(s, sc, c, x, mu, spks, cond, &t, &r);
         } else {
             struct tensor *vc, *vu;
             if (batched) {
                 x_in = op_concat(s, x, x, 0);
-                v_all = s3gen_estimator_forward(s, c, x_in, mu_in, spks_in, cond_in, tt, NULL);
+                v_all = estimator(s, sc, c, x_in, mu_in, spks_in, cond_in, tt, NULL);
                 vc = op_slice(s, v_all, 0, 0, 1);
                 vu = op_slice(s, v_all, 0, 1, 1);
             } else {
-                vc = s3gen_estimator_forward(s, c, x, mu, spks, cond, &t, NULL);
-                vu = s3gen_estimator_forward(s, c, x, mu0, spks0, cond0, &t, NULL);
+                vc = estimator(s, sc, c, x, mu, spks, cond, &t, NULL);
+                vu = estimator(s, sc, c, x, mu0, spks0, cond0, &t, NULL);
                 v_all = p && p->cb ? op_concat(s, vc, vu, 0) : vc;
             }
             /* (1.0 + rate) * v_c - rate * v_u, scalars rounded to float */
@@ -667,6 +693,8 @@ struct tensor *s3gen_cfm_solve(struct arena *a, const struct s3gen_cfm *c,
         }
     }
     arena_free(s);
+    arena_free(sc[0]);
+    arena_free(sc[1]);
     if (x) x->name = "flow.decoder";
     return arena_status(a) == CBX_OK ? x : NULL;
 }
