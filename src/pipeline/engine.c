@@ -863,11 +863,13 @@ cbx_status engine_synthesize(const struct engine_model *m, const struct backend 
     if (!m || !be) return err_setf(err, CBX_ERR_INVALID_ARG, "no model or backend");
     if (!text) return err_setf(err, CBX_ERR_INVALID_ARG, "no text given");
     if (p->max_tokens < 1 || p->max_tokens > 100000 || p->pause_ms < 0 || p->pause_ms > 60000 ||
-        p->max_retries < 0 || p->max_retries > 16 || p->stream_prompt_tokens < 0 || !(p->s.top_p >= 0 && p->s.top_p <= 1) ||
-        !(p->s.temperature >= 0) || p->s.top_k < 0 || !(p->s.repetition_penalty > 0))
+        p->max_retries < 0 || p->max_retries > 16 || p->stream_prompt_tokens < 0 ||
+        !(p->s.top_p >= 0 && p->s.top_p <= 1) || !(p->s.temperature >= 0) || p->s.top_k < 0 ||
+        !(p->s.repetition_penalty > 0))
         return err_setf(err, CBX_ERR_INVALID_ARG,
-                        "bad parameters (max_tokens 1..100000, pause_ms 0..60000, max_retries 0..16, stream_prompt_tokens >= 0, "
-                        "top_p in [0, 1], temperature >= 0, top_k >= 0, repetition_penalty > 0)");
+                        "bad parameters (max_tokens 1..100000, pause_ms 0..60000, max_retries 0..16, "
+                        "stream_prompt_tokens >= 0, top_p in [0, 1], temperature >= 0, top_k >= 0, "
+                        "repetition_penalty > 0)");
     const char *vname = "voice";
     if (!voice) {
         if (!m->has_builtin)

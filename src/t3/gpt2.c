@@ -109,7 +109,8 @@ cbx_status gpt2_kv_save(struct arena *a, const struct gpt2 *g, const struct gpt2
             const struct tensor *c = s ? kv->v[il] : kv->k[il];
             if (n < kv->capacity) c = op_cont(a, op_slice(a, c, 2, 0, n));
             cbx_status rc = c ? tensor_to_host(c, dst + (2 * (size_t)il + (size_t)s) * per) : arena_status(a);
-            if (rc != CBX_OK) return arena_status(a) != CBX_OK ? arena_status(a) : arena_fail(a, rc, "gpt2: reading the cache failed");
+            if (rc != CBX_OK)
+                return arena_status(a) != CBX_OK ? arena_status(a) : arena_fail(a, rc, "gpt2: reading the cache failed");
         }
         arena_reset(a);
     }
