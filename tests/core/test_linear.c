@@ -372,6 +372,8 @@ static void test_qgemm_pack(void)
         g.pack(rows, lanes, NB, g.off, got);
         int64_t bad = 0;
         for (size_t i = 0; i < sizeof got; i++) bad += got[i] != want[i];
+        printf("qgemm pack, %2d lanes: %lld of %zu record bytes differ from quantize_row_q8_0_ref\n",
+               lanes, (long long)bad, sizeof got);
         CHECK(bad == 0, "qgemm pack, %d lanes: %lld of %zu bytes differ from quantize_row_q8_0_ref",
               lanes, (long long)bad, sizeof got);
     }

@@ -600,41 +600,109 @@ TGT static inline __m512i round_away(__m512 v)
     return _mm512_cvttps_epi32(_mm512_mask_add_ps(t, up, t, step));
 }
 
+/* [reduce(v[0]), ..., reduce(v[15])] by a transposing tree: 15 ops OP and
+ * 30 shuffles for 16 vectors instead of 16 separate reductions. OP must
+ * be associative and commutative (max, integer add): exact. */
+#define TREE16(OP, v, out)                                                                  \
+    do {                                                                                    \
+        __m512 t_[8], u_[4], w_[2];                                                         \
+        for (int i_ = 0; i_ < 8; i_++) /* rows 2i, 2i+1 interleaved */                      \
+            t_[i_] = OP(_mm512_unpacklo_ps(v[2 * i_], v[2 * i_ + 1]),                      \
+                        _mm512_unpackhi_ps(v[2 * i_], v[2 * i_ + 1]));                     \
+        for (int i_ = 0; i_ < 4; i_++) /* per 128-bit lane: rows 4i..4i+3 */                \
+            u_[i_] = OP(_mm512_shuffle_ps(t_[2 * i_], t_[2 * i_ + 1], 0x44),               \
+                        _mm512_shuffle_ps(t_[2 * i_], t_[2 * i_ + 1], 0xee));              \
+        for (int i_ = 0; i_ < 2; i_++) /* lanes 0,1: rows 8i..8i+3; 2,3: 8i+4.. */          \
+            w_[i_] = OP(_mm512_shuffle_f32x4(u_[2 * i_], u_[2 * i_ + 1], 0x44),            \
+                        _mm512_shuffle_f32x4(u_[2 * i_], u_[2 * i_ + 1], 0xee));           \
+        out = OP(_mm512_shuffle_f32x4(w_[0], w_[1], 0x88),                                 \
+                 _mm512_shuffle_f32x4(w_[0], w_[1], 0xdd));                                \
+    } while (0)
+
+TGT static inline __m512 max_ps(__m512 a, __m512 b) { return _mm512_max_ps(a, b); }
+TGT static inline __m512 add_epi32_ps(__m512 a, __m512 b)
+{
+    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+}
+
 /* Rows rows[0..lanes-1] (nb blocks of contiguous floats each) quantised
  * to Q8_0 with quantize_row_q8_0_ref's arithmetic (d = amax / 127 stored
- * as fp16, q = roundf(x / d) with the float reciprocal), written as the
- * group records of linear_kernels.h; lanes..15 are zero rows. */
+ * as fp16, q = roundf(x * (1 / d))), written as the group records of
+ * linear_kernels.h; lanes..15 are zero rows. The 16 rows' amax, d, 1/d
+ * and sum(q) are computed as vectors (one lane per row). */
 TGT static void qg_pack_q8(const float *const *rows, int lanes, int64_t nb, int off, uint8_t *dst)
 {
     int32_t tq[LINEAR_QG_LANES * 8] __attribute__((aligned(64))); /* [lane][32 bytes] */
-    const __m512i gidx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5,
-                                                             4, 3, 2, 1, 0), _mm512_set1_epi32(8));
+    float idv[LINEAR_QG_LANES] __attribute__((aligned(64)));
+    /* transpose indices (see the end of the loop): position g * 4 + ll of
+     * the first stage takes dword g of lane ll (ll < 2: first source at
+     * 8 ll + g; else second at 16 + 8 (ll - 2) + g); position gg * 8 + l8
+     * of the second takes [g = gg][lane l8] of the first stage's pair */
+    int32_t i1[16], i2[16];
+    for (int p = 0; p < 16; p++) {
+        int g = p / 4, ll = p % 4, gg = p / 8, l8 = p % 8;
+        i1[p] = ll < 2 ? 8 * ll + g : 16 + 8 * (ll - 2) + g;
+        i2[p] = l8 < 4 ? gg * 4 + l8 : 16 + gg * 4 + (l8 - 4);
+    }
+    const __m512i ix1 = _mm512_loadu_si512(i1), ix2 = _mm512_loadu_si512(i2);
+    const __m512i four = _mm512_set1_epi32(4), eight = _mm512_set1_epi32(8);
     memset(tq, 0, sizeof tq);
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *rec = dst + b * LINEAR_QG_REC;
-        float d[LINEAR_QG_LANES] = {0};
-        int32_t c[LINEAR_QG_LANES] = {0};
+        __m512 v[LINEAR_QG_LANES];
+        for (int l = 0; l < LINEAR_QG_LANES; l++) {
+            if (l < lanes) {
+                const float *x = rows[l] + b * QK;
+                v[l] = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x)),
+                                     _mm512_abs_ps(_mm512_loadu_ps(x + 16)));
+            } else {
+                v[l] = _mm512_setzero_ps();
+            }
+        }
+        __m512 amax;
+        TREE16(max_ps, v, amax);
+        __m512 d = _mm512_div_ps(amax, _mm512_set1_ps(127.0f));
+        __mmask16 nz = _mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_OQ);
+        _mm512_store_ps(idv, _mm512_maskz_div_ps(nz, _mm512_set1_ps(1.0f), d));
+        _mm512_storeu_ps((float *)(rec + 512),
+                         _mm512_cvtph_ps(_mm512_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
         for (int l = 0; l < lanes; l++) {
             const float *x = rows[l] + b * QK;
-            __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
-            float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-            const float dd = amax / 127.0f;
-            const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
-            d[l] = _cvtsh_ss(_cvtss_sh(dd, _MM_FROUND_TO_NEAREST_INT));
-            __m512 vid = _mm512_set1_ps(id);
-            __m512i q0 = round_away(_mm512_mul_ps(v0, vid)), q1 = round_away(_mm512_mul_ps(v1, vid));
-            c[l] = -off * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+            __m512 vid = _mm512_set1_ps(idv[l]);
+            __m512i q0 = round_away(_mm512_mul_ps(_mm512_loadu_ps(x), vid));
+            __m512i q1 = round_away(_mm512_mul_ps(_mm512_loadu_ps(x + 16), vid));
+            v[l] = _mm512_castsi512_ps(_mm512_add_epi32(q0, q1));
             _mm_store_si128((__m128i *)(tq + 8 * l), _mm512_cvtsepi32_epi8(q0));
             _mm_store_si128((__m128i *)(tq + 8 * l + 4), _mm512_cvtsepi32_epi8(q1));
         }
+        for (int l = lanes; l < LINEAR_QG_LANES; l++) v[l] = _mm512_setzero_ps();
+        __m512 sums;
+        TREE16(add_epi32_ps, v, sums);
+        _mm512_storeu_si512(rec + 576, _mm512_mullo_epi32(_mm512_castps_si512(sums),
+                                                          _mm512_set1_epi32(-off)));
         /* transpose: dword g of lane l -> rec + 64 g + 4 l */
-        for (int g = 0; g < 8; g++)
-            _mm512_storeu_si512(rec + 64 * g, _mm512_i32gather_epi32(_mm512_add_epi32(gidx, _mm512_set1_epi32(g)),
-                                                                     tq, 4));
-        memcpy(rec + 512, d, sizeof d);
-        memcpy(rec + 576, c, sizeof c);
+        __m512i r[8], pl[4], ph[4];
+        for (int i = 0; i < 8; i++) r[i] = _mm512_load_si512(tq + 16 * i); /* lanes 2i, 2i+1 */
+        for (int j = 0; j < 4; j++) { /* lanes 4j..4j+3: [g][4 lanes], g 0..3 and 4..7 */
+            pl[j] = _mm512_permutex2var_epi32(r[2 * j], ix1, r[2 * j + 1]);
+            ph[j] = _mm512_permutex2var_epi32(r[2 * j], _mm512_add_epi32(ix1, four), r[2 * j + 1]);
+        }
+        for (int h = 0; h < 2; h++) {
+            const __m512i *pp = h ? ph : pl;
+            /* [g: lanes 0..7] for g = 2q, 2q + 1 (q = 0, 1), then lanes 8..15 */
+            __m512i q0a = _mm512_permutex2var_epi32(pp[0], ix2, pp[1]);
+            __m512i q0b = _mm512_permutex2var_epi32(pp[0], _mm512_add_epi32(ix2, eight), pp[1]);
+            __m512i q1a = _mm512_permutex2var_epi32(pp[2], ix2, pp[3]);
+            __m512i q1b = _mm512_permutex2var_epi32(pp[2], _mm512_add_epi32(ix2, eight), pp[3]);
+            uint8_t *o = rec + 64 * 4 * h;
+            _mm512_storeu_si512(o, _mm512_shuffle_i32x4(q0a, q1a, 0x44));
+            _mm512_storeu_si512(o + 64, _mm512_shuffle_i32x4(q0a, q1a, 0xee));
+            _mm512_storeu_si512(o + 128, _mm512_shuffle_i32x4(q0b, q1b, 0x44));
+            _mm512_storeu_si512(o + 192, _mm512_shuffle_i32x4(q0b, q1b, 0xee));
+        }
     }
 }
+#undef TREE16
 
 bool linear_qgemm_avx512(enum dtype t, struct linear_qgemm *g)
 {
