@@ -435,9 +435,23 @@ static bool lanes_parallel(struct lanes *L)
 {
     const struct backend *be = L->be_a;
     if (!be->tp || tp_n_threads(be->tp) < 2) return false;
+    /* FFTW's planner is not thread-safe, and the lanes' front ends make
+     * their plans on first use, under two different locks (campplus.c:
+     * the 512-point Kaldi FFT; core spectral.c: the 400-point STFT of the
+     * tokenizer and VoiceEncoder): make them all here first, so that no
+     * lane plans (a 401-sample silence through both front ends). */
+    float silence[401] = {0};
+    float *o = NULL;
+    int64_t f = 0;
+    bool ok = kaldi_fbank(silence, 401, 80, &o, &f, NULL) == CBX_OK;
+    free(o);
+    o = NULL;
+    ok = ok && s3tok_log_mel(L->vm->tokenizer, be, silence, 401, &o, &f, NULL) == CBX_OK;
+    free(o);
+    if (!ok) return false;
     struct backend *b1 = backend_cpu_create(1), *b2 = backend_cpu_create(1);
     pthread_t th;
-    bool ok = b1 && b2;
+    ok = b1 && b2;
     if (ok) {
         L->be_a = b1, L->be_b = b2;
         /* both lanes use one BLAS thread: set it before either starts */
