@@ -457,25 +457,25 @@ static bool conv1d_direct(struct arena *a, struct tensor *out, const struct tens
  * the conv is C[co][t] += sum over taps k and input channels of
  * W[co][ci][k] * xpad[ci][t + k*dil] on 16 x 16 FP32 tiles, each product
  * of a 16 x 32 weight tile and a 32 x 16 input tile in BF16. Operands are
- * split into bf16 pairs (v = hi + lo, hi = RNE(v), lo = RNE(v - hi), so
- * |v - hi - lo| <= 2^-17 |v|) and each product summed as hi*hi + hi*lo +
- * lo*hi (only lo*lo <= 2^-16 |w x| is dropped; adding it changed the
- * error by 15%: the tile unit's own FP32 rounding dominates), so results
- * stay within ~4e-6 of the largest output (core_conv; FP32 paths ~3e-7),
- * at three bf16 tile products per step.
- * Opt-in (CBX_AMX=1): ~2x the GFLOP/s of the direct kernel at HiFT shapes
- * (bench_kernels conv1d), but HiFT amplifies the error: with the path on,
- * parity_turbo_s3gen_wav measured rel 7.3e-2 against its 1e-2 (9.8e-4
- * with FP32 convs). A three-way split (six products) would restore FP32
- * accuracy at about the direct kernel's speed in this layout.
+ * split into three bf16 parts (v = hi + mid + lo, each the RNE bf16 of
+ * what the previous parts leave) and each product summed as the six
+ * terms hi*hi, hi*mid, mid*hi, hi*lo, lo*hi, mid*mid, so the result keeps
+ * FP32 accuracy (core_conv: <= 6.1e-7 of the largest output, FP32 paths
+ * ~3e-7; a two-part split measured 3.9e-6, and with it HiFT missed
+ * parity_turbo_s3gen_wav's 1e-2 at 7.3e-2).
  * Layout: x of a chunk of output columns is packed once into VNNI rows
- * xh/xl[ci/2][pos] (uint32 = bf16 pair of channels 2p, 2p+1, position pos
- * of the padded signal, zero channels up to a multiple of 32), so the
+ * x{h,m,l}[ci/2][pos] (uint32 = bf16 pair of channels 2p, 2p+1, position
+ * pos of the padded signal, zero channels up to a multiple of 32), so the
  * input tile of tap k, channels c0..c0+31 and columns t..t+15 is one tile
  * load at (c0/2, t + k*dil) with the row stride: no im2col. W is packed
- * per call to wh/wl[k][co][ci] (zero rows up to a multiple of 16). A task
- * computes 16 output channels x DA_TB columns in steps of 32 columns (two
- * accumulator tiles, two weight tiles, four input tiles: all eight). */
+ * per call to w{h,m,l}[k][co][ci] (zero rows up to a multiple of 16). A
+ * task computes 16 output channels x DA_TB columns in steps of 32 columns
+ * (two accumulator tiles, three weight tiles, three input slots).
+ * Opt-in (CBX_AMX=1): in this layout the input tiles are 16 rows a padded
+ * row apart and their loads bound the kernel; at HiFT shapes it saved
+ * ~7% of HiFT's CPU time (bench_s3gen --model, 3.65 vs 3.93 CPU s, noisy
+ * 2-core machine). A time-major x (rows = positions, so a tap shift is a
+ * row offset and every tile load is contiguous) is the next step. */
 
 #define DA_TB 256 /* output columns per task */
 
@@ -483,8 +483,8 @@ struct aconv_job {
     const struct tensor *x;
     const struct conv1d_params *p;
     const float *w, *bias;   /* w [Cout, Cin, K] F32 */
-    uint16_t *wh, *wl;       /* [K][coutp][cinp] */
-    uint32_t *xh, *xl;       /* [cinp/2][ldv] */
+    uint16_t *wh, *wm, *wl;  /* [K][coutp][cinp] */
+    uint32_t *xh, *xm, *xl;  /* [cinp/2][ldv] */
     float *rows;             /* per thread 2 x ldv floats (fetch scratch) */
     float *out;              /* [B, Cout, Tout] contiguous */
     int64_t T, tout, K, cin, cout, cinp, coutp, ldv, span;
@@ -552,11 +552,12 @@ static void aconv_pack_w(void *ctx, int64_t r0, int64_t r1, int ith)
     const struct aconv_job *j = ctx;
     for (int64_t co = r0; co < r1; co++)
         for (int64_t k = 0; k < j->K; k++) {
-            uint16_t *h = j->wh + (k * j->coutp + co) * j->cinp, *l = j->wl + (k * j->coutp + co) * j->cinp;
+            int64_t o = (k * j->coutp + co) * j->cinp;
             for (int64_t ci = 0; ci < j->cinp; ci++) {
-                float v = co < j->cout && ci < j->cin ? j->w[(co * j->cin + ci) * j->K + k] : 0.0f, rest;
-                h[ci] = bf16_rne1(v, &rest);
-                l[ci] = bf16_rne1(rest, NULL);
+                float v = co < j->cout && ci < j->cin ? j->w[(co * j->cin + ci) * j->K + k] : 0.0f, r1, r2;
+                j->wh[o + ci] = bf16_rne1(v, &r1);
+                j->wm[o + ci] = bf16_rne1(r1, &r2);
+                j->wl[o + ci] = bf16_rne1(r2, NULL);
             }
         }
 }
@@ -580,13 +581,15 @@ TGTAMX static void aconv_pack_x(void *ctx, int64_t r0, int64_t r1, int ith)
                 memset(dst, 0, (size_t)j->ldv * sizeof *dst);
             }
         }
-        uint32_t *h = j->xh + q * j->ldv, *l = j->xl + q * j->ldv;
+        uint32_t *h = j->xh + q * j->ldv, *m = j->xm + q * j->ldv, *l = j->xl + q * j->ldv;
         for (int64_t i = 0; i < j->ldv; i += 16) { /* ldv is a multiple of 16 */
-            __m512 resta, restb;
-            __m512i ha = bf16_rne(_mm512_loadu_ps(ra + i), &resta);
-            __m512i hb = bf16_rne(_mm512_loadu_ps(rb + i), &restb);
-            __m512i la = bf16_rne(resta, NULL), lb = bf16_rne(restb, NULL);
+            __m512 a1, b1, a2, b2;
+            __m512i ha = bf16_rne(_mm512_loadu_ps(ra + i), &a1);
+            __m512i hb = bf16_rne(_mm512_loadu_ps(rb + i), &b1);
+            __m512i ma = bf16_rne(a1, &a2), mb = bf16_rne(b1, &b2);
+            __m512i la = bf16_rne(a2, NULL), lb = bf16_rne(b2, NULL);
             _mm512_storeu_si512(h + i, _mm512_or_si512(ha, _mm512_slli_epi32(hb, 16)));
+            _mm512_storeu_si512(m + i, _mm512_or_si512(ma, _mm512_slli_epi32(mb, 16)));
             _mm512_storeu_si512(l + i, _mm512_or_si512(la, _mm512_slli_epi32(lb, 16)));
         }
     }
@@ -621,23 +624,33 @@ TGTAMX static void aconv_run(void *ctx, int64_t i0, int64_t i1, int ith)
             _tile_zero(0);
             _tile_zero(1);
             for (int64_t k = 0; k < j->K; k++) {
-                const uint16_t *wh = j->wh + (k * j->coutp + co0) * j->cinp;
-                const uint16_t *wl = j->wl + (k * j->coutp + co0) * j->cinp;
-                const uint32_t *xh = j->xh + t + k * dil, *xl = j->xl + t + k * dil;
+                int64_t wo = (k * j->coutp + co0) * j->cinp;
+                const uint16_t *wh = j->wh + wo, *wm = j->wm + wo, *wl = j->wl + wo;
+                const uint32_t *xh = j->xh + t + k * dil, *xm = j->xm + t + k * dil;
+                const uint32_t *xl = j->xl + t + k * dil;
                 for (int64_t c0 = 0; c0 < j->cinp; c0 += 32) {
                     int64_t xo = c0 / 2 * j->ldv;
                     _tile_loadd(2, wh + c0, sw);
-                    _tile_loadd(3, wl + c0, sw);
-                    _tile_loadd(4, xh + xo, sx);
-                    _tile_loadd(5, xh + xo + 16, sx);
-                    _tile_loadd(6, xl + xo, sx);
-                    _tile_loadd(7, xl + xo + 16, sx);
-                    _tile_dpbf16ps(0, 2, 4);
+                    _tile_loadd(3, wm + c0, sw);
+                    _tile_loadd(4, wl + c0, sw);
+                    _tile_loadd(5, xh + xo, sx);      /* x hi: w hi, mid, lo */
+                    _tile_loadd(6, xh + xo + 16, sx);
+                    _tile_dpbf16ps(0, 2, 5);
+                    _tile_dpbf16ps(0, 3, 5);
+                    _tile_dpbf16ps(0, 4, 5);
+                    _tile_dpbf16ps(1, 2, 6);
+                    _tile_dpbf16ps(1, 3, 6);
+                    _tile_dpbf16ps(1, 4, 6);
+                    _tile_loadd(7, xm + xo, sx);      /* x mid: w hi, mid */
+                    _tile_loadd(5, xm + xo + 16, sx);
+                    _tile_dpbf16ps(0, 2, 7);
+                    _tile_dpbf16ps(0, 3, 7);
                     _tile_dpbf16ps(1, 2, 5);
+                    _tile_dpbf16ps(1, 3, 5);
+                    _tile_loadd(6, xl + xo, sx);      /* x lo: w hi */
+                    _tile_loadd(7, xl + xo + 16, sx);
                     _tile_dpbf16ps(0, 2, 6);
                     _tile_dpbf16ps(1, 2, 7);
-                    _tile_dpbf16ps(0, 3, 4);
-                    _tile_dpbf16ps(1, 3, 5);
                 }
             }
             _tile_stored(0, tmp, 128);
@@ -681,13 +694,15 @@ static bool conv1d_amx(struct arena *a, struct tensor *out, const struct tensor 
     int64_t chunk = min64(j.tout, max64(DA_TB, (CHUNK_FLOATS / cinp - j.span - 32) / DA_TB * DA_TB));
     j.ldv = (chunk + 31) / 32 * 32 + (j.span + 15) / 16 * 16;
     size_t nw = (size_t)(K * j.coutp * cinp), nx = (size_t)(cinp / 2 * j.ldv);
-    j.wh = arena_alloc(a, 2 * nw * sizeof(uint16_t));
-    j.xh = arena_alloc(a, 2 * nx * sizeof(uint32_t));
+    j.wh = arena_alloc(a, 3 * nw * sizeof(uint16_t));
+    j.xh = arena_alloc(a, 3 * nx * sizeof(uint32_t));
     j.rows = arena_alloc(a, (size_t)(nt * 2 * j.ldv) * sizeof(float));
     if (!j.wh || !j.xh || !j.rows) return true;
-    j.wl = j.wh + nw;
-    j.xl = j.xh + nx;
-    j.t_major = 2 * nw * sizeof(uint16_t) <= ((size_t)1 << 20);
+    j.wm = j.wh + nw;
+    j.wl = j.wm + nw;
+    j.xm = j.xh + nx;
+    j.xl = j.xm + nx;
+    j.t_major = 3 * nw * sizeof(uint16_t) <= ((size_t)1 << 20);
     tp_parallel_for(tp, j.coutp, max64(1, 4096 / (K * cinp)), aconv_pack_w, &j);
     for (j.b = 0; j.b < B; j.b++)
         for (j.t0 = 0; j.t0 < j.tout; j.t0 += chunk) {
