@@ -17,12 +17,12 @@
 
 #include <fftw3.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cpu/fft_plans.h"
 #include "core/quant.h"
 
 #define BN_EPS 1e-5
@@ -541,24 +541,12 @@ cbx_status campplus_embed(const struct campplus *c, const struct backend *be,
 #define FB_LOW 20.0
 #define FB_EPS 1.1920928955078125e-07f /* torch.finfo(torch.float).eps */
 
-/* One r2c plan for the process (FFTW's planner is not thread-safe; the
- * new-array execute functions are). */
-static pthread_mutex_t plan_lock = PTHREAD_MUTEX_INITIALIZER;
-static fftwf_plan fb_plan;
-
+/* The r2c plan of FB_NFFT from the process's plan cache (FFTW's planner is
+ * not thread-safe; the new-array execute functions are). */
 static fftwf_plan get_plan(void)
 {
-    pthread_mutex_lock(&plan_lock);
-    if (!fb_plan) {
-        float *in = fftwf_malloc(FB_NFFT * sizeof *in);
-        fftwf_complex *o = fftwf_malloc((FB_NFFT / 2 + 1) * sizeof *o);
-        if (in && o) fb_plan = fftwf_plan_dft_r2c_1d(FB_NFFT, in, o, FFTW_ESTIMATE);
-        fftwf_free(in);
-        fftwf_free(o);
-    }
-    fftwf_plan p = fb_plan;
-    pthread_mutex_unlock(&plan_lock);
-    return p;
+    fftwf_plan r2c, c2r;
+    return fft_plans_get(FB_NFFT, &r2c, &c2r) ? r2c : NULL;
 }
 
 static float mel_scale(float f) { return 1127.0f * logf(1.0f + f / 700.0f); }

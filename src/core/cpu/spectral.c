@@ -22,6 +22,7 @@
 
 #include "../backend.h"
 #include "../threadpool.h"
+#include "fft_plans.h"
 
 #define BLK 32 /* frames per task: the [k][frame] transpose writes BLK*8 bytes per bin */
 
@@ -38,9 +39,7 @@ static pthread_mutex_t plan_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct plan_pair *plans;
 static int n_plans, cap_plans;
 
-/* The plans for size n, created on first use; false when FFTW or malloc
- * fails. */
-static bool get_plans(int n, fftwf_plan *r2c, fftwf_plan *c2r)
+bool fft_plans_get(int n, fftwf_plan *r2c, fftwf_plan *c2r)
 {
     bool ok = false;
     float *re = NULL;
@@ -161,7 +160,7 @@ static void cpu_stft(struct arena *a, struct tensor *out, const struct tensor *x
     const struct backend *be = arena_backend(a);
     struct stft_job J = {0};
     fftwf_plan r2c, c2r;
-    if (!get_plans(p->n_fft, &r2c, &c2r)) {
+    if (!fft_plans_get(p->n_fft, &r2c, &c2r)) {
         arena_fail(a, CBX_ERR_NOMEM, "op_stft: cannot plan an FFT of size %d", p->n_fft);
         return;
     }
@@ -256,7 +255,7 @@ static void cpu_istft(struct arena *a, struct tensor *out, const struct tensor *
     const struct backend *be = arena_backend(a);
     struct istft_job J = {0};
     fftwf_plan r2c, c2r;
-    if (!get_plans(p->n_fft, &r2c, &c2r)) {
+    if (!fft_plans_get(p->n_fft, &r2c, &c2r)) {
         arena_fail(a, CBX_ERR_NOMEM, "op_istft: cannot plan an FFT of size %d", p->n_fft);
         return;
     }
