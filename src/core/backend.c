@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "cpu/blas.h"
 #include "threadpool.h"
 
 #define HUGE_PAGE ((size_t)2 << 20)
@@ -44,6 +45,7 @@ struct backend *backend_cpu_create(int n_threads)
     be->from_host = host_copy;
     be->tp = tp_create(n_threads > 0 ? n_threads : tp_default_threads());
     if (!be->tp) { free(be); return NULL; }
+    cpu_blas_init();
     cpu_register_elementwise(&be->k);
     cpu_register_linear(&be->k);
     cpu_register_conv(&be->k);

@@ -6,7 +6,6 @@
  * spec/voice.md §1, §2, §7. Blocks in upstream call order. */
 #include "voice.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <pthread.h>
 #include <soxr.h>
@@ -454,8 +453,6 @@ static bool lanes_parallel(struct lanes *L)
     ok = b1 && b2;
     if (ok) {
         L->be_a = b1, L->be_b = b2;
-        /* both lanes use one BLAS thread: set it before either starts */
-        openblas_set_num_threads(1);
         ok = pthread_create(&th, NULL, lane_a, L) == 0;
         if (ok) {
             lane_b(L);

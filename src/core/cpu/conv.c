@@ -8,7 +8,7 @@
  *   a task computes tiles of 6 output channels x 64 columns (24 zmm
  *   accumulators, bias-initialised), each output one FMA chain over
  *   (ci, k) of broadcast w times the shifted x row. Otherwise: im2col of a
- *   chunk of output columns into arena scratch, then one cblas_sgemm per
+ *   chunk of output columns into arena scratch, then one sgemm (cpu_sgemm) per
  *   (batch, group, chunk): out[Cout_g, n] = W_g[Cout_g, Cin_g*K] @
  *   cols[Cin_g*K, n]; a 1x1 unpadded stride-1 conv reads x in place.
  * conv_transpose1d: cols[Cout_g*K, n] = W_g^T @ x_g (sgemm), then col2im
@@ -22,7 +22,6 @@
  * Time is processed in chunks so scratch stays bounded (CHUNK_FLOATS)
  * however long the signal is. Results differ from the ref kernels only by
  * float summation order. */
-#include <cblas.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -30,6 +29,7 @@
 #include "../backend.h"
 #include "../cpu_features.h"
 #include "../threadpool.h"
+#include "blas.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -48,17 +48,6 @@ static int64_t grain_for(int64_t per_item)
 }
 
 static struct threadpool *pool(struct arena *a) { return arena_backend(a)->tp; }
-
-/* BLAS threads follow the pool size (as in linear.c), so a backend of n
- * threads never runs more than n; set only when it changes since the call
- * is global to the process. sgemm runs while the pool is idle: one level
- * of parallelism at a time. */
-static atomic_int blas_threads;
-static void set_blas_threads(struct arena *a)
-{
-    int n = tp_n_threads(pool(a));
-    if (atomic_exchange(&blas_threads, n) != n) openblas_set_num_threads(n);
-}
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -760,7 +749,6 @@ static void conv1d(struct arena *a, struct tensor *out, const struct tensor *x,
         j.scratch = arena_alloc(a, (size_t)(kk * chunk) * sizeof(float));
         if (!j.scratch) return;
     }
-    set_blas_threads(a);
     for (j.b = 0; j.b < B; j.b++)
         for (j.g = 0; j.g < p->groups; j.g++) {
             const float *wg = j.w + j.g * j.cout_g * kk;
@@ -782,8 +770,7 @@ static void conv1d(struct arena *a, struct tensor *out, const struct tensor *x,
                     tp_parallel_for(tp, j.cout_g, grain_for(j.tc), fill_rows, &f);
                     beta = 1.0f;
                 }
-                tp_release_cores(tp); /* the pool's polling would compete with BLAS */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)j.cout_g,
+                cpu_sgemm(tp, CblasNoTrans, CblasNoTrans, (int)j.cout_g,
                             (int)j.tc, (int)kk, 1.0f, wg, (int)kk, cols, (int)ldb, beta,
                             og + j.t0, (int)j.tout);
             }
@@ -872,7 +859,6 @@ static void conv_transpose1d(struct arena *a, struct tensor *out, const struct t
     if (!direct) j.xs = arena_alloc(a, (size_t)(j.cin_g * chunk) * sizeof(float));
     if (!j.cols || (!direct && !j.xs)) return;
 
-    set_blas_threads(a);
     for (j.b = 0; j.b < B; j.b++)
         for (j.g = 0; j.g < p->groups; j.g++) {
             const float *wg = wf + j.g * j.cin_g * m; /* rows ci of the group: [cin_g, m] */
@@ -890,8 +876,7 @@ static void conv_transpose1d(struct arena *a, struct tensor *out, const struct t
                     ldb = j.tc;
                 }
                 /* cols[m, tc] = W_g^T[m, cin_g] @ x_g[cin_g, tc] */
-                tp_release_cores(tp);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)m, (int)j.tc,
+                cpu_sgemm(tp, CblasTrans, CblasNoTrans, (int)m, (int)j.tc,
                             (int)j.cin_g, 1.0f, wg, (int)m, xb, (int)ldb, 0.0f, j.cols,
                             (int)j.tc);
                 tp_parallel_for(tp, j.cout_g, grain_for(j.K * j.tc), convt_col2im, &j);
@@ -1173,13 +1158,11 @@ static void lstm(struct arena *a, struct tensor *out, struct tensor *h_n, struct
     load_state(c, c0, B, H);
 
     if (T > 0) {
-        set_blas_threads(a);
-        /* gx[b*T + t] = x_t @ W_ih^T + b_ih + b_hh, all steps at once */
+            /* gx[b*T + t] = x_t @ W_ih^T + b_ih + b_hh, all steps at once */
         for (int64_t r = 0; r < B * T; r++)
             for (int64_t k = 0; k < G; k++)
                 gx[r * G + k] = (bih ? bih[k] : 0.0f) + (bhh ? bhh[k] : 0.0f);
-        tp_release_cores(tp);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(B * T), (int)G, (int)In,
+        cpu_sgemm(tp, CblasNoTrans, CblasTrans, (int)(B * T), (int)G, (int)In,
                     1.0f, xs, (int)In, wih, (int)In, 1.0f, gx, (int)G);
     }
     struct lstm_job j = {.gx = gx, .whh = whh, .c = c, .out = out->data, .B = B, .T = T,

@@ -1,16 +1,16 @@
 /* conv2d.c - cpu kernel of the conv2d group (see ops.h, op_conv2d).
  *
  * im2col of a chunk of whole output rows into arena scratch, then one
- * cblas_sgemm per (batch, group, chunk):
+ * cpu_sgemm per (batch, group, chunk):
  *   out[Cout_g, rows*Wout] = W_g[Cout_g, Cin_g*KH*KW] @ cols[Cin_g*KH*KW, rows*Wout].
  * The im2col rows (ci, kh, kw) are filled by the thread pool. Chunks keep
  * the scratch at about CHUNK_FLOATS however large the image. Results
  * differ from the ref kernel only by float summation order. */
-#include <cblas.h>
 #include <string.h>
 
 #include "../backend.h"
 #include "../threadpool.h"
+#include "blas.h"
 
 /* im2col scratch per chunk: 256k floats (1 MiB, cache-sized; sgemm still
  * gets hundreds of columns per call). */
@@ -142,7 +142,7 @@ static void conv2d(struct arena *a, struct tensor *out, const struct tensor *x,
                     tp_parallel_for(tp, cout_g, grain, fill_rows, &f);
                     beta = 1.0f;
                 }
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)cout_g, (int)n,
+                cpu_sgemm(tp, CblasNoTrans, CblasNoTrans, (int)cout_g, (int)n,
                             (int)kk, 1.0f, wg, (int)kk, j.cols, (int)n, beta,
                             og + j.i0 * j.wout, (int)plane);
             }

@@ -29,7 +29,6 @@
  * op_matmul runs one sgemm per batch element, passing strided views
  * through lda/ldb (transposed when the inner stride is the other dim's)
  * and copying only views with neither dimension contiguous. */
-#include <cblas.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -37,6 +36,7 @@
 
 #include "../backend.h"
 #include "../threadpool.h"
+#include "blas.h"
 #include "linear_kernels.h"
 
 /* Up to this many rows the dot path wins (bench_kernels linear_rows: it
@@ -56,16 +56,6 @@ vec_dot_fn linear_dot_kernel(enum dtype t, enum cpu_level l)
     if (!f && l >= CPU_AVX2) f = linear_dot_avx2(t);
     if (!f) f = quant_vec_dot_generic(t);
     return f;
-}
-
-/* BLAS threads follow the pool size; set only when it changes since the
- * call is global to the process. */
-static atomic_int blas_threads;
-
-static void set_blas_threads(const struct backend *be)
-{
-    int n = tp_n_threads(be->tp);
-    if (atomic_exchange(&blas_threads, n) != n) openblas_set_num_threads(n);
 }
 
 /* Address of row r of the leading dims of t (all dims but the last). */
@@ -449,10 +439,8 @@ static void linear_gemm(struct arena *a, struct tensor *out, const struct tensor
             y[r * n + i] = *(const float *)((const char *)b->data + i * b->nb[0]);
     }
     if (k == 0) return;
-    set_blas_threads(be);
     if (w->type == TYPE_F32) {
-        tp_release_cores(be->tp); /* the pool's polling would compete with BLAS */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)n, (int)k, 1.0f,
+        cpu_sgemm(be->tp, CblasNoTrans, CblasTrans, (int)m, (int)n, (int)k, 1.0f,
                     xm, (int)ldx, w->data, (int)(w->nb[0] / 4), 1.0f, y, (int)n);
         return;
     }
@@ -462,8 +450,7 @@ static void linear_gemm(struct arena *a, struct tensor *out, const struct tensor
         struct deq_job j = {w->type, cpu_level() >= CPU_AVX2 ? linear_dequant_avx2(w->type) : NULL,
                             (const char *)w->data + n0 * w->nb[0], w->nb[0], k, wt};
         tp_parallel_for(be->tp, tn, 8, deq_rows, &j);
-        tp_release_cores(be->tp);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)tn, (int)k, 1.0f,
+        cpu_sgemm(be->tp, CblasNoTrans, CblasTrans, (int)m, (int)tn, (int)k, 1.0f,
                     xm, (int)ldx, wt, (int)k, 1.0f, y + n0, (int)n);
     }
 }
@@ -523,8 +510,6 @@ static void cpu_matmul(struct arena *a, struct tensor *out, const struct tensor 
         ty = CblasNoTrans;
         ldy = n;
     }
-    set_blas_threads(arena_backend(a));
-    tp_release_cores(arena_backend(a)->tp);
     int64_t batch = 1;
     for (int d = 0; d < nd - 2; d++) batch *= out->ne[d];
     for (int64_t bi = 0; bi < batch; bi++) {
@@ -553,7 +538,7 @@ static void cpu_matmul(struct arena *a, struct tensor *out, const struct tensor 
             memset(op, 0, (size_t)(m * n) * sizeof *op);
             continue;
         }
-        cblas_sgemm(CblasRowMajor, tx, ty, (int)m, (int)n, (int)k, 1.0f, (const float *)xp,
+        cpu_sgemm(arena_backend(a)->tp, tx, ty, (int)m, (int)n, (int)k, 1.0f, (const float *)xp,
                     (int)ldx, (const float *)yp, (int)ldy, 0.0f, op, (int)n);
     }
 }
