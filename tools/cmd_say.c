@@ -68,15 +68,15 @@ static void usage(FILE *f)
             "  -v, --verbose             per-stage times, tokens/s and real-time factor\n");
 }
 
-__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
+#define usage_error(...) cli_usage_error("say", __VA_ARGS__)
+#define parse_num(opt, s, lo, hi, out) cli_parse_num("say", opt, s, lo, hi, out)
+
+static bool parse_int(const char *opt, const char *s, long lo, long hi, int *out)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, PROG ": ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, " (see 'chatterbox say --help')\n");
-    va_end(ap);
-    return 2;
+    long long v;
+    if (!cli_parse_int("say", opt, s, lo, hi, &v)) return false;
+    *out = (int)v;
+    return true;
 }
 
 static volatile sig_atomic_t interrupted;
@@ -87,33 +87,6 @@ static double now(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* strtod with full-string and range check */
-static int parse_num(const char *opt, const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-        usage_error("%s needs a number in [%g, %g], got '%s'", opt, lo, hi, s);
-        return 0;
-    }
-    *out = v;
-    return 1;
-}
-
-static int parse_int(const char *opt, const char *s, long lo, long hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        usage_error("%s needs an integer in [%ld, %ld], got '%s'", opt, lo, hi, s);
-        return 0;
-    }
-    *out = (int)v;
-    return 1;
 }
 
 /* Whole stream into a NUL-terminated buffer (owned by the caller). */

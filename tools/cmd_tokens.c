@@ -61,20 +61,6 @@ static int on_step(void *user, int step, int32_t token, const float *logits, int
     return 0;
 }
 
-/* strtod/strtol with full-string check */
-static int parse_num(const char *opt, const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "chatterbox tokens: %s needs a number in [%g, %g], got '%s'\n", opt, lo, hi, s);
-        return 0;
-    }
-    *out = v;
-    return 1;
-}
-
 /* A directory's tokenizer files as gpt2_bpe_load_dir reads them; a GGUF's
  * stored copies of vocab.json, merges.txt (+ added_tokens.json,
  * tokenizer_config.json). */
@@ -121,12 +107,12 @@ int cmd_tokens(int argc, char **argv)
                 return 2;
             }
             gp.seed = s;
-        } else if (!strcmp(o, "--temperature")) { if (!parse_num(o, val, 1e-6, 100, &gp.s.temperature)) return 2; }
-        else if (!strcmp(o, "--top-k")) { if (!parse_num(o, val, 0, 1e9, &v)) return 2; gp.s.top_k = (int)v; }
-        else if (!strcmp(o, "--top-p")) { if (!parse_num(o, val, 0, 1, &gp.s.top_p)) return 2; }
-        else if (!strcmp(o, "--repetition-penalty")) { if (!parse_num(o, val, 1e-6, 100, &gp.s.repetition_penalty)) return 2; }
-        else if (!strcmp(o, "--max-tokens")) { if (!parse_num(o, val, 1, 100000, &v)) return 2; gp.max_gen_len = (int)v - 1; }
-        else if (!strcmp(o, "--threads")) { if (!parse_num(o, val, 1, 1024, &threads)) return 2; }
+        } else if (!strcmp(o, "--temperature")) { if (!cli_parse_num("tokens", o, val, 1e-6, 100, &gp.s.temperature)) return 2; }
+        else if (!strcmp(o, "--top-k")) { if (!cli_parse_num("tokens", o, val, 0, 1e9, &v)) return 2; gp.s.top_k = (int)v; }
+        else if (!strcmp(o, "--top-p")) { if (!cli_parse_num("tokens", o, val, 0, 1, &gp.s.top_p)) return 2; }
+        else if (!strcmp(o, "--repetition-penalty")) { if (!cli_parse_num("tokens", o, val, 1e-6, 100, &gp.s.repetition_penalty)) return 2; }
+        else if (!strcmp(o, "--max-tokens")) { if (!cli_parse_num("tokens", o, val, 1, 100000, &v)) return 2; gp.max_gen_len = (int)v - 1; }
+        else if (!strcmp(o, "--threads")) { if (!cli_parse_num("tokens", o, val, 1, 1024, &threads)) return 2; }
         else {
             fprintf(stderr, "chatterbox tokens: unknown option '%s' (see --help)\n", o);
             return 2;

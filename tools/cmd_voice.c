@@ -53,29 +53,7 @@ static void usage(FILE *f)
             "info: print the metadata and tensor shapes of a voice file.\n");
 }
 
-__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "chatterbox voice: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, " (see 'chatterbox voice --help')\n");
-    va_end(ap);
-    return 2;
-}
-
-static int parse_num(const char *opt, const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-        usage_error("%s needs a number in [%g, %g], got '%s'", opt, lo, hi, s);
-        return 0;
-    }
-    *out = v;
-    return 1;
-}
+#define usage_error(...) cli_usage_error("voice", __VA_ARGS__)
 
 static const char *base_name(const char *path)
 {
@@ -105,8 +83,8 @@ static int cmd_create(int argc, char **argv)
         else if (!strcmp(o, "--npy")) npy = v;
         else if (!strcmp(o, "--model")) model = v;
         else if (!strcmp(o, "--ref16")) ref16 = v;
-        else if (!strcmp(o, "--exaggeration")) { if (!parse_num(o, v, 0, 10, &x)) return 2; p.exaggeration = (float)x; }
-        else if (!strcmp(o, "-t") || !strcmp(o, "--threads")) { if (!parse_num(o, v, 1, 1024, &threads)) return 2; }
+        else if (!strcmp(o, "--exaggeration")) { if (!cli_parse_num("voice", o, v, 0, 10, &x)) return 2; p.exaggeration = (float)x; }
+        else if (!strcmp(o, "-t") || !strcmp(o, "--threads")) { if (!cli_parse_num("voice", o, v, 1, 1024, &threads)) return 2; }
         else return usage_error("unknown option '%s'", o);
     }
     if (!ref) return usage_error("create needs a reference audio file");
