@@ -92,6 +92,23 @@ void *test_read_file(const char *path, size_t *n)
     return b;
 }
 
+void test_slurp(const char *path, char *buf, size_t n)
+{
+    buf[0] = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    size_t k = fread(buf, 1, n - 1, f);
+    buf[k] = 0;
+    fclose(f);
+}
+
+int test_count_lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}
+
 bool test_exists(const char *path)
 {
     struct stat sb;

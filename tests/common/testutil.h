@@ -51,6 +51,10 @@ int64_t test_numel(const struct npy *n);
 double test_now(void);
 double test_cpu_seconds(void);
 
+/* The start of the file at path as a string in buf[n] ("" when it cannot
+ * be read), and the number of newlines in a string. */
+void test_slurp(const char *path, char *buf, size_t n);
+int test_count_lines(const char *s);
 /* path names an existing file or directory. */
 bool test_exists(const char *path);
 

@@ -31,23 +31,6 @@
 static char tmp[1024], model[1100];
 static char out_text[65536], err_text[8192];
 
-static void slurp(const char *path, char *buf, size_t n)
-{
-    buf[0] = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return;
-    size_t k = fread(buf, 1, n - 1, f);
-    buf[k] = 0;
-    fclose(f);
-}
-
-static int count_lines(const char *s)
-{
-    int n = 0;
-    for (; *s; s++) n += *s == '\n';
-    return n;
-}
-
 /* Run `env <env> chatterbox <args>` in tmp with HOME and XDG_CACHE_HOME
  * set to cache; stdout/stderr into out_text/err_text; the exit status. */
 static int run(const char *cache, const char *env, const char *args)
@@ -59,8 +42,8 @@ static int run(const char *cache, const char *env, const char *args)
              "cd '%s' && env -u CHATTERBOX_MODEL HOME='%s' XDG_CACHE_HOME='%s' %s '%s' %s >'%s' 2>'%s' </dev/null",
              tmp, cache, cache, env ? env : "", BIN, args, o, e);
     int st = system(cmd);
-    slurp(o, out_text, sizeof out_text);
-    slurp(e, err_text, sizeof err_text);
+    test_slurp(o, out_text, sizeof out_text);
+    test_slurp(e, err_text, sizeof err_text);
     return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
@@ -68,7 +51,7 @@ static void no_model(const char *label, const char *cache, const char *args, con
 {
     int rc = run(cache, NULL, args);
     printf("  %-34s exit %d: %s", label, rc, err_text);
-    CHECK(rc == 2 && count_lines(err_text) == 1 && strstr(err_text, "chatterbox download turbo") &&
+    CHECK(rc == 2 && test_count_lines(err_text) == 1 && strstr(err_text, "chatterbox download turbo") &&
               strstr(err_text, what) && out_text[0] == 0,
           "%s: exit %d (want 2), one line naming `chatterbox download turbo` and '%s'", label, rc, what);
 }

@@ -43,13 +43,6 @@ static const char *tpath(const char *name)
     return buf[i];
 }
 
-static int count_lines(const char *s)
-{
-    int n = 0;
-    for (; *s; s++) n += *s == '\n';
-    return n;
-}
-
 /* `chatterbox ARGS` (stdout discarded), stderr in err_text; exit status */
 static int run(const char *args)
 {
@@ -76,7 +69,7 @@ static void cli_fails(const char *what, const char *ref, const char *needle, boo
     int rc = run(args);
     const char *base = strrchr(ref, '/') ? strrchr(ref, '/') + 1 : ref;
     printf("  %-26s voice create: exit %d: %s", what, rc, err_text);
-    CHECK(rc == 1 && count_lines(err_text) == 1 && !strncmp(err_text, "chatterbox voice: ", 18) &&
+    CHECK(rc == 1 && test_count_lines(err_text) == 1 && !strncmp(err_text, "chatterbox voice: ", 18) &&
               strstr(err_text, needle) && strstr(err_text, base) && !test_exists(tpath("bad.voice")),
           "%s: voice create exit %d (want 1), one line naming %s and '%s', no file", what, rc, base, needle);
     if (!say) return;
@@ -84,7 +77,7 @@ static void cli_fails(const char *what, const char *ref, const char *needle, boo
              ref);
     rc = run(args);
     printf("  %-26s say --voice:  exit %d: %s", what, rc, err_text);
-    CHECK(rc == 1 && count_lines(err_text) == 1 && !strncmp(err_text, "chatterbox say: ", 16) &&
+    CHECK(rc == 1 && test_count_lines(err_text) == 1 && !strncmp(err_text, "chatterbox say: ", 16) &&
               strstr(err_text, needle) && !test_exists(tpath("bad.wav")),
           "%s: say --voice exit %d (want 1), one line with '%s', no file", what, rc, needle);
 }

@@ -12,23 +12,6 @@
 static char tmp[4096], out_path[4200], err_path[4200];
 static char out_text[8192], err_text[8192];
 
-static void slurp(const char *path, char *buf, size_t n)
-{
-    buf[0] = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return;
-    size_t k = fread(buf, 1, n - 1, f);
-    buf[k] = 0;
-    fclose(f);
-}
-
-static int count_lines(const char *s)
-{
-    int n = 0;
-    for (; *s; s++) n += *s == '\n';
-    return n;
-}
-
 /* Run `chatterbox ARGS`; returns the exit status (or -1). */
 static int run(const char *args)
 {
@@ -36,8 +19,8 @@ static int run(const char *args)
     snprintf(cmd, sizeof cmd, "'%s/chatterbox' %s >'%s' 2>'%s'", CBX_BINARY_DIR, args, out_path,
              err_path);
     int st = system(cmd);
-    slurp(out_path, out_text, sizeof out_text);
-    slurp(err_path, err_text, sizeof err_text);
+    test_slurp(out_path, out_text, sizeof out_text);
+    test_slurp(err_path, err_text, sizeof err_text);
     return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
@@ -46,7 +29,7 @@ static int run(const char *args)
 static void usage_error(const char *args, const char *prefix, const char *what)
 {
     int rc = run(args);
-    CHECK(rc == 2 && out_text[0] == 0 && count_lines(err_text) == 1 &&
+    CHECK(rc == 2 && out_text[0] == 0 && test_count_lines(err_text) == 1 &&
               !strncmp(err_text, prefix, strlen(prefix)) && strstr(err_text, what),
           "chatterbox %s -> exit %d, stderr: %s", args, rc, err_text);
 }
@@ -62,7 +45,7 @@ int main(void)
               err_text[0] == 0,
           "--help: exit %d, usage on stdout listing synth", rc);
     rc = run("--version");
-    CHECK(rc == 0 && strstr(out_text, "chatterbox 0.") && count_lines(out_text) == 1,
+    CHECK(rc == 0 && strstr(out_text, "chatterbox 0.") && test_count_lines(out_text) == 1,
           "--version: exit %d, '%.*s'", rc, (int)strcspn(out_text, "\n"), out_text);
     rc = run("");
     CHECK(rc == 2 && strstr(err_text, "usage"), "no arguments: exit %d, usage on stderr", rc);
@@ -89,7 +72,7 @@ int main(void)
     char args[8400];
     snprintf(args, sizeof args, "synth turbo -o '%s/stdout/sub' --quiet", tmp);
     rc = run(args);
-    CHECK(rc == 1 && count_lines(err_text) == 1 && !strncmp(err_text, "chatterbox synth: ", 18),
+    CHECK(rc == 1 && test_count_lines(err_text) == 1 && !strncmp(err_text, "chatterbox synth: ", 18),
           "unwritable output: exit %d, stderr: %s", rc, err_text);
 
     /* Runtime failure: no data directory. */
@@ -98,8 +81,8 @@ int main(void)
     snprintf(envcmd, sizeof envcmd, "env CBX_DATA_DIR='%s' '%s/chatterbox' %s >'%s' 2>'%s'", tmp,
              CBX_BINARY_DIR, args, out_path, err_path);
     int st = system(envcmd);
-    slurp(err_path, err_text, sizeof err_text);
-    CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 1 && count_lines(err_text) == 1 &&
+    test_slurp(err_path, err_text, sizeof err_text);
+    CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 1 && test_count_lines(err_text) == 1 &&
               strstr(err_text, "CBX_DATA_DIR"),
           "CBX_DATA_DIR without manifests: exit %d, stderr: %s",
           st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1, err_text);

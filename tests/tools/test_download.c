@@ -222,23 +222,6 @@ static int log_count(const char *prefix, char *range, size_t n)
 static char tmp[2048], out_path[2200], err_path[2200];
 static char out_text[8192], err_text[8192];
 
-static void slurp_text(const char *path, char *buf, size_t n)
-{
-    buf[0] = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return;
-    size_t k = fread(buf, 1, n - 1, f);
-    buf[k] = 0;
-    fclose(f);
-}
-
-static int count_lines(const char *s)
-{
-    int n = 0;
-    for (; *s; s++) n += *s == '\n';
-    return n;
-}
-
 /* Run `chatterbox download ARGS` with a clean Hugging Face environment
  * plus env (e.g. "HF_TOKEN=x"); endpoint NULL: the test server. */
 static int run(const char *env, const char *endpoint, const char *fmt, ...)
@@ -258,8 +241,8 @@ static int run(const char *env, const char *endpoint, const char *fmt, ...)
              "env -u HF_TOKEN -u XDG_CACHE_HOME HF_ENDPOINT='%s' %s '%s/chatterbox' download %s >'%s' 2>'%s'",
              endpoint, env ? env : "", CBX_BINARY_DIR, args, out_path, err_path);
     int st = system(cmd);
-    slurp_text(out_path, out_text, sizeof out_text);
-    slurp_text(err_path, err_text, sizeof err_text);
+    test_slurp(out_path, out_text, sizeof out_text);
+    test_slurp(err_path, err_text, sizeof err_text);
     return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
@@ -378,15 +361,15 @@ int main(void)
 
     /* usage errors: exit 2, one line */
     int rc = run(NULL, NULL, "%s", "");
-    CHECK(rc == 2 && count_lines(err_text) == 1 && strstr(err_text, "turbo"), "no variant: exit %d: %s", rc,
+    CHECK(rc == 2 && test_count_lines(err_text) == 1 && strstr(err_text, "turbo"), "no variant: exit %d: %s", rc,
           err_text);
     rc = run(NULL, NULL, "turbo nano");
-    CHECK(rc == 2 && count_lines(err_text) == 1, "two variants: exit %d: %s", rc, err_text);
+    CHECK(rc == 2 && test_count_lines(err_text) == 1, "two variants: exit %d: %s", rc, err_text);
     rc = run(NULL, NULL, "turbo --retries x");
-    CHECK(rc == 2 && count_lines(err_text) == 1 && strstr(err_text, "--retries"), "bad --retries: exit %d: %s", rc,
+    CHECK(rc == 2 && test_count_lines(err_text) == 1 && strstr(err_text, "--retries"), "bad --retries: exit %d: %s", rc,
           err_text);
     rc = run(NULL, NULL, "bogus");
-    CHECK(rc == 2 && count_lines(err_text) == 1 && strstr(err_text, "unknown variant 'bogus'"),
+    CHECK(rc == 2 && test_count_lines(err_text) == 1 && strstr(err_text, "unknown variant 'bogus'"),
           "unknown variant: exit %d: %s", rc, err_text);
 
     /* 1. complete download; stdout is the directory; one stderr line per file */
@@ -402,8 +385,8 @@ int main(void)
         snprintf(pat, sizeof pat, "] %s:", files[i].name);
         if ((strstr(err_text, pat) != NULL) != (i < N_WANTED)) per_file = 0;
     }
-    CHECK(per_file && count_lines(err_text) == N_WANTED + 1,
-          "non-tty progress: a header and one line per file (%d lines)", count_lines(err_text));
+    CHECK(per_file && test_count_lines(err_text) == N_WANTED + 1,
+          "non-tty progress: a header and one line per file (%d lines)", test_count_lines(err_text));
     char range[64] = "";
     int n_cdn = log_count("/cdn/", range, sizeof range);
     CHECK(n_cdn == 4 && log_count("/" REPO "/resolve/" COMMIT "/", NULL, 0) == N_WANTED,
@@ -444,7 +427,7 @@ int main(void)
     pthread_mutex_unlock(&srv.mu);
     rc = run(NULL, NULL, "turbo --retries 0 --dir '%s'", d2);
     int64_t k = fsize(d2, "t3_turbo_v1.safetensors.part");
-    CHECK(rc == 1 && count_lines(err_text) >= 1 && strstr(err_text, "run again to resume") &&
+    CHECK(rc == 1 && test_count_lines(err_text) >= 1 && strstr(err_text, "run again to resume") &&
               k > 0 && k <= (int64_t)srv.drop_at && fsize(d2, "t3_turbo_v1.safetensors") < 0,
           "dropped connection: exit %d, .part keeps %lld bytes: %s", rc, (long long)k, err_text);
     pthread_mutex_lock(&srv.mu);
@@ -502,10 +485,10 @@ int main(void)
     /* 5. token: 401 without it (hint names HF_TOKEN), sent when set */
     const char *d4 = dir("d4");
     rc = run(NULL, NULL, "turbo --dir '%s'", d4);
-    CHECK(rc == 1 && count_lines(err_text) == 1 && strstr(err_text, "401") && strstr(err_text, "HF_TOKEN"),
+    CHECK(rc == 1 && test_count_lines(err_text) == 1 && strstr(err_text, "401") && strstr(err_text, "HF_TOKEN"),
           "no token: exit %d: %s", rc, err_text);
     rc = run("HF_TOKEN=wrong", NULL, "turbo --dir '%s'", d4);
-    CHECK(rc == 1 && count_lines(err_text) == 1 && strstr(err_text, "refused"), "wrong token: exit %d: %s", rc,
+    CHECK(rc == 1 && test_count_lines(err_text) == 1 && strstr(err_text, "refused"), "wrong token: exit %d: %s", rc,
           err_text);
     log_clear();
     rc = run("HF_TOKEN=" TOKEN, NULL, "turbo --dir '%s'", d4);
@@ -517,7 +500,7 @@ int main(void)
 
     /* 6. 404: a repository the server does not have */
     rc = run(NULL, NULL, "nano --dir '%s'", dir("d5"));
-    CHECK(rc == 1 && count_lines(err_text) == 1 && strstr(err_text, "404") && out_text[0] == 0,
+    CHECK(rc == 1 && test_count_lines(err_text) == 1 && strstr(err_text, "404") && out_text[0] == 0,
           "404: exit %d: %s", rc, err_text);
 
     /* 7. checksum mismatch: the file is removed, a later run recovers */
@@ -540,11 +523,11 @@ int main(void)
     char ep[128];
     snprintf(ep, sizeof ep, "http://127.0.0.1:%d", closed_port());
     rc = run(NULL, ep, "turbo --dir '%s'", dir("d7"));
-    CHECK(rc == 1 && count_lines(err_text) == 1 && strstr(err_text, "cannot connect") &&
+    CHECK(rc == 1 && test_count_lines(err_text) == 1 && strstr(err_text, "cannot connect") &&
               strstr(err_text, "refused"),
           "closed port: exit %d: %s", rc, err_text);
     rc = run(NULL, "http://no-such-host.invalid", "turbo --dir '%s'", dir("d7"));
-    CHECK(rc == 1 && count_lines(err_text) == 1 && strstr(err_text, "cannot resolve host"),
+    CHECK(rc == 1 && test_count_lines(err_text) == 1 && strstr(err_text, "cannot resolve host"),
           "unresolvable host: exit %d: %s", rc, err_text);
 
     /* 9. disk full: the .part is /dev/full */
@@ -553,7 +536,7 @@ int main(void)
     snprintf(p, sizeof p, "%s/t3_turbo_v1.safetensors.part", d8);
     if (symlink("/dev/full", p)) perror("symlink");
     rc = run(NULL, NULL, "turbo --quiet --dir '%s'", d8); /* --quiet: the error line only */
-    CHECK(rc == 1 && count_lines(err_text) == 1 && strstr(err_text, "No space left on device") &&
+    CHECK(rc == 1 && test_count_lines(err_text) == 1 && strstr(err_text, "No space left on device") &&
               strstr(err_text, "disk full"),
           "disk full: exit %d: %s", rc, err_text);
 

@@ -26,23 +26,6 @@
 static char tmp[1024], outdir[1100], err_path[1100], out_path[1100], model[1100];
 static char err_text[16384], out_text[4096];
 
-static void slurp(const char *path, char *buf, size_t n)
-{
-    buf[0] = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return;
-    size_t k = fread(buf, 1, n - 1, f);
-    buf[k] = 0;
-    fclose(f);
-}
-
-static int count_lines(const char *s)
-{
-    int n = 0;
-    for (; *s; s++) n += *s == '\n';
-    return n;
-}
-
 /* Files in outdir (the output directory of every case). */
 static int files_left(void)
 {
@@ -80,10 +63,10 @@ static void fails(const char *label, const char *args, int want, const char *wha
              outdir, tmp, tmp, BIN, args, out_path, err_path);
     int st = system(cmd);
     int rc = st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    slurp(err_path, err_text, sizeof err_text);
-    slurp(out_path, out_text, sizeof out_text);
+    test_slurp(err_path, err_text, sizeof err_text);
+    test_slurp(out_path, out_text, sizeof out_text);
     printf("  %-28s exit %d: %s", label, rc, err_text);
-    CHECK(rc == want && count_lines(err_text) == 1 && !strncmp(err_text, "chatterbox say: ", 16) &&
+    CHECK(rc == want && test_count_lines(err_text) == 1 && !strncmp(err_text, "chatterbox say: ", 16) &&
               strstr(err_text, what) && out_text[0] == 0 && files_left() == 0,
           "%s: exit %d (want %d), one line with '%s'", label, rc, want, what);
 }
@@ -140,11 +123,11 @@ static void with_model(void)
              outdir, BIN, model, err_path, rc_path, out_path);
     int st = system(cmd);
     char rc_text[64];
-    slurp(rc_path, rc_text, sizeof rc_text);
-    slurp(err_path, err_text, sizeof err_text);
-    slurp(out_path, out_text, sizeof out_text);
+    test_slurp(rc_path, rc_text, sizeof rc_text);
+    test_slurp(err_path, err_text, sizeof err_text);
+    test_slurp(out_path, out_text, sizeof out_text);
     printf("  %-28s exit %s: %s", "broken pipe", rc_text, err_text);
-    CHECK(st == 0 && atoi(rc_text) == 1 && count_lines(err_text) == 1 && strstr(err_text, "broken pipe"),
+    CHECK(st == 0 && atoi(rc_text) == 1 && test_count_lines(err_text) == 1 && strstr(err_text, "broken pipe"),
           "-o - | head -c 10: exit %d, one line naming the broken pipe", atoi(rc_text));
 
     /* SIGINT once synthesis runs (--verbose reports the load first) */
@@ -157,7 +140,7 @@ static void with_model(void)
     }
     int waited = 0;
     for (; waited < 600; waited++) { /* up to 5 minutes for the load */
-        slurp(err_path, err_text, sizeof err_text);
+        test_slurp(err_path, err_text, sizeof err_text);
         if (strstr(err_text, "loaded in")) break;
         struct timespec ts = {0, 500000000};
         nanosleep(&ts, NULL);
@@ -167,7 +150,7 @@ static void with_model(void)
     kill(pid, SIGINT);
     int status = 0;
     waitpid(pid, &status, 0);
-    slurp(err_path, err_text, sizeof err_text);
+    test_slurp(err_path, err_text, sizeof err_text);
     int errors = 0;
     for (const char *s = err_text; (s = strstr(s, "chatterbox say: ")); s++) errors++;
     const char *last = strstr(err_text, "chatterbox say: ");
