@@ -14,119 +14,20 @@
 #define TGT TGT_AVX2
 
 /* signed w bytes . signed x bytes -> 8 float lanes (|w| <= 127) */
-TGT static inline __m256 dot_ss(__m256i w, __m256i x)
+TGT static inline __m256 vdot_ss(__m256i w, __m256i x)
 {
     __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
 }
 
 /* unsigned w bytes (< 128) . signed x bytes -> 8 float lanes */
-TGT static inline __m256 dot_us(__m256i w, __m256i x)
+TGT static inline __m256 vdot_us(__m256i w, __m256i x)
 {
     __m256i p = _mm256_maddubs_epi16(w, x);
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
 }
 
-TGT static float dot_q4_0(const void *vw, const void *vx, int64_t n)
-{
-    const struct block_q4_0 *w = vw;
-    const struct block_q8_0 *x = vx;
-    const int64_t nb = n / QK;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    const __m256i eight = _mm256_set1_epi8(8);
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        __m256i w0 = _mm256_sub_epi8(nibbles(w[i].qs), eight);
-        __m256i w1 = _mm256_sub_epi8(nibbles(w[i + 1].qs), eight);
-        __m256i x0 = _mm256_loadu_si256((const __m256i *)x[i].qs);
-        __m256i x1 = _mm256_loadu_si256((const __m256i *)x[i + 1].qs);
-        acc0 = _mm256_fmadd_ps(dot_ss(w0, x0), _mm256_set1_ps(h2f(w[i].d) * h2f(x[i].d)), acc0);
-        acc1 = _mm256_fmadd_ps(dot_ss(w1, x1),
-                               _mm256_set1_ps(h2f(w[i + 1].d) * h2f(x[i + 1].d)), acc1);
-    }
-    for (; i < nb; i++) {
-        __m256i w0 = _mm256_sub_epi8(nibbles(w[i].qs), eight);
-        __m256i x0 = _mm256_loadu_si256((const __m256i *)x[i].qs);
-        acc0 = _mm256_fmadd_ps(dot_ss(w0, x0), _mm256_set1_ps(h2f(w[i].d) * h2f(x[i].d)), acc0);
-    }
-    return hsum8(_mm256_add_ps(acc0, acc1));
-}
-
-TGT static float dot_q4_1(const void *vw, const void *vx, int64_t n)
-{
-    const struct block_q4_1 *w = vw;
-    const struct block_q8_1 *x = vx;
-    const int64_t nb = n / QK;
-    __m256 acc = _mm256_setzero_ps();
-    float summs = 0;
-    for (int64_t i = 0; i < nb; i++) {
-        __m256i x0 = _mm256_loadu_si256((const __m256i *)x[i].qs);
-        acc = _mm256_fmadd_ps(dot_us(nibbles(w[i].qs), x0),
-                              _mm256_set1_ps(h2f(w[i].d) * h2f(x[i].d)), acc);
-        summs += h2f(w[i].m) * h2f(x[i].s);
-    }
-    return hsum8(acc) + summs;
-}
-
-TGT static float dot_q5_0(const void *vw, const void *vx, int64_t n)
-{
-    const struct block_q5_0 *w = vw;
-    const struct block_q8_0 *x = vx;
-    const int64_t nb = n / QK;
-    __m256 acc = _mm256_setzero_ps();
-    const __m256i f0 = _mm256_set1_epi8((char)0xf0);
-    for (int64_t i = 0; i < nb; i++) {
-        /* q - 16 as a signed byte: the nibble, with 0xf0 or-ed in where the
-         * fifth bit is clear (nibble - 16), left alone where it is set */
-        __m256i hi = _mm256_andnot_si256(bits_to_bytes(w[i].qh), f0);
-        __m256i w0 = _mm256_or_si256(nibbles(w[i].qs), hi);
-        __m256i x0 = _mm256_loadu_si256((const __m256i *)x[i].qs);
-        acc = _mm256_fmadd_ps(dot_ss(w0, x0), _mm256_set1_ps(h2f(w[i].d) * h2f(x[i].d)), acc);
-    }
-    return hsum8(acc);
-}
-
-TGT static float dot_q5_1(const void *vw, const void *vx, int64_t n)
-{
-    const struct block_q5_1 *w = vw;
-    const struct block_q8_1 *x = vx;
-    const int64_t nb = n / QK;
-    __m256 acc = _mm256_setzero_ps();
-    float summs = 0;
-    const __m256i b4 = _mm256_set1_epi8(0x10);
-    for (int64_t i = 0; i < nb; i++) {
-        __m256i hi = _mm256_and_si256(bits_to_bytes(w[i].qh), b4);
-        __m256i w0 = _mm256_or_si256(nibbles(w[i].qs), hi);
-        __m256i x0 = _mm256_loadu_si256((const __m256i *)x[i].qs);
-        acc = _mm256_fmadd_ps(dot_us(w0, x0), _mm256_set1_ps(h2f(w[i].d) * h2f(x[i].d)), acc);
-        summs += h2f(w[i].m) * h2f(x[i].s);
-    }
-    return hsum8(acc) + summs;
-}
-
-TGT static float dot_q8_0(const void *vw, const void *vx, int64_t n)
-{
-    const struct block_q8_0 *w = vw;
-    const struct block_q8_0 *x = vx;
-    const int64_t nb = n / QK;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        __m256i w0 = _mm256_loadu_si256((const __m256i *)w[i].qs);
-        __m256i w1 = _mm256_loadu_si256((const __m256i *)w[i + 1].qs);
-        __m256i x0 = _mm256_loadu_si256((const __m256i *)x[i].qs);
-        __m256i x1 = _mm256_loadu_si256((const __m256i *)x[i + 1].qs);
-        acc0 = _mm256_fmadd_ps(dot_ss(w0, x0), _mm256_set1_ps(h2f(w[i].d) * h2f(x[i].d)), acc0);
-        acc1 = _mm256_fmadd_ps(dot_ss(w1, x1),
-                               _mm256_set1_ps(h2f(w[i + 1].d) * h2f(x[i + 1].d)), acc1);
-    }
-    for (; i < nb; i++) {
-        __m256i w0 = _mm256_loadu_si256((const __m256i *)w[i].qs);
-        __m256i x0 = _mm256_loadu_si256((const __m256i *)x[i].qs);
-        acc0 = _mm256_fmadd_ps(dot_ss(w0, x0), _mm256_set1_ps(h2f(w[i].d) * h2f(x[i].d)), acc0);
-    }
-    return hsum8(_mm256_add_ps(acc0, acc1));
-}
+#include "linear_qdot.inc"
 
 /* Float rows: 32 elements per step in four accumulators, scalar tail. */
 #define FLOAT_DOT(name, LOAD8, SCALAR)                                          \
