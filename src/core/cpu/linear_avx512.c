@@ -97,59 +97,6 @@ TGT static inline __m256 scales8_q4_0(const uint8_t *p)
     return _mm256_cvtph_ps(_mm512_castsi512_si128(d));
 }
 
-/* q4_0: eight blocks per step. Two blocks at a time fill a 512-bit
- * register in element order: each block's 16 bytes broadcast to two
- * 128-bit lanes, the upper lane shifted right by 4, masked to nibbles ->
- * [lo_b, hi_b, lo_b+1, hi_b+1] matching 64 contiguous x quants. vpdpbusd
- * takes the unsigned nibbles q; the -8 offset is applied once per block
- * in float as -8 d_w d_x sum(x), from the prepared ds. */
-TGT static float dotx_q4_0(const void *vw, const struct linear_xq *x, int64_t n)
-{
-    const struct block_q4_0 *w = vw;
-    const int64_t nb = n / QK;
-    const __m512i shift = _mm512_set_epi64(4 * 0x0001000100010001ll, 4 * 0x0001000100010001ll, 0, 0,
-                                           4 * 0x0001000100010001ll, 4 * 0x0001000100010001ll, 0, 0);
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
-    /* vpermps indices spreading scale 2p / 2p+1 over the two 8-lane halves */
-    const __m512i sp0 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m512i sp1 = _mm512_add_epi32(sp0, _mm512_set1_epi32(2));
-    const __m512i sp2 = _mm512_add_epi32(sp0, _mm512_set1_epi32(4));
-    const __m512i sp3 = _mm512_add_epi32(sp0, _mm512_set1_epi32(6));
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    __m256 corr = _mm256_setzero_ps();
-    int64_t i = 0;
-#define Q4_PAIR(b)                                                                        \
-    _mm512_and_si512(_mm512_srlv_epi16(_mm512_mask_broadcast_i32x4(                       \
-                         _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)w[b].qs)), \
-                         0xff00, _mm_loadu_si128((const __m128i *)w[(b) + 1].qs)),         \
-                         shift), m4)
-#define DOT_PAIR(b) _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), Q4_PAIR(b), \
-                        _mm512_loadu_si512(x->qs + (b) * QK)))
-    for (; i + 8 <= nb; i += 8) {
-        for (int l = 0; l < 3; l++) /* 144 bytes per step */
-            _mm_prefetch((const char *)(w + i) + LIN_PREFETCH + 64 * l, _MM_HINT_T0);
-        __m256 dw = scales8_q4_0((const uint8_t *)(w + i));
-        __m256 s = _mm256_mul_ps(dw, _mm256_loadu_ps(x->d + i));
-        corr = _mm256_fmadd_ps(dw, _mm256_loadu_ps(x->ds + i), corr);
-        __m512 s16 = _mm512_castps256_ps512(s);
-        acc0 = _mm512_fmadd_ps(DOT_PAIR(i), _mm512_permutexvar_ps(sp0, s16), acc0);
-        acc1 = _mm512_fmadd_ps(DOT_PAIR(i + 2), _mm512_permutexvar_ps(sp1, s16), acc1);
-        acc0 = _mm512_fmadd_ps(DOT_PAIR(i + 4), _mm512_permutexvar_ps(sp2, s16), acc0);
-        acc1 = _mm512_fmadd_ps(DOT_PAIR(i + 6), _mm512_permutexvar_ps(sp3, s16), acc1);
-    }
-#undef DOT_PAIR
-#undef Q4_PAIR
-    float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-    /* sum(q x) - 8 sum(x) per block, the second part in corr */
-    __m128 c = _mm_add_ps(_mm256_castps256_ps128(corr), _mm256_extractf128_ps(corr, 1));
-    c = _mm_add_ps(c, _mm_movehl_ps(c, c));
-    c = _mm_add_ss(c, _mm_movehdup_ps(c));
-    sum -= 8.0f * _mm_cvtss_f32(c);
-    if (i < nb)
-        sum += dot_q4_0(w + i, (const struct block_q8_0 *)x->q + i, (nb - i) * QK);
-    return sum;
-}
-
 /* q8_0 blocks are 34 bytes = 17 words: four scales (words 0, 17, 34, 51)
  * lie in the 128 bytes at p; two such permutes give eight. */
 TGT static inline __m256 scales8_q8_0(const uint8_t *p)
@@ -162,53 +109,6 @@ TGT static inline __m256 scales8_q8_0(const uint8_t *p)
     __m128i d = _mm_unpacklo_epi64(_mm512_castsi512_si128(a), _mm512_castsi512_si128(b));
     return _mm256_cvtph_ps(d);
 }
-
-/* q8_0: two blocks per 512-bit register; the signed weights become
- * unsigned by flipping the top bit (w + 128), and the +128 sum(x) this
- * adds is taken off once per block in float from the prepared ds. */
-TGT static float dotx_q8_0(const void *vw, const struct linear_xq *x, int64_t n)
-{
-    const struct block_q8_0 *w = vw;
-    const int64_t nb = n / QK;
-    const __m512i flip = _mm512_set1_epi8((char)0x80);
-    const __m512i sp0 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m512i sp1 = _mm512_add_epi32(sp0, _mm512_set1_epi32(2));
-    const __m512i sp2 = _mm512_add_epi32(sp0, _mm512_set1_epi32(4));
-    const __m512i sp3 = _mm512_add_epi32(sp0, _mm512_set1_epi32(6));
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    __m256 corr = _mm256_setzero_ps();
-    int64_t i = 0;
-#define Q8_PAIR(b)                                                                         \
-    _mm512_xor_si512(_mm512_inserti64x4(                                                   \
-                         _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)w[b].qs)), \
-                         _mm256_loadu_si256((const __m256i *)w[(b) + 1].qs), 1), flip)
-#define DOT_PAIR(b) _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), Q8_PAIR(b), \
-                        _mm512_loadu_si512(x->qs + (b) * QK)))
-    for (; i + 8 <= nb; i += 8) {
-        for (int l = 0; l < 5; l++) /* 272 bytes per step */
-            _mm_prefetch((const char *)(w + i) + LIN_PREFETCH + 64 * l, _MM_HINT_T0);
-        __m256 dw = scales8_q8_0((const uint8_t *)(w + i));
-        __m256 s = _mm256_mul_ps(dw, _mm256_loadu_ps(x->d + i));
-        corr = _mm256_fmadd_ps(dw, _mm256_loadu_ps(x->ds + i), corr);
-        __m512 s16 = _mm512_castps256_ps512(s);
-        acc0 = _mm512_fmadd_ps(DOT_PAIR(i), _mm512_permutexvar_ps(sp0, s16), acc0);
-        acc1 = _mm512_fmadd_ps(DOT_PAIR(i + 2), _mm512_permutexvar_ps(sp1, s16), acc1);
-        acc0 = _mm512_fmadd_ps(DOT_PAIR(i + 4), _mm512_permutexvar_ps(sp2, s16), acc0);
-        acc1 = _mm512_fmadd_ps(DOT_PAIR(i + 6), _mm512_permutexvar_ps(sp3, s16), acc1);
-    }
-#undef DOT_PAIR
-#undef Q8_PAIR
-    float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-    __m128 c = _mm_add_ps(_mm256_castps256_ps128(corr), _mm256_extractf128_ps(corr, 1));
-    c = _mm_add_ps(c, _mm_movehl_ps(c, c));
-    c = _mm_add_ss(c, _mm_movehdup_ps(c));
-    sum -= 128.0f * _mm_cvtss_f32(c);
-    if (i < nb)
-        sum += dot_q8_0(w + i, (const struct block_q8_0 *)x->q + i, (nb - i) * QK);
-    return sum;
-}
-
-/* ---- four weight rows per pass (prepared x) -------------------------- */
 
 /* r[0..3] = the sums of the four accumulators a0..a3 (16 lanes each), by
  * a transposing reduction: 3 adds per pair level instead of four
@@ -224,118 +124,44 @@ TGT static inline __m128 hsum4x16(__m512 a0, __m512 a1, __m512 a2, __m512 a3)
     return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-/* q4_0, four rows w, w + stride, ... (stride in bytes) against one x: the
- * x quants, d and ds are loaded once per step for all four rows, and the
- * four results come out of one reduction. Same arithmetic per block as
- * dotx_q4_0, so results differ from it only in float summation order. */
-TGT static void dotx4_q4_0(const void *vw, size_t stride, const struct linear_xq *x, int64_t n,
-                           float *out)
-{
-    const int64_t nb = n / QK, nb8 = nb / 8 * 8;
-    const struct block_q4_0 *w[4];
-    for (int r = 0; r < 4; r++) w[r] = (const struct block_q4_0 *)((const char *)vw + r * stride);
-    const __m512i shift = _mm512_set_epi64(4 * 0x0001000100010001ll, 4 * 0x0001000100010001ll, 0, 0,
-                                           4 * 0x0001000100010001ll, 4 * 0x0001000100010001ll, 0, 0);
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
-    const __m512i sp0 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m512i sp1 = _mm512_add_epi32(sp0, _mm512_set1_epi32(2));
-    const __m512i sp2 = _mm512_add_epi32(sp0, _mm512_set1_epi32(4));
-    const __m512i sp3 = _mm512_add_epi32(sp0, _mm512_set1_epi32(6));
-    __m512 acc[4];
-    __m256 corr[4];
-    for (int r = 0; r < 4; r++) {
-        acc[r] = _mm512_setzero_ps();
-        corr[r] = _mm256_setzero_ps();
-    }
-#define Q4_PAIR(wb, b)                                                                     \
+/* q4_0: two blocks fill a 512-bit register in element order: each block's
+ * 16 bytes broadcast to two 128-bit lanes, the upper lane shifted right
+ * by 4, masked to nibbles -> [lo_b, hi_b, lo_b+1, hi_b+1]; vpdpbusd takes
+ * the unsigned nibbles q = w + 8. */
+#define QX_BLOCK struct block_q4_0
+#define QX_CONSTS                                                                             \
+    const __m512i shift = _mm512_set_epi64(4 * 0x0001000100010001ll, 4 * 0x0001000100010001ll, \
+                                           0, 0, 4 * 0x0001000100010001ll,                    \
+                                           4 * 0x0001000100010001ll, 0, 0);                   \
+    const __m512i m4 = _mm512_set1_epi8(0x0f)
+#define QX_PAIR(wb, b)                                                                     \
     _mm512_and_si512(_mm512_srlv_epi16(_mm512_mask_broadcast_i32x4(                        \
                          _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(wb)[b].qs)), \
                          0xff00, _mm_loadu_si128((const __m128i *)(wb)[(b) + 1].qs)),       \
                          shift), m4)
-#define DOT_PAIR(wb, b, xq) _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), \
-                                Q4_PAIR(wb, b), xq))
-    for (int64_t i = 0; i < nb8; i += 8) {
-        __m512i x0 = _mm512_loadu_si512(x->qs + i * QK), x1 = _mm512_loadu_si512(x->qs + (i + 2) * QK);
-        __m512i x2 = _mm512_loadu_si512(x->qs + (i + 4) * QK), x3 = _mm512_loadu_si512(x->qs + (i + 6) * QK);
-        __m256 xd = _mm256_loadu_ps(x->d + i), xds = _mm256_loadu_ps(x->ds + i);
-        for (int r = 0; r < 4; r++) {
-            const struct block_q4_0 *wr = w[r] + i;
-            for (int l = 0; l < 3; l++) /* 144 bytes per step */
-                _mm_prefetch((const char *)wr + LIN_PREFETCH + 64 * l, _MM_HINT_T0);
-            __m256 dw = scales8_q4_0((const uint8_t *)wr);
-            __m512 s16 = _mm512_castps256_ps512(_mm256_mul_ps(dw, xd));
-            corr[r] = _mm256_fmadd_ps(dw, xds, corr[r]);
-            __m512 a = _mm512_mul_ps(DOT_PAIR(wr, 0, x0), _mm512_permutexvar_ps(sp0, s16));
-            __m512 b = _mm512_mul_ps(DOT_PAIR(wr, 2, x1), _mm512_permutexvar_ps(sp1, s16));
-            a = _mm512_fmadd_ps(DOT_PAIR(wr, 4, x2), _mm512_permutexvar_ps(sp2, s16), a);
-            b = _mm512_fmadd_ps(DOT_PAIR(wr, 6, x3), _mm512_permutexvar_ps(sp3, s16), b);
-            acc[r] = _mm512_add_ps(acc[r], _mm512_add_ps(a, b));
-        }
-    }
-#undef DOT_PAIR
-#undef Q4_PAIR
-    /* sum(q x) - 8 sum(x) per block: fold -8 corr into the accumulators */
-    const __m256 m8 = _mm256_set1_ps(-8.0f);
-    for (int r = 0; r < 4; r++)
-        acc[r] = _mm512_add_ps(acc[r], _mm512_zextps256_ps512(_mm256_mul_ps(corr[r], m8)));
-    _mm_storeu_ps(out, hsum4x16(acc[0], acc[1], acc[2], acc[3]));
-    if (nb8 < nb)
-        for (int r = 0; r < 4; r++)
-            out[r] += dot_q4_0(w[r] + nb8, (const struct block_q8_0 *)x->q + nb8, (nb - nb8) * QK);
-}
+#define QX_SCALES8 scales8_q4_0
+#define QX_PREFETCH 3 /* 144 bytes per step */
+#define QX_OFFSET 8
+#define QX_TAIL dot_q4_0
+#define QX_DOTX dotx_q4_0
+#define QX_DOTX4 dotx4_q4_0
+#include "linear_dotx.inc"
 
-/* q8_0, four rows at once (see dotx4_q4_0 and dotx_q8_0). */
-TGT static void dotx4_q8_0(const void *vw, size_t stride, const struct linear_xq *x, int64_t n,
-                           float *out)
-{
-    const int64_t nb = n / QK, nb8 = nb / 8 * 8;
-    const struct block_q8_0 *w[4];
-    for (int r = 0; r < 4; r++) w[r] = (const struct block_q8_0 *)((const char *)vw + r * stride);
-    const __m512i flip = _mm512_set1_epi8((char)0x80);
-    const __m512i sp0 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m512i sp1 = _mm512_add_epi32(sp0, _mm512_set1_epi32(2));
-    const __m512i sp2 = _mm512_add_epi32(sp0, _mm512_set1_epi32(4));
-    const __m512i sp3 = _mm512_add_epi32(sp0, _mm512_set1_epi32(6));
-    __m512 acc[4];
-    __m256 corr[4];
-    for (int r = 0; r < 4; r++) {
-        acc[r] = _mm512_setzero_ps();
-        corr[r] = _mm256_setzero_ps();
-    }
-#define Q8_PAIR(wb, b)                                                                      \
+/* q8_0: two blocks per register; the signed weights become unsigned by
+ * flipping the top bit (w + 128). */
+#define QX_BLOCK struct block_q8_0
+#define QX_CONSTS const __m512i flip = _mm512_set1_epi8((char)0x80)
+#define QX_PAIR(wb, b)                                                                      \
     _mm512_xor_si512(_mm512_inserti64x4(                                                    \
                          _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(wb)[b].qs)), \
                          _mm256_loadu_si256((const __m256i *)(wb)[(b) + 1].qs), 1), flip)
-#define DOT_PAIR(wb, b, xq) _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), \
-                                Q8_PAIR(wb, b), xq))
-    for (int64_t i = 0; i < nb8; i += 8) {
-        __m512i x0 = _mm512_loadu_si512(x->qs + i * QK), x1 = _mm512_loadu_si512(x->qs + (i + 2) * QK);
-        __m512i x2 = _mm512_loadu_si512(x->qs + (i + 4) * QK), x3 = _mm512_loadu_si512(x->qs + (i + 6) * QK);
-        __m256 xd = _mm256_loadu_ps(x->d + i), xds = _mm256_loadu_ps(x->ds + i);
-        for (int r = 0; r < 4; r++) {
-            const struct block_q8_0 *wr = w[r] + i;
-            for (int l = 0; l < 5; l++) /* 272 bytes per step */
-                _mm_prefetch((const char *)wr + LIN_PREFETCH + 64 * l, _MM_HINT_T0);
-            __m256 dw = scales8_q8_0((const uint8_t *)wr);
-            __m512 s16 = _mm512_castps256_ps512(_mm256_mul_ps(dw, xd));
-            corr[r] = _mm256_fmadd_ps(dw, xds, corr[r]);
-            __m512 a = _mm512_mul_ps(DOT_PAIR(wr, 0, x0), _mm512_permutexvar_ps(sp0, s16));
-            __m512 b = _mm512_mul_ps(DOT_PAIR(wr, 2, x1), _mm512_permutexvar_ps(sp1, s16));
-            a = _mm512_fmadd_ps(DOT_PAIR(wr, 4, x2), _mm512_permutexvar_ps(sp2, s16), a);
-            b = _mm512_fmadd_ps(DOT_PAIR(wr, 6, x3), _mm512_permutexvar_ps(sp3, s16), b);
-            acc[r] = _mm512_add_ps(acc[r], _mm512_add_ps(a, b));
-        }
-    }
-#undef DOT_PAIR
-#undef Q8_PAIR
-    const __m256 m128 = _mm256_set1_ps(-128.0f);
-    for (int r = 0; r < 4; r++)
-        acc[r] = _mm512_add_ps(acc[r], _mm512_zextps256_ps512(_mm256_mul_ps(corr[r], m128)));
-    _mm_storeu_ps(out, hsum4x16(acc[0], acc[1], acc[2], acc[3]));
-    if (nb8 < nb)
-        for (int r = 0; r < 4; r++)
-            out[r] += dot_q8_0(w[r] + nb8, (const struct block_q8_0 *)x->q + nb8, (nb - nb8) * QK);
-}
+#define QX_SCALES8 scales8_q8_0
+#define QX_PREFETCH 5 /* 272 bytes per step */
+#define QX_OFFSET 128
+#define QX_TAIL dot_q8_0
+#define QX_DOTX dotx_q8_0
+#define QX_DOTX4 dotx4_q8_0
+#include "linear_dotx.inc"
 
 linear_dotx4_fn linear_dotx4_avx512(enum dtype t)
 {
