@@ -154,6 +154,12 @@ typedef struct cbx_synth_params {
     int stream;                /* 0 (1: on) */
     int stream_first_tokens;   /* 10 (at least 8) */
     int stream_chunk_tokens;   /* 20 (at least 3) */
+    /* streaming latency knob: S3Gen's reference prompt cut to its last N
+     * speech tokens while streaming. Every chunk re-runs the flow over the
+     * prompt plus the tokens so far, so the prompt (250 tokens for a 10 s
+     * reference) sets the floor of first-audio latency; a shorter one
+     * trades reference context for latency (the speaker x-vector is kept) */
+    int stream_prompt_tokens;  /* 0: the whole prompt */
 } cbx_synth_params;
 
 /* Defaults of every field (fields are only ever appended).

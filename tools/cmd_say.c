@@ -61,6 +61,10 @@ static void usage(FILE *f)
             "  --stream                  audio in chunks while generating: with '-o -'\n"
             "                            each chunk is written and flushed at once\n"
             "                            (first audio after 10 speech tokens)\n"
+            "  --stream-prompt N         while streaming, condition S3Gen on only the last\n"
+            "                            N tokens of the voice's reference prompt (lower\n"
+            "                            first-audio latency, less reference context;\n"
+            "                            default 0: all of it)\n"
             "  --lines                   live mode: speak each line of standard input\n"
             "                            as it arrives (streamed), for piping from\n"
             "                            another program; ends at end of input\n"
@@ -313,7 +317,7 @@ int cmd_say(int argc, char **argv)
         static const char *const with_value[] = {
             "-o", "--output", "--format", "--text-file", "--model", "--voice", "--seed", "--temperature",
             "--top-k", "--top-p", "--repetition-penalty", "--max-tokens", "--cfm-steps", "--threads",
-            "--pause-ms", "-t"};
+            "--pause-ms", "--stream-prompt", "-t"};
         int known = 0;
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(o, with_value[k]);
         if (!known) return usage_error("unknown option '%s'", o);
@@ -324,19 +328,14 @@ int cmd_say(int argc, char **argv)
         else if (!strcmp(o, "--text-file")) text_file = val;
         else if (!strcmp(o, "--model")) model_path = val;
         else if (!strcmp(o, "--voice")) voice_path = val;
-        else if (!strcmp(o, "--seed")) {
-            char *end;
-            errno = 0;
-            unsigned long long s = strtoull(val, &end, 10);
-            if (errno || end == val || *end || val[0] == '-')
-                return usage_error("--seed needs a non-negative integer, got '%s'", val);
-            ep.seed = s;
-        } else if (!strcmp(o, "--temperature")) { if (!parse_num(o, val, 1e-6, 100, &ep.s.temperature)) return 2; }
+        else if (!strcmp(o, "--seed")) { if (!cli_parse_u64("say", o, val, &ep.seed)) return 2; }
+        else if (!strcmp(o, "--temperature")) { if (!parse_num(o, val, 1e-6, 100, &ep.s.temperature)) return 2; }
         else if (!strcmp(o, "--top-k")) { if (!parse_int(o, val, 0, 1000000, &ep.s.top_k)) return 2; }
         else if (!strcmp(o, "--top-p")) { if (!parse_num(o, val, 0, 1, &ep.s.top_p)) return 2; }
         else if (!strcmp(o, "--repetition-penalty")) { if (!parse_num(o, val, 1e-6, 100, &ep.s.repetition_penalty)) return 2; }
         else if (!strcmp(o, "--max-tokens")) { if (!parse_int(o, val, 1, 100000, &ep.max_tokens)) return 2; }
         else if (!strcmp(o, "--cfm-steps")) { if (!parse_int(o, val, 1, 1000, &ep.cfm_steps)) return 2; }
+        else if (!strcmp(o, "--stream-prompt")) { if (!parse_int(o, val, 0, 100000, &ep.stream_prompt_tokens)) return 2; }
         else if (!strcmp(o, "--pause-ms")) { if (!parse_int(o, val, 0, 60000, &ep.pause_ms)) return 2; }
         else if (!strcmp(o, "--threads") || !strcmp(o, "-t")) { if (!parse_num(o, val, 1, 1024, &v)) return 2; threads = (int)v; }
     }

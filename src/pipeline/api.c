@@ -185,6 +185,7 @@ cbx_synth_params cbx_synth_default_params(void)
     p.stream = e.stream;
     p.stream_first_tokens = e.stream_first_tokens;
     p.stream_chunk_tokens = e.stream_chunk_tokens;
+    p.stream_prompt_tokens = e.stream_prompt_tokens;
     return p;
 }
 
@@ -248,6 +249,7 @@ cbx_status cbx_synthesize(cbx_context *ctx, const cbx_voice *voice, const char *
     e.stream = params->stream != 0;
     e.stream_first_tokens = params->stream_first_tokens;
     e.stream_chunk_tokens = params->stream_chunk_tokens;
+    e.stream_prompt_tokens = params->stream_prompt_tokens;
     struct chunk_relay r = {chunk, user};
     float *pcm = NULL;
     int64_t n = 0;
