@@ -7,11 +7,17 @@
  *   t3_decode   one position per step with the KV cache: tokens/s, and the
  *               weight bytes a step reads (every linear weight once, plus
  *               the speech head) per second as GB/s and as a ratio to copy.
+ *   (stderr)    seconds and minor page faults of a whole generation with
+ *               arenas made per call and with a t3_workspace kept across
+ *               calls, and of the batched prefill; decode tokens/s with the
+ *               model's KV cache type (F16 for quantised weights, else F32)
+ *               and with the other one, same weights, same run.
  * Weights are the synthetic checkpoint generated in memory from the
  * manifest (no files); --variant nano selects the small model. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "common.h"
 #include "core/backend.h"
@@ -39,6 +45,13 @@ static int on_step(void *user, int step, int32_t token, const float *logits, int
     c->last = bench_now();
     if (c->n++ == 0) c->first = c->last;
     return 0;
+}
+
+static long minflt(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_minflt;
 }
 
 /* bytes of weights one decode step reads: the linear weights of every
@@ -108,6 +121,15 @@ int main(int argc, char **argv)
         }
         double *pre = calloc((size_t)opt.reps, sizeof *pre), *dec = calloc((size_t)opt.reps, sizeof *dec);
         double *gbs = calloc((size_t)opt.reps, sizeof *gbs);
+        double *gen = calloc((size_t)opt.reps, sizeof *gen), *genw = calloc((size_t)opt.reps, sizeof *genw);
+        double *flt = calloc((size_t)opt.reps, sizeof *flt), *fltw = calloc((size_t)opt.reps, sizeof *fltw);
+        double *fltp = calloc((size_t)opt.reps, sizeof *fltp), *deco = calloc((size_t)opt.reps, sizeof *deco);
+        const enum dtype kv_own = m.tfmr.kv_type, kv_other = kv_own == TYPE_F16 ? TYPE_F32 : TYPE_F16;
+        struct t3_workspace *ws = t3_workspace_create(cpu);
+        if (!pre || !dec || !gbs || !gen || !genw || !flt || !fltw || !fltp || !deco || !ws) {
+            fprintf(stderr, "bench_t3: out of memory\n");
+            return 1;
+        }
         /* greedy decoding of STEPS tokens; the warm-up run is not timed */
         struct t3_gen_params gp = t3_gen_default_params();
         gp.s.top_k = 1;
@@ -119,22 +141,48 @@ int main(int argc, char **argv)
             arena_reset(a);
             struct arena *cache = arena_create(cpu, 0);
             gpt2_kv_init(&kv, &m.tfmr, cache, 1 + P + L + 1);
+            struct arena *s0 = arena_create(cpu, 0), *s1 = arena_create(cpu, 0);
+            kv.scratch[0] = s0;
+            kv.scratch[1] = s1;
+            long f0 = minflt();
             double t0 = bench_now();
             struct tensor *h = gpt2_forward(a, &m.tfmr, &kv, t3_prepare_input_embeds(a, &m, &cond, text, L));
             double tp = bench_now() - t0;
+            long fp = minflt() - f0;
             arena_free(cache);
+            arena_free(s0);
+            arena_free(s1);
             if (!h) { fprintf(stderr, "bench_t3: %s\n", arena_errmsg(a)); return 1; }
             /* whole generation; decode = the steps between the first and
-             * the last sampled token (each step: forward + head + sampler) */
-            int32_t *tok = NULL;
-            int64_t n = 0;
-            struct step_clock sc = {0};
-            if (t3_inference_turbo(&m, cpu, &cond, text, L, &gp, on_step, &sc, &tok, &n, err) != CBX_OK) {
-                fprintf(stderr, "bench_t3: %s\n", err);
-                return 1;
+             * the last sampled token (each step: forward + head + sampler);
+             * then the same with the workspace of the earlier runs */
+            double tg[3];
+            long fg[3];
+            struct step_clock sc = {0}, sco = {0};
+            for (int w = 0; w < 3; w++) {
+                int32_t *tok = NULL;
+                int64_t n = 0;
+                struct step_clock scw = {0};
+                gp.ws = w == 1 ? ws : NULL;
+                m.tfmr.kv_type = w == 2 ? kv_other : kv_own;
+                f0 = minflt();
+                t0 = bench_now();
+                if (t3_inference_turbo(&m, cpu, &cond, text, L, &gp, on_step, w == 0 ? &sc : w == 1 ? &scw : &sco, &tok, &n, err) != CBX_OK) {
+                    fprintf(stderr, "bench_t3: %s\n", err);
+                    return 1;
+                }
+                tg[w] = bench_now() - t0;
+                fg[w] = minflt() - f0;
+                free(tok);
             }
-            free(tok);
+            m.tfmr.kv_type = kv_own;
             if (r < 0) continue;
+            deco[r] = sco.n > 1 ? (double)(sco.n - 1) / (sco.last - sco.first) : 0;
+            gen[r] = tg[0];
+            genw[r] = tg[1];
+            flt[r] = (double)fg[0];
+            fltw[r] = (double)fg[1];
+            fltp[r] = (double)fp;
             pre[r] = (1 + P + L + 1) / tp;
             dec[r] = sc.n > 1 ? (double)(sc.n - 1) / (sc.last - sc.first) : 0;
             gbs[r] = dec[r] * step_bytes(&m) * 1e-9;
@@ -149,8 +197,19 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s %-5s prefill %7.1f tok/s  decode %6.1f tok/s  %.0f MB/step  %5.1f GB/s  %3.0f%% of copy\n",
                 variant, dtype_name(types[ti]), sp.median, sd.median, step_bytes(&m) * 1e-6, sg.median,
                 copy_gbs > 0 ? 100 * sg.median / copy_gbs : 0);
+        struct bench_stats g0 = bench_stats(gen, opt.reps), g1 = bench_stats(genw, opt.reps);
+        struct bench_stats f0 = bench_stats(flt, opt.reps), f1 = bench_stats(fltw, opt.reps);
+        struct bench_stats fp = bench_stats(fltp, opt.reps), so = bench_stats(deco, opt.reps);
+        fprintf(stderr, "%s %-5s generation %.3f s, %.0f minor faults (arenas per call); %.3f s, %.0f faults "
+                "(workspace); prefill %.0f faults\n",
+                variant, dtype_name(types[ti]), g0.median, f0.median, g1.median, f1.median, fp.median);
+        fprintf(stderr, "%s %-5s decode %6.1f tok/s with a %s KV cache, %6.1f tok/s with %s (p10-p90 %.1f-%.1f, %.1f-%.1f)\n",
+                variant, dtype_name(types[ti]), sd.median, dtype_name(kv_own), so.median, dtype_name(kv_other),
+                sd.p10, sd.p90, so.p10, so.p90);
         arena_free(a);
+        t3_workspace_free(ws);
         free(pre); free(dec); free(gbs);
+        free(gen); free(genw); free(flt); free(fltw); free(fltp); free(deco);
         t3_free(&m);
     }
     for (int i = 0; i < w.n; i++) free(w.t[i].data);

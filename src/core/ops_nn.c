@@ -140,8 +140,10 @@ struct tensor *op_attention(struct arena *a, const struct tensor *q,
 {
     if (!q || !k || !v || !p) return NULL;
     KERNEL(a, attention);
-    if (!is_f32(a, "op_attention", "q", q) || !is_f32(a, "op_attention", "k", k) ||
-        !is_f32(a, "op_attention", "v", v) ||
+    /* k and v: both F32, or both F16 (a half-precision KV cache) */
+    if (!is_f32(a, "op_attention", "q", q) ||
+        (!(k->type == TYPE_F16 && v->type == TYPE_F16) &&
+         (!is_f32(a, "op_attention", "k", k) || !is_f32(a, "op_attention", "v", v))) ||
         (bias && !is_f32(a, "op_attention", "bias", bias)))
         return NULL;
     char sq[64], sk[64], sv[64];

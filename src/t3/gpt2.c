@@ -7,18 +7,25 @@
 
 #include "core/backend.h"
 
+enum dtype gpt2_kv_type(enum dtype w)
+{
+    const struct dtype_traits *t = dtype_traits(w);
+    return t && t->quantized ? TYPE_F16 : TYPE_F32;
+}
+
 cbx_status gpt2_kv_init(struct gpt2_kv *kv, const struct gpt2 *g, struct arena *cache,
                         int capacity)
 {
     kv->capacity = capacity;
     kv->n_past = 0;
+    kv->scratch[0] = kv->scratch[1] = NULL;
     kv->k = arena_alloc_host(cache, sizeof *kv->k * (size_t)g->n_layer);
     kv->v = arena_alloc_host(cache, sizeof *kv->v * (size_t)g->n_layer);
     if (!kv->k || !kv->v) return arena_status(cache);
     const int64_t ne[4] = {1, g->n_head, capacity, g->d_model / g->n_head};
     for (int i = 0; i < g->n_layer; i++) {
-        kv->k[i] = arena_tensor(cache, TYPE_F32, 4, ne);
-        kv->v[i] = arena_tensor(cache, TYPE_F32, 4, ne);
+        kv->k[i] = arena_tensor(cache, g->kv_type, 4, ne);
+        kv->v[i] = arena_tensor(cache, g->kv_type, 4, ne);
     }
     return arena_status(cache);
 }
@@ -46,6 +53,14 @@ static struct tensor *attn(struct arena *a, const struct gpt2 *g, const struct g
     return op_linear(a, o, l->c_proj_w, l->c_proj_b);
 }
 
+/* A failure recorded in scratch arena s moves to the caller's arena a. */
+static bool scratch_ok(struct arena *a, struct arena *s)
+{
+    if (s == a || arena_status(s) == CBX_OK) return arena_status(a) == CBX_OK;
+    arena_fail(a, arena_status(s), "%s", arena_errmsg(s));
+    return false;
+}
+
 /* kv_only: the last layer stops after writing its keys and values. */
 static struct tensor *forward(struct arena *a, const struct gpt2 *g, struct gpt2_kv *kv,
                               const struct tensor *x, bool kv_only)
@@ -58,21 +73,30 @@ static struct tensor *forward(struct arena *a, const struct gpt2 *g, struct gpt2
                    (long long)(kv->n_past + T), kv->capacity, g->n_ctx);
         return NULL;
     }
+    /* layer il runs in scratch arena il % 2 (reset first), reading hs from
+     * the other one; without scratch arenas everything goes to a */
+    const bool ping = kv->scratch[0] && kv->scratch[1];
+    struct arena *s = ping ? kv->scratch[1] : a;
+    if (ping) arena_reset(s);
     /* hidden = inputs_embeds + wpe(position_ids), positions continue the cache */
-    struct tensor *hs = op_add(a, x, op_slice(a, g->wpe, 0, kv->n_past, T));
+    struct tensor *hs = op_add(s, x, op_slice(s, g->wpe, 0, kv->n_past, T));
+    if (!scratch_ok(a, s)) return NULL;
     for (int il = 0; il < g->n_layer; il++) {
         const struct gpt2_layer *l = &g->h[il];
+        if (ping) arena_reset(s = kv->scratch[il & 1]);
         /* GPT2Block: x = x + attn(ln_1(x)); x = x + mlp(ln_2(x)) */
-        struct tensor *h = op_layer_norm(a, hs, l->ln_1_w, l->ln_1_b, g->eps);
+        struct tensor *h = op_layer_norm(s, hs, l->ln_1_w, l->ln_1_b, g->eps);
         if (kv_only && il == g->n_layer - 1) {
-            if (!attn(a, g, l, kv, il, h, true)) return NULL;
+            attn(s, g, l, kv, il, h, true);
+            if (!scratch_ok(a, s)) return NULL;
             kv->n_past += (int)T;
             return hs;
         }
-        hs = op_add(a, hs, attn(a, g, l, kv, il, h, false));
-        h = op_layer_norm(a, hs, l->ln_2_w, l->ln_2_b, g->eps);
-        h = op_unary(a, op_linear(a, h, l->c_fc_w, l->c_fc_b), UN_GELU_TANH, 0, 0); /* gelu_new */
-        hs = op_add(a, hs, op_linear(a, h, l->mlp_proj_w, l->mlp_proj_b));
+        hs = op_add(s, hs, attn(s, g, l, kv, il, h, false));
+        h = op_layer_norm(s, hs, l->ln_2_w, l->ln_2_b, g->eps);
+        h = op_unary(s, op_linear(s, h, l->c_fc_w, l->c_fc_b), UN_GELU_TANH, 0, 0); /* gelu_new */
+        hs = op_add(s, hs, op_linear(s, h, l->mlp_proj_w, l->mlp_proj_b));
+        if (!scratch_ok(a, s)) return NULL;
     }
     hs = op_layer_norm(a, hs, g->ln_f_w, g->ln_f_b, g->eps);
     if (hs) kv->n_past += (int)T;
@@ -107,7 +131,7 @@ cbx_status gpt2_kv_save(struct arena *a, const struct gpt2 *g, const struct gpt2
     for (int il = 0; il < g->n_layer; il++) {
         for (int s = 0; s < 2; s++) {
             const struct tensor *c = s ? kv->v[il] : kv->k[il];
-            if (n < kv->capacity) c = op_cont(a, op_slice(a, c, 2, 0, n));
+            if (n < kv->capacity || c->type != TYPE_F32) c = op_cast(a, op_slice(a, c, 2, 0, n), TYPE_F32);
             cbx_status rc = c ? tensor_to_host(c, dst + (2 * (size_t)il + (size_t)s) * per) : arena_status(a);
             if (rc != CBX_OK)
                 return arena_status(a) != CBX_OK ? arena_status(a) : arena_fail(a, rc, "gpt2: reading the cache failed");

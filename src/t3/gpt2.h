@@ -22,18 +22,36 @@ struct gpt2_layer {
 struct gpt2 {
     int n_layer, n_head, d_model, n_ctx; /* n_ctx = rows of wpe */
     float eps;                           /* layer_norm_epsilon, 1e-5 */
+    enum dtype kv_type;                  /* KV cache: F32, or F16 (halves the
+                                          * cache bytes a decode step reads);
+                                          * see gpt2_kv_type */
     const struct tensor *wpe;            /* [n_ctx, D] */
     const struct tensor *ln_f_w, *ln_f_b;
     struct gpt2_layer *h;                /* n_layer entries, owned */
 };
 
-/* Per-layer key/value cache, [1, H, capacity, Dh] each. */
+/* Per-layer key/value cache, [1, H, capacity, Dh] each.
+ * scratch: two arenas of the same backend, owned by the caller, or NULL
+ * (gpt2_kv_init leaves them NULL). When set, gpt2_forward computes each
+ * layer in one of them in turn, resetting it first (layer i reads the
+ * residual stream of layer i - 1 from the other), so a prefill touches two
+ * layers' worth of memory rather than every intermediate of every layer;
+ * only the result is allocated in the caller's arena. Arenas that outlive
+ * the call keep their blocks, so later calls fault no new pages. */
 struct gpt2_kv {
     int capacity, n_past;
     struct tensor **k, **v; /* n_layer entries, arena-owned */
+    struct arena *scratch[2];
 };
 
-/* Allocate a cache for up to capacity positions in arena `cache`. */
+/* The cache type for linear weights of type w: F16 when they are
+ * quantised (the cache then costs as much bandwidth as the weights, and
+ * F16 keys/values are well inside the quantisation error), F32 otherwise
+ * (so float models match upstream bit for bit). */
+enum dtype gpt2_kv_type(enum dtype w);
+
+/* Allocate a cache (g->kv_type) for up to capacity positions in arena
+ * `cache`. */
 cbx_status gpt2_kv_init(struct gpt2_kv *kv, const struct gpt2 *g, struct arena *cache,
                         int capacity);
 
@@ -51,7 +69,8 @@ cbx_status gpt2_prefill_kv(struct arena *a, const struct gpt2 *g, struct gpt2_kv
                            const struct tensor *x);
 
 /* Host copies of cache positions [0, n): per layer the keys, then the
- * values, each [H, n, Dh] floats; gpt2_kv_floats(g, n) floats in all.
+ * values, each [H, n, Dh] floats (F32 whatever the cache type; an F16
+ * cache restores them exactly); gpt2_kv_floats(g, n) floats in all.
  * Both use the scratch arena a and reset it (per layer). */
 size_t gpt2_kv_floats(const struct gpt2 *g, int n);
 cbx_status gpt2_kv_save(struct arena *a, const struct gpt2 *g, const struct gpt2_kv *kv, int n,

@@ -85,6 +85,7 @@ cbx_status t3_load_gpt2(struct t3_model *m, const struct weights *w, enum dtype 
     g->n_ctx = (int)wpe->ne[0];
     g->eps = 1e-5f;
     g->wpe = wpe;
+    g->kv_type = TYPE_F32;
     const int64_t d1[1] = {D}, dd[2] = {-1, D};
     g->ln_f_w = weights_get(w, "tfmr.ln_f.weight", 1, d1, &rc, err);
     g->ln_f_b = weights_get(w, "tfmr.ln_f.bias", 1, d1, &rc, err);
@@ -166,6 +167,7 @@ cbx_status t3_load_gpt2(struct t3_model *m, const struct weights *w, enum dtype 
         l->c_fc_w = transposed(l->c_fc_w, wtype, &buf, &desc, row);
         l->mlp_proj_w = transposed(l->mlp_proj_w, wtype, &buf, &desc, row);
     }
+    if (rc == CBX_OK) g->kv_type = gpt2_kv_type(g->h[0].c_attn_w->type);
     if (rc != CBX_OK) t3_free(m);
     return rc;
 }
@@ -206,7 +208,7 @@ struct tensor *t3_prepare_input_embeds(struct arena *a, const struct t3_model *m
 
 struct t3_gen_params t3_gen_default_params(void)
 {
-    struct t3_gen_params p = {{0.8, 1000, 0.95, 0.0, 1.2}, 1000, 0, false};
+    struct t3_gen_params p = {{0.8, 1000, 0.95, 0.0, 1.2}, 1000, 0, false, NULL};
     return p;
 }
 
@@ -226,6 +228,50 @@ static cbx_status last_logits(struct arena *a, const struct t3_model *m, const s
     struct tensor *l = op_linear(a, last, m->speech_head_w, m->speech_head_b);
     if (!l) return arena_status(a);
     return tensor_to_host(l, logits);
+}
+
+/* ---- workspace ------------------------------------------------------------- */
+
+enum { WS_CACHE, WS_STEP, WS_SCRATCH0, WS_SCRATCH1, WS_N };
+struct t3_workspace {
+    const struct backend *be;
+    struct arena *a[WS_N];
+};
+
+static void free_arenas(struct arena **a)
+{
+    for (int i = 0; i < WS_N; i++) arena_free(a[i]);
+}
+
+/* WS_N new arenas of be; false (none kept) when one fails */
+static bool make_arenas(const struct backend *be, struct arena **a)
+{
+    bool ok = true;
+    for (int i = 0; i < WS_N; i++) ok = (a[i] = arena_create(be, 0)) && ok;
+    if (!ok) {
+        free_arenas(a);
+        for (int i = 0; i < WS_N; i++) a[i] = NULL;
+    }
+    return ok;
+}
+
+struct t3_workspace *t3_workspace_create(const struct backend *be)
+{
+    struct t3_workspace *w = calloc(1, sizeof *w);
+    if (!w) return NULL;
+    w->be = be;
+    if (!make_arenas(be, w->a)) {
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+void t3_workspace_free(struct t3_workspace *w)
+{
+    if (!w) return;
+    free_arenas(w->a);
+    free(w);
 }
 
 /* ---- voice prefix ---------------------------------------------------------- */
@@ -266,13 +312,15 @@ cbx_status t3_prefix_build(const struct t3_model *m, const struct backend *be,
     const int n = (int)(1 + c->n_prompt);
     const size_t nf = gpt2_kv_floats(&m->tfmr, n), ns = (size_t)m->hp.speaker_embed_size;
     struct t3_prefix *p = calloc(1, sizeof *p);
-    struct arena *cache = arena_create(be, 0), *a = arena_create(be, 0);
+    struct arena *ar[WS_N] = {0};
+    const bool have = make_arenas(be, ar);
+    struct arena *cache = ar[WS_CACHE], *a = ar[WS_STEP];
     if (p) {
         p->kv = malloc(sizeof(float) * nf);
         p->speaker_emb = malloc(sizeof(float) * ns);
         p->prompt_tokens = malloc(sizeof(int32_t) * (size_t)(c->n_prompt > 0 ? c->n_prompt : 1));
     }
-    if (!p || !p->kv || !p->speaker_emb || !p->prompt_tokens || !cache || !a) {
+    if (!p || !p->kv || !p->speaker_emb || !p->prompt_tokens || !have) {
         rc = err_setf(err, CBX_ERR_NOMEM, "T3: out of memory for a voice prefix of %d positions", n);
         goto done;
     }
@@ -287,6 +335,8 @@ cbx_status t3_prefix_build(const struct t3_model *m, const struct backend *be,
         rc = err_setf(err, rc, "T3: %s", arena_errmsg(cache));
         goto done;
     }
+    kv.scratch[0] = ar[WS_SCRATCH0];
+    kv.scratch[1] = ar[WS_SCRATCH1];
     rc = gpt2_prefill_kv(a, &m->tfmr, &kv, t3_prepare_conditioning(a, m, c));
     if (rc == CBX_OK) {
         arena_reset(a);
@@ -294,8 +344,7 @@ cbx_status t3_prefix_build(const struct t3_model *m, const struct backend *be,
     }
     if (rc != CBX_OK) err_setf(err, rc, "T3: voice prefix: %s", arena_errmsg(a));
 done:
-    arena_free(a);
-    arena_free(cache);
+    free_arenas(ar);
     if (rc != CBX_OK) t3_prefix_free(p);
     else *out = p;
     return rc;
@@ -316,7 +365,17 @@ static cbx_status generate(const struct t3_model *m, const struct backend *be, c
     const int64_t V = m->hp.speech_vocab;
     int64_t L0 = 1 + n_prompt + n_text + 1;
     int cap = (int)(L0 + p->max_gen_len + 1);
-    struct arena *cache = arena_create(be, 0), *a = arena_create(be, 0);
+    if (p->ws && p->ws->be != be) return err_setf(err, CBX_ERR_INVALID_ARG, "T3: the workspace belongs to another backend");
+    /* the caller's workspace (reset, blocks kept) or arenas of this call */
+    struct arena *own[WS_N] = {0}, *const *ar = own;
+    bool have = true;
+    if (p->ws) {
+        ar = p->ws->a;
+        for (int i = 0; i < WS_N; i++) arena_reset(ar[i]);
+    } else {
+        have = make_arenas(be, own);
+    }
+    struct arena *cache = ar[WS_CACHE], *a = ar[WS_STEP];
     float *logits = malloc(sizeof(float) * (size_t)V * 5);
     int32_t *idx = malloc(sizeof(int32_t) * (size_t)V);
     uint8_t *seen = malloc((size_t)V);
@@ -324,7 +383,7 @@ static cbx_status generate(const struct t3_model *m, const struct backend *be, c
     int64_t n = 0;
     struct gpt2_kv kv;
     cbx_status rc = CBX_OK;
-    if (!cache || !a || !logits || !idx || !seen || !out) {
+    if (!have || !logits || !idx || !seen || !out) {
         rc = err_setf(err, CBX_ERR_NOMEM, "T3: out of memory");
         goto cleanup;
     }
@@ -338,6 +397,8 @@ static cbx_status generate(const struct t3_model *m, const struct backend *be, c
         rc = err_setf(err, rc, "T3: %s", arena_errmsg(cache));
         goto cleanup;
     }
+    kv.scratch[0] = ar[WS_SCRATCH0];
+    kv.scratch[1] = ar[WS_SCRATCH1];
     float *probs = logits + V, *scratch = logits + 2 * V, *raw = logits + 4 * V;
     struct rng_stream rs;
     rng_stream_init(&rs, "t3.sample", p->seed);
@@ -400,8 +461,7 @@ cleanup:
     free(seen);
     free(idx);
     free(logits);
-    arena_free(a);
-    arena_free(cache);
+    free_arenas(own);
     return rc;
 }
 

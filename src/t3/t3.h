@@ -40,7 +40,9 @@ struct t3_cond {
 /* Load a GPT-2 T3 (t3_turbo_v1 / t3_nano_v1 layout) from a weight source.
  * The linear weights (Conv1D blocks, speech head) are held as wtype (F32,
  * F16, BF16 or a block type; quantisation policy: tables, norms and biases
- * stay as stored). On failure the model is left empty and err names the
+ * stay as stored). The KV cache type follows (tfmr.kv_type, gpt2_kv_type):
+ * F16 with quantised weights, F32 otherwise; a caller may set it before the
+ * model is used. On failure the model is left empty and err names the
  * missing/odd tensor. */
 cbx_status t3_load_gpt2(struct t3_model *m, const struct weights *w, enum dtype wtype, char *err);
 void t3_free(struct t3_model *m); /* no-op on a zeroed model */
@@ -55,6 +57,15 @@ struct tensor *t3_prepare_input_embeds(struct arena *a, const struct t3_model *m
                                        const struct t3_cond *c, const int32_t *text,
                                        int64_t n_text);
 
+/* Memory kept from one call to the next: the arenas of the KV cache, the
+ * per-layer scratch and the per-step values keep their blocks, so calls
+ * after the first fault in no new pages (a ~410-position prefill touches
+ * hundreds of MB). Belongs to one caller at a time; tied to the backend it
+ * was made for. */
+struct t3_workspace;
+struct t3_workspace *t3_workspace_create(const struct backend *be); /* NULL: no memory */
+void t3_workspace_free(struct t3_workspace *w);                      /* no-op on NULL */
+
 struct t3_gen_params {
     struct sampler_params s;  /* upstream defaults: 0.8, 1000, 0.95, 0, 1.2 */
     int max_gen_len;          /* inference_turbo max_gen_len (1000) */
@@ -63,6 +74,8 @@ struct t3_gen_params {
                                * text (see t3_prefix below); true: the whole
                                * [cond; text; start] in one forward, as
                                * upstream does (a reference for tests) */
+    struct t3_workspace *ws;  /* arenas to reuse, or NULL: made and freed
+                               * by the call */
 };
 struct t3_gen_params t3_gen_default_params(void);
 

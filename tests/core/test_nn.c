@@ -334,8 +334,28 @@ struct attn_case {
     int layout, bias_kind;
 };
 
-static struct pair mk_qkv(int64_t B, int64_t H, int64_t T, int64_t D, int layout, int64_t Tmax)
+/* f16: k/v of an F16 KV cache: the values rounded to F16 and stored so
+ * (layout 2: a prefix of an F16 cache; 3: strided rows; 1: contiguous) */
+static struct pair mk_qkv(int64_t B, int64_t H, int64_t T, int64_t D, int layout, int64_t Tmax,
+                          bool f16)
 {
+    if (f16 && layout == 3) { /* F16 rows with a non-unit innermost stride */
+        static const int perm[4] = {0, 1, 3, 2};
+        struct pair p = mk_qkv(B, H, D, T, 0, 0, false);
+        p.c = op_permute(ac, op_cast(ac, p.c, TYPE_F16), perm);
+        p.r = op_permute(ar, op_cast(ar, p.r, TYPE_F16), perm);
+        return p;
+    }
+    if (f16) {
+        struct pair p = mk_qkv(B, H, layout == 2 ? Tmax : T, D, layout == 2 ? 0 : layout, 0, false);
+        p.c = op_cast(ac, p.c, TYPE_F16);
+        p.r = op_cast(ar, p.r, TYPE_F16);
+        if (layout == 2) {
+            p.c = op_slice(ac, p.c, 2, 0, T);
+            p.r = op_slice(ar, p.r, 2, 0, T);
+        }
+        return p;
+    }
     const int64_t ne[4] = {B, H, T, D};
     if (layout == 1) {
         static const int perm[4] = {0, 2, 1, 3};
@@ -418,19 +438,22 @@ static void attention_vs_ref(const char *lvl)
         {2, 4, 2, 130, 130, 96, true, 1, 0},
         {1, 3, 3, 61, 257, 40, false, 0, 4},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const struct attn_case *t = &cases[i];
+    /* every case with F32 k/v, then with F16 k/v (an F16 KV cache: the
+     * kernels read halves, ref converts each element) */
+    for (size_t i = 0; i < 2 * (sizeof cases / sizeof cases[0]); i++) {
+        const bool f16 = i >= sizeof cases / sizeof cases[0];
+        const struct attn_case *t = &cases[i % (sizeof cases / sizeof cases[0])];
         int64_t Tmax = t->Tk + 11;
-        struct pair q = mk_qkv(t->B, t->Hq, t->Tq, t->D, t->layout == 2 ? 0 : t->layout, 0);
-        struct pair k = mk_qkv(t->B, t->Hk, t->Tk, t->D, t->layout, Tmax);
-        struct pair v = mk_qkv(t->B, t->Hk, t->Tk, t->D, t->layout, Tmax);
+        struct pair q = mk_qkv(t->B, t->Hq, t->Tq, t->D, t->layout == 2 ? 0 : t->layout, 0, false);
+        struct pair k = mk_qkv(t->B, t->Hk, t->Tk, t->D, t->layout, Tmax, f16);
+        struct pair v = mk_qkv(t->B, t->Hk, t->Tk, t->D, t->layout, Tmax, f16);
         struct pair b = mk_bias(t);
         struct attn_params p = {1.0f / sqrtf((float)t->D), t->causal};
         char w[160];
-        snprintf(w, sizeof w, "%s attn B%lld Hq%lld Hk%lld Tq%lld Tk%lld D%lld%s L%d b%d", lvl,
+        snprintf(w, sizeof w, "%s attn B%lld Hq%lld Hk%lld Tq%lld Tk%lld D%lld%s L%d b%d%s", lvl,
                  (long long)t->B, (long long)t->Hq, (long long)t->Hk, (long long)t->Tq,
                  (long long)t->Tk, (long long)t->D, t->causal ? " causal" : "", t->layout,
-                 t->bias_kind);
+                 t->bias_kind, f16 ? " kv f16" : "");
         compare(w, op_attention(ac, q.c, k.c, v.c, b.c, &p), op_attention(ar, q.r, k.r, v.r, b.r, &p),
                 1e-6, 1e-5);
     }

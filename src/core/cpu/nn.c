@@ -742,6 +742,7 @@ struct attn_ctx {
     int64_t per_thread; /* floats of scratch per thread */
     float *kt;          /* AVX-512 tiles: K packed transposed (attn_pack_kt) */
     int64_t nkb;        /* blocks of ZKB keys per kv head */
+    bool kv16;          /* AVX-512 drivers: k and v are F16 (an F16 KV cache) */
 };
 
 static void attn_items(void *c, int64_t it0, int64_t it1, int ith)
@@ -815,20 +816,28 @@ static void attn_items(void *c, int64_t it0, int64_t it1, int ith)
     }
 }
 
-/* A copy of t with unit innermost stride (t itself when it has one). */
-static const struct tensor *unit_rows(struct arena *a, const struct tensor *t)
+/* A copy of t with unit innermost stride (t itself when it has one), of
+ * t's type (F32 or F16), or converted to F32 when f32 is set. */
+static const struct tensor *unit_rows(struct arena *a, const struct tensor *t, bool f32)
 {
-    if (t->nb[3] == (int64_t)sizeof(float)) return t;
-    struct tensor c = tensor_make(TYPE_F32, 4, t->ne, NULL, t->be);
+    const bool h = t->type == TYPE_F16;
+    const int64_t es = h ? 2 : 4;
+    if (t->nb[3] == es && (!h || !f32)) return t;
+    struct tensor c = tensor_make(h && !f32 ? TYPE_F16 : TYPE_F32, 4, t->ne, NULL, t->be);
     c.data = arena_alloc(a, tensor_nbytes(&c));
     if (!c.data) return NULL;
     float *d = c.data;
+    uint16_t *d16 = c.data;
     for (int64_t i0 = 0; i0 < t->ne[0]; i0++)
         for (int64_t i1 = 0; i1 < t->ne[1]; i1++)
             for (int64_t i2 = 0; i2 < t->ne[2]; i2++)
-                for (int64_t i3 = 0; i3 < t->ne[3]; i3++)
-                    *d++ = *(const float *)((const char *)t->data + i0 * t->nb[0] +
-                                            i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3]);
+                for (int64_t i3 = 0; i3 < t->ne[3]; i3++) {
+                    const char *e = (const char *)t->data + i0 * t->nb[0] + i1 * t->nb[1] +
+                                    i2 * t->nb[2] + i3 * t->nb[3];
+                    if (!h) *d++ = *(const float *)e;
+                    else if (f32) *d++ = fp16_to_f32(*(const uint16_t *)e);
+                    else *d16++ = *(const uint16_t *)e;
+                }
     return arena_desc(a, &c);
 }
 
@@ -848,6 +857,17 @@ static const struct tensor *unit_rows(struct arena *a, const struct tensor *t)
  *    with the online softmax of the file header between them (invariant 1
  *    holds: a row whose max is still -inf gets P = 0 and keeps O = 0). */
 enum { ZR = 6, ZQB = 48, ZKB = 64, ZRB = 256, ROWS_MAX_TQ = 4 };
+
+/* 16 floats of a K or V row at p (F32, or F16 when h), lanes of m: a
+ * prefix mask (masks64). F16 rows convert on load (_mm512_cvtph_ps). */
+AVX512 static inline __attribute__((always_inline)) __m512 ldkv(const char *p, __mmask16 m, const bool h)
+{
+    if (!h) return _mm512_maskz_loadu_ps(m, p);
+    if (m == 0xFFFF) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+    uint16_t t[16] = {0};
+    memcpy(t, p, 2 * (size_t)__builtin_popcount(m));
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)t));
+}
 
 /* Key of each of the 16 accumulators of dot16 such that reduce16's lanes
  * come out in key order (the permutation is its own inverse). */
@@ -887,8 +907,9 @@ AVX512 static inline void masks64(int64_t D, int64_t dc, __mmask16 m[4])
 /* lane l = dot(q, key l) for keys k0 + l*ks, l < nk; lanes >= nk repeat
  * key 0 (the caller masks them). D in chunks of 64 with q in registers. */
 AVX512 static inline __attribute__((always_inline)) __m512
-dot16(const float *q, const char *k0, int64_t ks, int nk, int64_t D)
+dot16(const float *q, const char *k0, int64_t ks, int nk, int64_t D, const bool h)
 {
+    const int64_t es = h ? 2 : 4;
     __m512 a[16];
     #pragma GCC unroll 16
     for (int s = 0; s < 16; s++) a[s] = _mm512_setzero_ps();
@@ -899,11 +920,11 @@ dot16(const float *q, const char *k0, int64_t ks, int nk, int64_t D)
         __m512 x2 = _mm512_maskz_loadu_ps(m[2], q + dc + 32), x3 = _mm512_maskz_loadu_ps(m[3], q + dc + 48);
         #pragma GCC unroll 16
         for (int s = 0; s < 16; s++) {
-            const float *kr = (const float *)(k0 + (red_perm[s] < nk ? red_perm[s] : 0) * ks) + dc;
-            __m512 t = _mm512_mul_ps(x0, _mm512_maskz_loadu_ps(m[0], kr));
-            t = _mm512_fmadd_ps(x1, _mm512_maskz_loadu_ps(m[1], kr + 16), t);
-            t = _mm512_fmadd_ps(x2, _mm512_maskz_loadu_ps(m[2], kr + 32), t);
-            t = _mm512_fmadd_ps(x3, _mm512_maskz_loadu_ps(m[3], kr + 48), t);
+            const char *kr = k0 + (red_perm[s] < nk ? red_perm[s] : 0) * ks + dc * es;
+            __m512 t = _mm512_mul_ps(x0, ldkv(kr, m[0], h));
+            t = _mm512_fmadd_ps(x1, ldkv(kr + 16 * es, m[1], h), t);
+            t = _mm512_fmadd_ps(x2, ldkv(kr + 32 * es, m[2], h), t);
+            t = _mm512_fmadd_ps(x3, ldkv(kr + 48 * es, m[3], h), t);
             a[s] = _mm512_add_ps(a[s], t);
         }
     }
@@ -923,9 +944,11 @@ AVX512 static inline __m512 bias16(const char *br, int64_t bs, __mmask16 k)
 
 /* o[0, D) = o * corr + sum_j p[j] v_j, j < n; two sets of accumulators
  * (even and odd keys) so eight FMA chains are in flight */
-AVX512 static void pv_row(float *o, float corr, const float *p, const char *v0, int64_t vs,
-                          int64_t n, int64_t D)
+AVX512 static inline __attribute__((always_inline)) void
+pv_row(float *o, float corr, const float *p, const char *v0, int64_t vs, int64_t n, int64_t D,
+       const bool h)
 {
+    const int64_t es = h ? 2 : 4;
     for (int64_t dc = 0; dc < D; dc += 64) {
         __mmask16 m[4];
         masks64(D, dc, m);
@@ -937,21 +960,20 @@ AVX512 static void pv_row(float *o, float corr, const float *p, const char *v0, 
         }
         int64_t j = 0;
         for (; j + 2 <= n; j += 2) {
-            const float *va = (const float *)(v0 + j * vs) + dc;
-            const float *vb = (const float *)(v0 + (j + 1) * vs) + dc;
+            const char *va = v0 + j * vs + dc * es, *vb = v0 + (j + 1) * vs + dc * es;
             __m512 pa = _mm512_set1_ps(p[j]), pb = _mm512_set1_ps(p[j + 1]);
 #pragma GCC unroll 4
             for (int c = 0; c < 4; c++) {
-                a[c] = _mm512_fmadd_ps(pa, _mm512_maskz_loadu_ps(m[c], va + 16 * c), a[c]);
-                b[c] = _mm512_fmadd_ps(pb, _mm512_maskz_loadu_ps(m[c], vb + 16 * c), b[c]);
+                a[c] = _mm512_fmadd_ps(pa, ldkv(va + 16 * c * es, m[c], h), a[c]);
+                b[c] = _mm512_fmadd_ps(pb, ldkv(vb + 16 * c * es, m[c], h), b[c]);
             }
         }
         if (j < n) {
-            const float *va = (const float *)(v0 + j * vs) + dc;
+            const char *va = v0 + j * vs + dc * es;
             __m512 pa = _mm512_set1_ps(p[j]);
 #pragma GCC unroll 4
             for (int c = 0; c < 4; c++)
-                a[c] = _mm512_fmadd_ps(pa, _mm512_maskz_loadu_ps(m[c], va + 16 * c), a[c]);
+                a[c] = _mm512_fmadd_ps(pa, ldkv(va + 16 * c * es, m[c], h), a[c]);
         }
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++)
@@ -963,7 +985,8 @@ AVX512 static void pv_row(float *o, float corr, const float *p, const char *v0, 
  * ZRB: the segment's scores (16 per dot16), then its exp against the
  * running max, then its P.V into the output row (rescaled when the max
  * grows), so K and V stream in turn, each read once. */
-AVX512 static void attn_rows_z(void *c, int64_t it0, int64_t it1, int ith)
+AVX512 static inline __attribute__((always_inline)) void
+attn_rows(void *c, int64_t it0, int64_t it1, int ith, const bool f16)
 {
     const struct attn_ctx *x = c;
     const struct tensor *q = x->q, *k = x->k, *v = x->v, *bias = x->bias;
@@ -990,7 +1013,7 @@ AVX512 static void attn_rows_z(void *c, int64_t it0, int64_t it1, int ith)
             for (int64_t j0 = 0; j0 < ns; j0 += 16) {
                 int nk = (int)(ns - j0 < 16 ? ns - j0 : 16);
                 __mmask16 km = mask16(nk);
-                __m512 t = _mm512_mul_ps(dot16(qr, kb + (s0 + j0) * k->nb[2], k->nb[2], nk, D), sc);
+                __m512 t = _mm512_mul_ps(dot16(qr, kb + (s0 + j0) * k->nb[2], k->nb[2], nk, D, f16), sc);
                 if (br) t = _mm512_add_ps(t, bias16(br + (s0 + j0) * bias->nb[3], bias->nb[3], km));
                 t = _mm512_mask_blend_ps(km, ninf, t);
                 _mm512_storeu_ps(s + j0, t);
@@ -1008,7 +1031,7 @@ AVX512 static void attn_rows_z(void *c, int64_t it0, int64_t it1, int ith)
             }
             l = l * corr + _mm512_reduce_add_ps(sum);
             m = mnew;
-            pv_row(o, corr, s, vb + s0 * v->nb[2], v->nb[2], ns, D);
+            pv_row(o, corr, s, vb + s0 * v->nb[2], v->nb[2], ns, D, f16);
         }
         if (l > 0) {
             float inv = 1.0f / l;
@@ -1017,6 +1040,14 @@ AVX512 static void attn_rows_z(void *c, int64_t it0, int64_t it1, int ith)
             memset(y, 0, (size_t)D * sizeof *y);
         }
     }
+}
+AVX512 static void attn_rows_z(void *c, int64_t it0, int64_t it1, int ith)
+{
+    attn_rows(c, it0, it1, ith, false);
+}
+AVX512 static void attn_rows_z16(void *c, int64_t it0, int64_t it1, int ith)
+{
+    attn_rows(c, it0, it1, ith, true);
 }
 
 /* K of kv head (b, hk) transposed into blocks of ZKB keys: block kb holds
@@ -1034,8 +1065,11 @@ static void attn_pack_kt(void *c, int64_t it0, int64_t it1, int ith)
         const char *src = (const char *)k->data + b * k->nb[0] + hk * k->nb[1];
         int64_t n = x->Tk - kb * ZKB < ZKB ? x->Tk - kb * ZKB : ZKB;
         for (int64_t jj = 0; jj < n; jj++) {
-            const float *row = (const float *)(src + (kb * ZKB + jj) * k->nb[2]);
-            for (int64_t d = 0; d < D; d++) dst[d * ZKB + jj] = row[d];
+            const char *row = src + (kb * ZKB + jj) * k->nb[2];
+            if (x->kv16)
+                for (int64_t d = 0; d < D; d++) dst[d * ZKB + jj] = fp16_to_f32(((const uint16_t *)row)[d]);
+            else
+                for (int64_t d = 0; d < D; d++) dst[d * ZKB + jj] = ((const float *)row)[d];
         }
         for (int64_t d = 0; d < D; d++)
             for (int64_t jj = n; jj < ZKB; jj++) dst[d * ZKB + jj] = 0;
@@ -1075,8 +1109,9 @@ qk_tile(const int R, const float *const *q, const float *kt, int64_t D, float sc
  * ldo >= D rounded up to 64 floats (so whole vectors), v rows are masked */
 AVX512 static inline __attribute__((always_inline)) void
 pv_tile(const int R, float *O, int64_t ldo, const float *corr, const float *P, const char *v0,
-        int64_t vs, int nk, int64_t D)
+        int64_t vs, int nk, int64_t D, const bool h)
 {
+    const int64_t es = h ? 2 : 4;
     for (int64_t dc = 0; dc < D; dc += 64) {
         __mmask16 m[4];
         masks64(D, dc, m);
@@ -1089,9 +1124,9 @@ pv_tile(const int R, float *O, int64_t ldo, const float *corr, const float *P, c
                 acc[r][c] = _mm512_mul_ps(_mm512_loadu_ps(O + r * ldo + dc + 16 * c), cr);
         }
         for (int j = 0; j < nk; j++) {
-            const float *vj = (const float *)(v0 + j * vs) + dc;
-            __m512 w0 = _mm512_maskz_loadu_ps(m[0], vj), w1 = _mm512_maskz_loadu_ps(m[1], vj + 16);
-            __m512 w2 = _mm512_maskz_loadu_ps(m[2], vj + 32), w3 = _mm512_maskz_loadu_ps(m[3], vj + 48);
+            const char *vj = v0 + j * vs + dc * es;
+            __m512 w0 = ldkv(vj, m[0], h), w1 = ldkv(vj + 16 * es, m[1], h);
+            __m512 w2 = ldkv(vj + 32 * es, m[2], h), w3 = ldkv(vj + 48 * es, m[3], h);
             #pragma GCC unroll 16
             for (int r = 0; r < R; r++) {
                 __m512 p = _mm512_set1_ps(P[r * ZKB + j]);
@@ -1114,7 +1149,10 @@ pv_tile(const int R, float *O, int64_t ldo, const float *corr, const float *P, c
                                   float *S) { qk_tile(R, q, kt, D, scale, S); } \
     AVX512 static void pv_tile##R(float *O, int64_t ldo, const float *corr, const float *P, \
                                   const char *v0, int64_t vs, int nk, int64_t D) \
-    { pv_tile(R, O, ldo, corr, P, v0, vs, nk, D); }
+    { pv_tile(R, O, ldo, corr, P, v0, vs, nk, D, false); } \
+    AVX512 static void pv_tile16_##R(float *O, int64_t ldo, const float *corr, const float *P, \
+                                     const char *v0, int64_t vs, int nk, int64_t D) \
+    { pv_tile(R, O, ldo, corr, P, v0, vs, nk, D, true); }
 ZTILE(1) ZTILE(2) ZTILE(3) ZTILE(4) ZTILE(5) ZTILE(6)
 #undef ZTILE
 typedef void (*qk_tile_fn)(const float *const *, const float *, int64_t, float, float *);
@@ -1124,6 +1162,8 @@ static const qk_tile_fn qk_tiles[ZR + 1] = {NULL, qk_tile1, qk_tile2, qk_tile3, 
                                             qk_tile5, qk_tile6};
 static const pv_tile_fn pv_tiles[ZR + 1] = {NULL, pv_tile1, pv_tile2, pv_tile3, pv_tile4,
                                             pv_tile5, pv_tile6};
+static const pv_tile_fn pv_tiles16[ZR + 1] = {NULL, pv_tile16_1, pv_tile16_2, pv_tile16_3,
+                                              pv_tile16_4, pv_tile16_5, pv_tile16_6};
 
 /* one item per (b, h, block of qb query rows), as attn_items */
 AVX512 static void attn_tiles_z(void *c, int64_t it0, int64_t it1, int ith)
@@ -1136,6 +1176,7 @@ AVX512 static void attn_tiles_z(void *c, int64_t it0, int64_t it1, int ith)
     float m[ZQB], l[ZQB], corr[ZQB];
     const float *qr[ZQB];
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    const pv_tile_fn *pvt = x->kv16 ? pv_tiles16 : pv_tiles;
     for (int64_t it = it0; it < it1; it++) {
         int64_t qbi = it % x->nqb, bh = it / x->nqb, h = bh % x->Hq, b = bh / x->Hq;
         int64_t hk = h / x->group, i0 = qbi * x->qb;
@@ -1197,7 +1238,7 @@ AVX512 static void attn_tiles_z(void *c, int64_t it0, int64_t it1, int ith)
             }
             for (int r = 0; r < nq; r += ZR) {
                 int R = nq - r < ZR ? nq - r : ZR;
-                pv_tiles[R](O + r * ldo, ldo, corr + r, S + r * ZKB, vb + j0 * v->nb[2], v->nb[2],
+                pvt[R](O + r * ldo, ldo, corr + r, S + r * ZKB, vb + j0 * v->nb[2], v->nb[2],
                             nk, D);
             }
         }
@@ -1221,7 +1262,7 @@ static void attention_z(struct arena *a, struct attn_ctx *c)
         c->per_thread = (ZRB + c->D + 15) & ~(int64_t)15;
         c->scratch = arena_alloc_host(a, (size_t)(nt * c->per_thread) * sizeof(float));
         if (!c->scratch) return;
-        tp_parallel_for(pool(a), c->B * c->Hq * c->Tq, 1, attn_rows_z, c);
+        tp_parallel_for(pool(a), c->B * c->Hq * c->Tq, 1, c->kv16 ? attn_rows_z16 : attn_rows_z, c);
         return;
     }
     c->qb = ZQB;
@@ -1243,18 +1284,22 @@ static void cpu_attention(struct arena *a, struct tensor *out, const struct tens
                           const struct tensor *bias, const struct attn_params *p)
 {
     struct attn_ctx c = {.P = prims_now(), .bias = bias, .out = out, .p = p};
-    c.q = unit_rows(a, q);
-    c.k = unit_rows(a, k);
-    c.v = unit_rows(a, v);
-    if (arena_status(a) != CBX_OK) return;
     c.B = q->ne[0]; c.Hq = q->ne[1]; c.Tq = q->ne[2]; c.Tk = k->ne[2]; c.D = q->ne[3];
     c.group = q->ne[1] / k->ne[1];
+    c.q = unit_rows(a, q, true);
 #ifdef NN_X86
-    if (cpu_level() >= CPU_AVX512) {
-        attention_z(a, &c);
+    if (cpu_level() >= CPU_AVX512) { /* F16 k and v (both or neither) are read as stored */
+        c.kv16 = k->type == TYPE_F16;
+        c.k = unit_rows(a, k, false);
+        c.v = unit_rows(a, v, false);
+        if (arena_status(a) == CBX_OK) attention_z(a, &c);
         return;
     }
 #endif
+    /* the AVX2 / scalar primitives take F32 rows: F16 k, v are converted */
+    c.k = unit_rows(a, k, true);
+    c.v = unit_rows(a, v, true);
+    if (arena_status(a) != CBX_OK) return;
     int nt = n_threads(a);
     /* smaller query blocks when there would be too few items to share */
     c.qb = QB_MAX;

@@ -168,10 +168,11 @@ static void ref_softmax(struct arena *a, struct tensor *out, const struct tensor
     }
 }
 
+/* element of a 4-D F32 or F16 tensor (an F16 KV cache) */
 static float at4(const struct tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3)
 {
-    return *(const float *)((const char *)t->data + i0 * t->nb[0] + i1 * t->nb[1] +
-                            i2 * t->nb[2] + i3 * t->nb[3]);
+    const char *p = (const char *)t->data + i0 * t->nb[0] + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3];
+    return t->type == TYPE_F16 ? fp16_to_f32(*(const uint16_t *)p) : *(const float *)p;
 }
 
 static void ref_attention(struct arena *a, struct tensor *out, const struct tensor *q,

@@ -1,0 +1,174 @@
+/* parity_turbo_t3_kv16.c - the F16 KV cache of a quantised T3 (gpt2.h,
+ * gpt2_kv_type) and the reusable workspace (t3.h, t3_workspace).
+ *
+ * With the fixture's conditioning and text, Q4_0 weights, greedy, 64
+ * sampled tokens:
+ *   - a Q4_0 model holds an F16 cache, an F32 model an F32 one;
+ *   - F16 cache vs F32 cache (the same Q4_0 weights): tokens matching
+ *     (printed, at least MIN_MATCH of the first 64, in order), and the max
+ *     abs difference of the raw logits over the steps whose histories agree
+ *     (printed, at most MAX_DLOGIT; it must be nonzero, or the F16 cache
+ *     was not used); for scale, the step-0 logit difference between the
+ *     Q4_0 and the F32 weights (both F32 caches) is printed too;
+ *   - the same run three times through one t3_workspace (arenas kept
+ *     across calls) gives the tokens and logits of the run without one, bit
+ *     for bit.
+ * CBX_KV16_MODEL=<dir or .gguf> runs the same on another Turbo model (the
+ * real weights) in place of the synthetic one. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/backend.h"
+#include "io/model_file.h"
+#include "io/npy.h"
+#include "t3/t3.h"
+#include "testutil.h"
+
+enum { STEPS = 64, MIN_MATCH = 16 };
+#define MAX_DLOGIT 0.25
+
+static struct npy load(const char *name)
+{
+    char path[512], err[ERR_MAX];
+    snprintf(path, sizeof path, "%s/%s.npy", test_data("turbo"), name);
+    struct npy n;
+    if (io_npy_read(path, &n, err) != CBX_OK) {
+        fprintf(stderr, "%s\n", err);
+        exit(2);
+    }
+    return n;
+}
+
+static int64_t numel(const struct npy *n)
+{
+    int64_t k = 1;
+    for (int d = 0; d < n->ndim; d++) k *= n->ne[d];
+    return k;
+}
+
+struct run {
+    float *logits; /* [STEPS][V] */
+    int64_t rows, V;
+    int32_t tok[STEPS];
+};
+
+static int record(void *user, int step, int32_t token, const float *logits, int64_t V)
+{
+    struct run *r = user;
+    if (step < STEPS) {
+        memcpy(r->logits + (size_t)step * (size_t)V, logits, sizeof(float) * (size_t)V);
+        r->tok[step] = token;
+        r->rows = step + 1;
+    }
+    return 0;
+}
+
+static bool run(const struct t3_model *m, const struct backend *be, const struct t3_cond *c,
+                const struct npy *text, struct t3_workspace *ws, struct run *r)
+{
+    char err[ERR_MAX] = "";
+    struct t3_gen_params p = t3_gen_default_params();
+    p.s.top_k = 1;
+    p.max_gen_len = STEPS - 1;
+    p.ws = ws;
+    r->V = m->hp.speech_vocab;
+    r->rows = 0;
+    r->logits = malloc(sizeof(float) * (size_t)STEPS * (size_t)r->V);
+    CHECK(r->logits != NULL, "out of memory");
+    if (!r->logits) return false;
+    int32_t *tok = NULL;
+    int64_t n = 0;
+    cbx_status rc = t3_inference_turbo(m, be, c, text->data, numel(text), &p, record, r, &tok, &n, err);
+    CHECK(rc == CBX_OK, "t3_inference_turbo: %s", err);
+    free(tok);
+    return rc == CBX_OK;
+}
+
+int main(void)
+{
+    char err[ERR_MAX] = "", dir[512];
+    const char *env = getenv("CBX_KV16_MODEL");
+    if (env && *env) snprintf(dir, sizeof dir, "%s", env);
+    else snprintf(dir, sizeof dir, "%s/models/turbo", CBX_BINARY_DIR);
+    struct model *md = NULL;
+    cbx_status rc = model_open(dir, &md, err);
+    CHECK(rc == CBX_OK, "open %s: %s", dir, err);
+    if (rc != CBX_OK) return test_summary();
+    struct t3_model m, mq;
+    struct weights w = model_weights(md, MODEL_T3);
+    rc = t3_load_gpt2(&m, &w, TYPE_F32, err);
+    CHECK(rc == CBX_OK, "t3_load_gpt2 f32: %s", err);
+    cbx_status rcq = t3_load_gpt2(&mq, &w, TYPE_Q4_0, err);
+    CHECK(rcq == CBX_OK, "t3_load_gpt2 q4_0: %s", err);
+    if (rc != CBX_OK || rcq != CBX_OK) return test_summary();
+    CHECK(m.tfmr.kv_type == TYPE_F32, "f32 weights: cache %s, want f32", dtype_name(m.tfmr.kv_type));
+    CHECK(mq.tfmr.kv_type == TYPE_F16, "q4_0 weights: cache %s, want f16", dtype_name(mq.tfmr.kv_type));
+
+    struct npy spk = load("ve_embedding"), prompt = load("t3_cond_prompt_tokens"), text = load("text_tokens");
+    struct t3_cond cond = {spk.data, prompt.data, numel(&prompt)};
+    struct backend *cpu = backend_cpu_create(0);
+    struct t3_workspace *ws = t3_workspace_create(cpu);
+    CHECK(cpu && ws, "backend / workspace");
+
+    struct run r16 = {0}, r32 = {0}, rw = {0}, rf = {0};
+    bool ok = cpu && ws && run(&mq, cpu, &cond, &text, NULL, &r16);
+    mq.tfmr.kv_type = TYPE_F32;
+    ok = ok && run(&mq, cpu, &cond, &text, NULL, &r32);
+    mq.tfmr.kv_type = TYPE_F16;
+    ok = ok && run(&m, cpu, &cond, &text, NULL, &rf);
+    if (ok) {
+        double d0 = 0, d0w = 0;
+        for (int64_t j = 0; j < r16.V; j++) {
+            double a = r16.logits[j], b = r32.logits[j], c = rf.logits[j];
+            if (fabs(a - b) > d0) d0 = fabs(a - b);
+            if (fabs(b - c) > d0w) d0w = fabs(b - c);
+        }
+        printf("step 0 (after the prefill): max |dlogit| F16 vs F32 cache %.3g; Q4_0 vs F32 weights %.3g\n",
+               d0, d0w);
+    }
+    if (ok) {
+        int64_t n = r16.rows < r32.rows ? r16.rows : r32.rows, match = 0, agree = 0;
+        while (match < n && r16.tok[match] == r32.tok[match]) match++;
+        int64_t same = 0;
+        for (int64_t i = 0; i < n; i++) same += r16.tok[i] == r32.tok[i];
+        /* logits of step i depend on tokens < i: compare while they agree */
+        double dmax = 0, lmax = 0;
+        for (int64_t i = 0; i < n && i <= match; i++, agree++)
+            for (int64_t j = 0; j < r16.V; j++) {
+                double a = r16.logits[i * r16.V + j], b = r32.logits[i * r32.V + j];
+                if (fabs(a - b) > dmax) dmax = fabs(a - b);
+                if (fabs(b) > lmax) lmax = fabs(b);
+            }
+        printf("q4_0 greedy, F16 vs F32 cache: %lld of %lld tokens equal, first %lld in order; "
+               "max |dlogit| %.3g over %lld steps (max |logit| %.3g)\n",
+               (long long)same, (long long)n, (long long)match, dmax, (long long)agree, lmax);
+        CHECK(n == STEPS, "%lld steps, want %d", (long long)n, STEPS);
+        CHECK(match >= MIN_MATCH, "only the first %lld tokens match", (long long)match);
+        CHECK(dmax > 0, "F16 and F32 caches give identical logits: F16 cache not used?");
+        CHECK(dmax <= MAX_DLOGIT, "max |dlogit| %.3g > %.3g", dmax, MAX_DLOGIT);
+    }
+    /* the workspace, three times in a row: bit for bit the run without */
+    for (int rep = 0; ok && rep < 3; rep++) {
+        free(rw.logits);
+        rw.logits = NULL;
+        ok = run(&mq, cpu, &cond, &text, ws, &rw);
+        if (!ok) break;
+        bool same = rw.rows == r16.rows && !memcmp(rw.tok, r16.tok, sizeof(int32_t) * (size_t)rw.rows) &&
+                    !memcmp(rw.logits, r16.logits, sizeof(float) * (size_t)rw.rows * (size_t)rw.V);
+        CHECK(same, "workspace run %d differs from the run without a workspace", rep);
+    }
+    printf("workspace: 3 runs %s\n", ok ? "done" : "failed");
+    free(r16.logits);
+    free(r32.logits);
+    free(rw.logits);
+    free(rf.logits);
+    t3_workspace_free(ws);
+    io_npy_free(&spk); io_npy_free(&prompt); io_npy_free(&text);
+    backend_cpu_free(cpu);
+    t3_free(&mq);
+    t3_free(&m);
+    model_close(md);
+    return test_summary();
+}
