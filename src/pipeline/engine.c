@@ -39,6 +39,11 @@ struct engine_model {
     struct prefix_ent **prefix;
     int n_prefix;
     uint64_t tick;
+    /* T3 memory kept between calls (t3_workspace), for one caller at a
+     * time and the backend it was made for; under mu */
+    struct t3_workspace *ws;
+    const struct backend *ws_be;
+    bool ws_busy;
 };
 
 /* A cached T3 voice prefix; freed when out of the table and unused. */
@@ -148,6 +153,7 @@ void engine_model_free(struct engine_model *m)
         free(m->prefix[i]);
     }
     free(m->prefix);
+    t3_workspace_free(m->ws);
     pthread_mutex_destroy(&m->mu);
     conds_free(&m->builtin);
     s3gen_free(&m->s3);
@@ -158,6 +164,34 @@ void engine_model_free(struct engine_model *m)
 }
 
 enum model_variant engine_model_variant(const struct engine_model *m) { return m->variant; }
+
+/* The model's T3 workspace for backend be, or NULL when another call holds
+ * it (that call then runs with memory of its own, as without one). */
+static struct t3_workspace *workspace_take(const struct engine_model *cm, const struct backend *be)
+{
+    struct engine_model *m = (struct engine_model *)cm; /* the workspace is under mu */
+    struct t3_workspace *w = NULL;
+    pthread_mutex_lock(&m->mu);
+    if (!m->ws_busy) {
+        if (m->ws && m->ws_be != be) {
+            t3_workspace_free(m->ws);
+            m->ws = NULL;
+        }
+        if (!m->ws && (m->ws = t3_workspace_create(be))) m->ws_be = be;
+        if ((w = m->ws)) m->ws_busy = true;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return w;
+}
+
+static void workspace_give(const struct engine_model *cm, struct t3_workspace *w)
+{
+    struct engine_model *m = (struct engine_model *)cm;
+    if (!w) return;
+    pthread_mutex_lock(&m->mu);
+    m->ws_busy = false;
+    pthread_mutex_unlock(&m->mu);
+}
 double engine_model_load_seconds(const struct engine_model *m) { return m->t_load; }
 const struct gpt2_bpe *engine_model_tokenizer(const struct engine_model *m) { return m->tok; }
 const struct conds *engine_model_voice(const struct engine_model *m)
@@ -717,7 +751,9 @@ static cbx_status segment_tokens(const struct engine_model *m, const struct back
         r->pr.attempt = j;
         r->pr.tokens = 0;
         t0 = now();
+        gp.ws = workspace_take(m, be);
         rc = t3_inference_turbo_prefixed(&m->t3, be, pfx, ids, n_ids, &gp, on_t3_step, r, &tok, &n_tok, err);
+        workspace_give(m, gp.ws);
         st->t_t3 += now() - t0;
         if (rc != CBX_OK) goto cleanup;
         const bool capped = n_tok >= p->max_tokens;
