@@ -70,31 +70,7 @@ static int small;
 #define K_STEP 2.0
 #define K_FADE 2.0   /* measured 1.24-1.39 */
 
-static struct npy load(const char *name)
-{
-    char path[512], err[ERR_MAX];
-    snprintf(path, sizeof path, "%s/%s.npy", test_data(VARIANT), name);
-    struct npy n;
-    if (io_npy_read(path, &n, err) != CBX_OK) {
-        fprintf(stderr, "%s\n", err);
-        exit(2);
-    }
-    return n;
-}
-
-static int64_t numel(const struct npy *n)
-{
-    int64_t k = 1;
-    for (int d = 0; d < n->ndim; d++) k *= n->ne[d];
-    return k;
-}
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+static struct npy load(const char *name) { return test_fixture(VARIANT, name); }
 
 /* ---- the stream module ------------------------------------------------- */
 
@@ -264,7 +240,7 @@ static void module_checks(const char *model)
     if (rc != CBX_OK) { model_dir_close(md); return; }
     struct npy tok = load("s3gen_input_tokens"), ptok = load("s3gen_prompt_tokens"),
                pmel = load("s3gen_prompt_mel"), emb = load("campplus_embedding");
-    int64_t n = numel(&tok);
+    int64_t n = test_numel(&tok);
     const int32_t *t = tok.data;
     int32_t ts[20 + N_SIL];
     if (small) {
@@ -283,10 +259,10 @@ static void module_checks(const char *model)
     /* the whole utterance, as S3Gen.inference */
     struct s3gen_params sp = s3gen_default_params();
     sp.seed = 42;
-    double t0 = now();
+    double t0 = test_now();
     struct tensor *ymel = NULL;
     struct tensor *y = s3gen_inference(a, &s3, t, n, &ref, &sp, &ymel);
-    const double t_whole = now() - t0;
+    const double t_whole = test_now() - t0;
     CHECK(y != NULL, "s3gen_inference: %s", arena_errmsg(a));
     if (!y) goto done;
     const int64_t ny = tensor_nelements(y), nm = ymel->ne[2];
@@ -329,9 +305,9 @@ static void module_checks(const char *model)
     /* 1: the default schedule (chunks at 10, 30 tokens, final), tokens
      * pushed one at a time as T3 hands them over */
     p.first_tokens = stream_default_params().first_tokens;
-    t0 = now();
+    t0 = test_now();
     rc = run_stream(&s3, cpu, &ref, t, n, &p, 1, &c1, &s1, err);
-    const double t_stream = now() - t0;
+    const double t_stream = test_now() - t0;
     CHECK(rc == CBX_OK, "stream: %s", err);
     if (rc == CBX_OK) {
         printf("stream: %d chunks (", c1.n_chunks);
@@ -481,12 +457,12 @@ static int spawn(struct child *c, char *const argv[], int want_stdin)
  * *buf. Returns bytes read, -1 on timeout. */
 static int64_t read_some(int fd, uint8_t **buf, int64_t *n, int64_t want, double timeout)
 {
-    const double end = now() + timeout;
+    const double end = test_now() + timeout;
     int64_t got = 0;
     for (;;) {
         if (want >= 0 && got >= want) return got;
         struct pollfd pf = {fd, POLLIN, 0};
-        int ms = (int)((end - now()) * 1000);
+        int ms = (int)((end - test_now()) * 1000);
         if (ms <= 0 || poll(&pf, 1, ms) <= 0) return -1;
         uint8_t tmp[65536];
         ssize_t k = read(fd, tmp, want >= 0 && want - got < (int64_t)sizeof tmp ? (size_t)(want - got) : sizeof tmp);
@@ -596,13 +572,13 @@ static void cli_checks(const char *model)
     CHECK(spawn(&c, argv, 0) == 0, "cannot start %s", bin);
     uint8_t *buf = NULL;
     int64_t n = 0;
-    const double t0 = now();
+    const double t0 = test_now();
     int64_t r = read_some(c.out, &buf, &n, 2, 600);
-    const double t_first = now() - t0;
+    const double t_first = test_now() - t0;
     int running = waitpid(c.pid, &(int){0}, WNOHANG) == 0;
     /* the child may be reaped here; finish() then only closes */
     r = r < 0 ? r : read_some(c.out, &buf, &n, -1, 600);
-    const double t_all = now() - t0;
+    const double t_all = test_now() - t0;
     int code = running ? finish(&c) : (close(c.out), 0);
     printf("say --stream -o -: first bytes after %.2f s, all %lld bytes after %.2f s (process %s at the first "
            "bytes)\n", t_first, (long long)n, t_all, running ? "still running" : "already gone");

@@ -29,24 +29,7 @@
 enum { STEPS = 64, MIN_MATCH = 16 };
 #define MAX_DLOGIT 0.25
 
-static struct npy load(const char *name)
-{
-    char path[512], err[ERR_MAX];
-    snprintf(path, sizeof path, "%s/%s.npy", test_data("turbo"), name);
-    struct npy n;
-    if (io_npy_read(path, &n, err) != CBX_OK) {
-        fprintf(stderr, "%s\n", err);
-        exit(2);
-    }
-    return n;
-}
-
-static int64_t numel(const struct npy *n)
-{
-    int64_t k = 1;
-    for (int d = 0; d < n->ndim; d++) k *= n->ne[d];
-    return k;
-}
+static struct npy load(const char *name) { return test_fixture("turbo", name); }
 
 struct run {
     float *logits; /* [STEPS][V] */
@@ -80,7 +63,7 @@ static bool run(const struct t3_model *m, const struct backend *be, const struct
     if (!r->logits) return false;
     int32_t *tok = NULL;
     int64_t n = 0;
-    cbx_status rc = t3_inference_turbo(m, be, c, text->data, numel(text), &p, record, r, &tok, &n, err);
+    cbx_status rc = t3_inference_turbo(m, be, c, text->data, test_numel(text), &p, record, r, &tok, &n, err);
     CHECK(rc == CBX_OK, "t3_inference_turbo: %s", err);
     free(tok);
     return rc == CBX_OK;
@@ -107,7 +90,7 @@ int main(void)
     CHECK(mq.tfmr.kv_type == TYPE_F16, "q4_0 weights: cache %s, want f16", dtype_name(mq.tfmr.kv_type));
 
     struct npy spk = load("ve_embedding"), prompt = load("t3_cond_prompt_tokens"), text = load("text_tokens");
-    struct t3_cond cond = {spk.data, prompt.data, numel(&prompt)};
+    struct t3_cond cond = {spk.data, prompt.data, test_numel(&prompt)};
     struct backend *cpu = backend_cpu_create(0);
     struct t3_workspace *ws = t3_workspace_create(cpu);
     CHECK(cpu && ws, "backend / workspace");

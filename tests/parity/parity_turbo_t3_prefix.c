@@ -32,24 +32,7 @@
 
 #define MAX_GEN 15 /* 16 sampled tokens per run */
 
-static struct npy load(const char *name)
-{
-    char path[512], err[ERR_MAX];
-    snprintf(path, sizeof path, "%s/%s.npy", test_data("turbo"), name);
-    struct npy n;
-    if (io_npy_read(path, &n, err) != CBX_OK) {
-        fprintf(stderr, "%s\n", err);
-        exit(2);
-    }
-    return n;
-}
-
-static int64_t numel(const struct npy *n)
-{
-    int64_t k = 1;
-    for (int d = 0; d < n->ndim; d++) k *= n->ne[d];
-    return k;
-}
+static struct npy load(const char *name) { return test_fixture("turbo", name); }
 
 struct run {
     float *logits; /* [rows][V] raw logits per step */
@@ -142,7 +125,7 @@ static void compare(const char *what, const struct t3_model *m, const struct bac
                   d1 / scale, tol_one_pass);
         }
         if (want) {
-            int64_t nw = numel(want), k = 0;
+            int64_t nw = test_numel(want), k = 0;
             const int32_t *w = want->data;
             while (k < cac.n && k < nw && cac.tok[k] == w[k]) k++;
             printf("%-44s fixture tokens: identical prefix %lld of %lld (cached run)\n", what, (long long)k,
@@ -176,7 +159,7 @@ int main(void)
 
     struct npy spk = load("ve_embedding"), prompt = load("t3_cond_prompt_tokens"), text = load("text_tokens");
     struct npy want_gt = load("t3_greedy_tokens"), want_st = load("t3_sampled_tokens");
-    struct t3_cond cond = {spk.data, prompt.data, numel(&prompt)};
+    struct t3_cond cond = {spk.data, prompt.data, test_numel(&prompt)};
     struct backend *cpu = backend_cpu_create(0);
 
     /* one prefix per model, shared by every text */
@@ -187,7 +170,7 @@ int main(void)
     CHECK(rcq == CBX_OK, "t3_prefix_build q4_0: %s", err);
     if (rc == CBX_OK && rcq == CBX_OK) {
         printf("prefix: %d positions, %.1f MB\n", pfx->n, (double)pfx->bytes / 1e6);
-        CHECK(pfx->n == 1 + numel(&prompt), "prefix of %d positions", pfx->n);
+        CHECK(pfx->n == 1 + test_numel(&prompt), "prefix of %d positions", pfx->n);
 
         /* the voice check */
         CHECK(t3_prefix_matches(pfx, &m, &cond), "prefix matches its own conditioning");
@@ -195,7 +178,7 @@ int main(void)
         float *spk2 = malloc(sizeof(float) * 256);
         memcpy(spk2, spk.data, sizeof(float) * 256);
         spk2[255] += 1e-3f;
-        struct t3_cond c2 = {spk2, prompt.data, numel(&prompt)};
+        struct t3_cond c2 = {spk2, prompt.data, test_numel(&prompt)};
         CHECK(!t3_prefix_matches(pfx, &m, &c2), "another speaker embedding must not match");
         c2.speaker_emb = spk.data;
         c2.n_prompt--;
@@ -204,7 +187,7 @@ int main(void)
         int32_t *t = NULL;
         int64_t n = 0;
         struct t3_gen_params gp = t3_gen_default_params();
-        rc = t3_inference_turbo_prefixed(&m, cpu, pfxq, text.data, numel(&text), &gp, NULL, NULL, &t, &n, err);
+        rc = t3_inference_turbo_prefixed(&m, cpu, pfxq, text.data, test_numel(&text), &gp, NULL, NULL, &t, &n, err);
         CHECK(rc == CBX_ERR_INVALID_ARG && !t, "a prefix of another model is refused (%s)", err);
 
         int32_t *ids_s = NULL, *ids_l = NULL;
@@ -215,8 +198,8 @@ int main(void)
                         &ids_l, &n_l, err);
         CHECK(n_s > 0 && n_s + 1 < 16 && n_l + 1 > 16, "text sizes %lld and %lld", (long long)n_s, (long long)n_l);
 
-        compare("fixture text, greedy", &m, cpu, &cond, pfx, text.data, numel(&text), true, 1e-4, &want_gt);
-        compare("fixture text, sampled (seed 42)", &m, cpu, &cond, pfx, text.data, numel(&text), false, 1e-4,
+        compare("fixture text, greedy", &m, cpu, &cond, pfx, text.data, test_numel(&text), true, 1e-4, &want_gt);
+        compare("fixture text, sampled (seed 42)", &m, cpu, &cond, pfx, text.data, test_numel(&text), false, 1e-4,
                 &want_st);
         compare("short text, greedy", &m, cpu, &cond, pfx, ids_s, n_s, true, 1e-4, NULL);
         compare("long text, greedy", &m, cpu, &cond, pfx, ids_l, n_l, true, 1e-4, NULL);
