@@ -169,17 +169,11 @@ static void emit(const char *bench, const char *type, int N, const struct bench_
 
 int main(int argc, char **argv)
 {
-    const char *model = getenv("CHATTERBOX_MODEL");
-    int N = 250, K = 0, P = 0;
-    for (int i = 1; i + 1 < argc;) { /* our options; the rest goes to bench_parse */
-        if (!strcmp(argv[i], "--model")) model = argv[i + 1];
-        else if (!strcmp(argv[i], "--tokens")) N = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--first-tokens")) K = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--stream-prompt")) P = atoi(argv[i + 1]);
-        else { i += 2; continue; }
-        memmove(argv + i, argv + i + 2, sizeof *argv * (size_t)(argc - i - 2));
-        argc -= 2;
-    }
+    const char *model = bench_take_opt(&argc, argv, "--model"), *v;
+    if (!model) model = getenv("CHATTERBOX_MODEL");
+    int N = (v = bench_take_opt(&argc, argv, "--tokens")) ? atoi(v) : 250;
+    int K = (v = bench_take_opt(&argc, argv, "--first-tokens")) ? atoi(v) : 0;
+    int P = (v = bench_take_opt(&argc, argv, "--stream-prompt")) ? atoi(v) : 0;
     struct bench_opts opt;
     if (!bench_parse(argc, argv, &opt, 1)) return 2;
     if (!model || N < 12 || N > 4000) {

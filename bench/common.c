@@ -41,6 +41,21 @@ bool bench_parse(int argc, char **argv, struct bench_opts *o, int default_reps)
     return true;
 }
 
+const char *bench_take_opt(int *argc, char **argv, const char *name)
+{
+    const char *val = NULL;
+    for (int i = 1; i + 1 < *argc;) {
+        if (strcmp(argv[i], name)) {
+            i++;
+            continue;
+        }
+        val = argv[i + 1];
+        memmove(argv + i, argv + i + 2, sizeof *argv * (size_t)(*argc - i - 2));
+        *argc -= 2;
+    }
+    return val;
+}
+
 bool bench_selected(const struct bench_opts *o, const char *name)
 {
     return !o->filter || strstr(name, o->filter);

@@ -18,6 +18,10 @@ struct bench_opts {
 /* Parse argv; prints usage and returns false on a bad option or --help. */
 bool bench_parse(int argc, char **argv, struct bench_opts *o, int default_reps);
 bool bench_selected(const struct bench_opts *o, const char *name);
+/* A program's own "NAME VALUE" option: its value (the last one given), or
+ * NULL; every occurrence is taken out of argv so that bench_parse sees only
+ * the common options. */
+const char *bench_take_opt(int *argc, char **argv, const char *name);
 
 double bench_now(void); /* monotonic seconds */
 
