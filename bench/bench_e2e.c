@@ -215,14 +215,6 @@ done:
     return ok;
 }
 
-static void emit(const char *bench, const char *type, int N, const struct bench_opts *o, const char *unit,
-                 double v, const char *base, double base_v)
-{
-    const int64_t shape[1] = {N};
-    struct bench_stats s = {v, v, v};
-    bench_emit(bench, type, shape, 1, o->threads, o->reps, unit, s, base, base_v);
-}
-
 int main(int argc, char **argv)
 {
     const char *model = bench_take_opt(&argc, argv, "--model"), *v;
@@ -255,16 +247,16 @@ int main(int argc, char **argv)
         if (!run_type(model, wt, N, &opt, be, &r)) return 1;
         if (wt == TYPE_F32) { f32 = r; have_f32 = 1; }
         const char *base = have_f32 && wt != TYPE_F32 ? "f32" : NULL;
-        emit("e2e_load", name, N, &opt, "s", r.load, base, f32.load);
-        emit("e2e_t3", name, N, &opt, "s", r.t3, base, f32.t3);
-        emit("e2e_s3gen", name, N, &opt, "s", r.s3gen, base, f32.s3gen);
-        emit("e2e_rtf", name, N, &opt, "x", r.rtf, base, f32.rtf);
-        emit("e2e_t3_warm", name, N, &opt, "s", r.t3_warm, "t3_cold", r.t3);
-        emit("e2e_t3_prefill_cold", name, N, &opt, "s", r.pre_cold, NULL, 0);
-        emit("e2e_t3_prefill_warm", name, N, &opt, "s", r.pre_warm, "prefill_cold", r.pre_cold);
-        emit("e2e_t3_prefix_build", name, N, &opt, "s", r.prefix, NULL, 0);
-        emit("e2e_rtf_warm", name, N, &opt, "x", r.rtf_warm, "rtf_cold", r.rtf);
-        emit("e2e_peak_rss", name, N, &opt, "MiB", r.rss, base, f32.rss);
+        bench_emit1("e2e_load", name, N, &opt, "s", r.load, base, f32.load);
+        bench_emit1("e2e_t3", name, N, &opt, "s", r.t3, base, f32.t3);
+        bench_emit1("e2e_s3gen", name, N, &opt, "s", r.s3gen, base, f32.s3gen);
+        bench_emit1("e2e_rtf", name, N, &opt, "x", r.rtf, base, f32.rtf);
+        bench_emit1("e2e_t3_warm", name, N, &opt, "s", r.t3_warm, "t3_cold", r.t3);
+        bench_emit1("e2e_t3_prefill_cold", name, N, &opt, "s", r.pre_cold, NULL, 0);
+        bench_emit1("e2e_t3_prefill_warm", name, N, &opt, "s", r.pre_warm, "prefill_cold", r.pre_cold);
+        bench_emit1("e2e_t3_prefix_build", name, N, &opt, "s", r.prefix, NULL, 0);
+        bench_emit1("e2e_rtf_warm", name, N, &opt, "x", r.rtf_warm, "rtf_cold", r.rtf);
+        bench_emit1("e2e_peak_rss", name, N, &opt, "MiB", r.rss, base, f32.rss);
         fprintf(stderr,
                 "e2e %-5s %d tokens (%.1f s audio): load %.2f s | t3 %.2f s (%.1f tok/s, %.0f decoded) | s3gen %.2f s "
                 "| RTF %.3f | peak RSS %.0f MiB\n"

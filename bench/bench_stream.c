@@ -159,14 +159,6 @@ done:
     return ok;
 }
 
-static void emit(const char *bench, const char *type, int N, const struct bench_opts *o, const char *unit,
-                 double v, const char *base, double base_v)
-{
-    const int64_t shape[1] = {N};
-    struct bench_stats s = {v, v, v};
-    bench_emit(bench, type, shape, 1, o->threads, o->reps, unit, s, base, base_v);
-}
-
 int main(int argc, char **argv)
 {
     const char *model = bench_take_opt(&argc, argv, "--model"), *v;
@@ -201,14 +193,14 @@ int main(int argc, char **argv)
             backend_cpu_free(be);
             return 1;
         }
-        emit("stream_first_audio", name, N, &opt, "s", r.warm.first, "whole_utterance", r.whole);
-        emit("stream_first_audio_cold", name, N, &opt, "s", r.cold.first, "warm", r.warm.first);
-        emit("stream_first_audio_first_call", name, N, &opt, "s", r.call1.first, NULL, 0);
-        emit("stream_t3_prefill", name, N, &opt, "s", r.warm.prefill, "cold", r.cold.prefill);
-        emit("stream_t3_prefix_build", name, N, &opt, "s", r.cold.prefix, NULL, 0);
-        emit("stream_first_tokens", name, N, &opt, "s", r.warm.tokens, NULL, 0);
-        emit("stream_s3gen_first_chunk", name, N, &opt, "s", r.warm.s3first, NULL, 0);
-        emit("stream_rtf", name, N, &opt, "x", r.rtf, "whole_rtf", r.whole_rtf);
+        bench_emit1("stream_first_audio", name, N, &opt, "s", r.warm.first, "whole_utterance", r.whole);
+        bench_emit1("stream_first_audio_cold", name, N, &opt, "s", r.cold.first, "warm", r.warm.first);
+        bench_emit1("stream_first_audio_first_call", name, N, &opt, "s", r.call1.first, NULL, 0);
+        bench_emit1("stream_t3_prefill", name, N, &opt, "s", r.warm.prefill, "cold", r.cold.prefill);
+        bench_emit1("stream_t3_prefix_build", name, N, &opt, "s", r.cold.prefix, NULL, 0);
+        bench_emit1("stream_first_tokens", name, N, &opt, "s", r.warm.tokens, NULL, 0);
+        bench_emit1("stream_s3gen_first_chunk", name, N, &opt, "s", r.warm.s3first, NULL, 0);
+        bench_emit1("stream_rtf", name, N, &opt, "x", r.rtf, "whole_rtf", r.whole_rtf);
         const struct first *f[3] = {&r.call1, &r.cold, &r.warm};
         static const char *const what[3] = {"first call", "cold", "warm"};
         for (int k = 0; k < 3; k++)

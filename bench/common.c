@@ -41,6 +41,14 @@ bool bench_parse(int argc, char **argv, struct bench_opts *o, int default_reps)
     return true;
 }
 
+void bench_emit1(const char *bench, const char *type, int N, const struct bench_opts *o, const char *unit,
+                 double v, const char *baseline, double baseline_median)
+{
+    const int64_t shape[1] = {N};
+    struct bench_stats s = {v, v, v};
+    bench_emit(bench, type, shape, 1, o->threads, o->reps, unit, s, baseline, baseline_median);
+}
+
 const char *bench_take_opt(int *argc, char **argv, const char *name)
 {
     const char *val = NULL;

@@ -34,6 +34,11 @@ void bench_emit(const char *bench, const char *type, const int64_t *shape, int n
                 int threads, int reps, const char *unit, struct bench_stats s,
                 const char *baseline, double baseline_median);
 
+/* One JSON line for a single figure v of a run shaped [N] (median, p10
+ * and p90 all v). */
+void bench_emit1(const char *bench, const char *type, int N, const struct bench_opts *o, const char *unit,
+                 double v, const char *baseline, double baseline_median);
+
 /* Short commit id: CBX_GIT_COMMIT at build time, else $CBX_COMMIT, else
  * "unknown". */
 const char *bench_commit(void);
