@@ -13,8 +13,8 @@
  * built-in voice and a fixed sentence; should it stop early, its time is
  * scaled to N tokens (reported: t3 tokens actually decoded). S3Gen then
  * vocodes exactly N tokens (T3's, repeated) + 3 silence tokens, as `say`
- * does. One untimed warm-up (8 tokens through both) precedes the timed
- * repetitions.
+ * does. One untimed warm-up (8 T3 tokens, N through S3Gen) precedes the
+ * timed repetitions.
  *
  * T3 cold vs warm (pipeline/engine.h, "Voice prefix cache"): cold is
  * t3_inference_turbo, which computes the voice prefix (speaker + 375
@@ -25,6 +25,11 @@
  * identical (checked). e2e_rtf uses the cold T3 time, e2e_rtf_warm the warm
  * one. Peak RSS is the process high-water mark (VmHWM), reset per
  * type through /proc/self/clear_refs.
+ *
+ * S3Gen runs as the engine runs it: in one arena kept across calls, with
+ * BF16 products for quantised weights (s3gen_default_bf16); each
+ * repetition also times it with the other precision (e2e_s3gen_other,
+ * ratio to the default).
  *
  * Real-time factor = (T3 time + S3Gen time) / audio seconds (lower is
  * faster; < 1 is faster than real time). */
@@ -87,7 +92,10 @@ static cbx_status load_tokens(const struct model *m, int32_t **ids, int64_t *n, 
     return rc;
 }
 
-struct result { double load, t3, t3_tokens, s3gen, rtf, rss, t3_warm, pre_cold, pre_warm, prefix, rtf_warm; };
+struct result {
+    double load, t3, t3_tokens, s3gen, rtf, rss, t3_warm, pre_cold, pre_warm, prefix, rtf_warm, s3gen_other;
+    bool bf16;
+};
 
 /* time of the first token (end of the prefill) */
 struct first { double t0, t1; };
@@ -107,7 +115,9 @@ static int run_type(const char *path, int wtype, int N, const struct bench_opts 
     char err[ERR_MAX] = "";
     double *tl = calloc((size_t)o->reps, sizeof(double)), *t3t = calloc((size_t)o->reps, sizeof(double)),
            *s3t = calloc((size_t)o->reps, sizeof(double)), *t3w = calloc((size_t)o->reps, sizeof(double)),
-           *pc = calloc((size_t)o->reps, sizeof(double)), *pw = calloc((size_t)o->reps, sizeof(double));
+           *pc = calloc((size_t)o->reps, sizeof(double)), *pw = calloc((size_t)o->reps, sizeof(double)),
+           *so = calloc((size_t)o->reps, sizeof(double));
+    struct arena *s3ws = NULL;
     struct t3_prefix *pfx = NULL;
     int32_t *tokw = NULL;
     struct model *m = NULL;
@@ -118,6 +128,10 @@ static int run_type(const char *path, int wtype, int N, const struct bench_opts 
     int64_t n_ids = 0;
     float *pcm = NULL;
     int ok = 0;
+    if (!tl || !t3t || !s3t || !t3w || !pc || !pw || !so) {
+        snprintf(err, sizeof err, "out of memory");
+        goto done;
+    }
     reset_hwm();
     struct engine_load_params lp = engine_load_default_params();
     lp.wtype = wtype;
@@ -129,7 +143,7 @@ static int run_type(const char *path, int wtype, int N, const struct bench_opts 
         engine_model_free(em);
     }
     if (model_open(path, &m, err) != CBX_OK) goto done;
-    if (wtype < 0) wtype = TYPE_F32;
+    if (wtype < 0) wtype = model_stored_wtype(m); /* as the engine loads it */
     struct weights w3 = model_weights(m, MODEL_T3), ws = model_weights(m, MODEL_S3GEN);
     if (t3_load_gpt2(&t3, &w3, (enum dtype)wtype, err) != CBX_OK) goto done;
     if (s3gen_load(&s3, &ws, (enum dtype)wtype, err) != CBX_OK) goto done;
@@ -139,6 +153,10 @@ static int run_type(const char *path, int wtype, int N, const struct bench_opts 
     struct t3_gen_params gp = t3_gen_default_params();
     gp.s.top_k = 1;
     struct s3gen_params sp = s3gen_default_params();
+    sp.bf16 = s3gen_default_bf16((enum dtype)wtype);
+    res->bf16 = sp.bf16;
+    if (!(s3ws = arena_create(be, 0))) goto done;
+    sp.ws = s3ws;
     feed = malloc(sizeof(int32_t) * (size_t)(N + ENGINE_N_SIL));
     if (!feed) goto done;
     double tp0 = bench_now();
@@ -171,11 +189,23 @@ static int run_type(const char *path, int wtype, int N, const struct bench_opts 
         tok = NULL;
         int64_t n_pcm = 0;
         double t0 = bench_now();
-        if (s3gen_vocode(&s3, be, feed, n_want + ENGINE_N_SIL, &voice, &sp, &pcm, &n_pcm, err) != CBX_OK) goto done;
+        /* the warm-up vocodes all N tokens too, so that the workspace has
+         * its full size before any timed run */
+        for (int i = n_want; i < N; i++) feed[i] = feed[i % n_want];
+        for (int i = 0; i < ENGINE_N_SIL; i++) feed[N + i] = ENGINE_S3GEN_SIL;
+        if (s3gen_vocode(&s3, be, feed, N + ENGINE_N_SIL, &voice, &sp, &pcm, &n_pcm, err) != CBX_OK) goto done;
         double ts = bench_now() - t0;
         free(pcm);
         pcm = NULL;
         if (r < 0) continue;
+        sp.bf16 = !sp.bf16;
+        t0 = bench_now();
+        cbx_status rc = s3gen_vocode(&s3, be, feed, N + ENGINE_N_SIL, &voice, &sp, &pcm, &n_pcm, err);
+        so[r] = bench_now() - t0;
+        sp.bf16 = !sp.bf16;
+        if (rc != CBX_OK) goto done;
+        free(pcm);
+        pcm = NULL;
         n_dec = (double)(n > 0 ? n : 1);
         t3t[r] = n < n_want ? tt * n_want / n_dec : tt;
         t3w[r] = n < n_want ? tw * n_want / n_dec : tw;
@@ -187,6 +217,7 @@ static int run_type(const char *path, int wtype, int N, const struct bench_opts 
     res->t3 = bench_stats(t3t, o->reps).median;
     res->t3_tokens = n_dec;
     res->s3gen = bench_stats(s3t, o->reps).median;
+    res->s3gen_other = bench_stats(so, o->reps).median;
     res->rtf = (res->t3 + res->s3gen) / ((double)(N + ENGINE_N_SIL) * 960.0 / ENGINE_SAMPLE_RATE);
     res->t3_warm = bench_stats(t3w, o->reps).median;
     res->pre_cold = bench_stats(pc, o->reps).median;
@@ -212,6 +243,8 @@ done:
     free(tl);
     free(t3t);
     free(s3t);
+    free(so);
+    arena_free(s3ws);
     return ok;
 }
 
@@ -250,6 +283,8 @@ int main(int argc, char **argv)
         bench_emit1("e2e_load", name, N, &opt, "s", r.load, base, f32.load);
         bench_emit1("e2e_t3", name, N, &opt, "s", r.t3, base, f32.t3);
         bench_emit1("e2e_s3gen", name, N, &opt, "s", r.s3gen, base, f32.s3gen);
+        bench_emit1("e2e_s3gen_other", name, N, &opt, "s", r.s3gen_other, r.bf16 ? "s3gen_bf16" : "s3gen_f32",
+                    r.s3gen);
         bench_emit1("e2e_rtf", name, N, &opt, "x", r.rtf, base, f32.rtf);
         bench_emit1("e2e_t3_warm", name, N, &opt, "s", r.t3_warm, "t3_cold", r.t3);
         bench_emit1("e2e_t3_prefill_cold", name, N, &opt, "s", r.pre_cold, NULL, 0);
@@ -261,10 +296,13 @@ int main(int argc, char **argv)
                 "e2e %-5s %d tokens (%.1f s audio): load %.2f s | t3 %.2f s (%.1f tok/s, %.0f decoded) | s3gen %.2f s "
                 "| RTF %.3f | peak RSS %.0f MiB\n"
                 "e2e %-5s t3 cold %.2f s (prefill %.3f s) vs warm %.2f s (prefill %.3f s): x%.2f, prefill x%.1f; "
-                "prefix build %.3f s; RTF warm %.3f\n",
+                "prefix build %.3f s; RTF warm %.3f\n"
+                "e2e %-5s s3gen %.2f s with %s products, %.2f s with %s (x%.2f)\n",
                 name, N, (N + ENGINE_N_SIL) * 0.04, r.load, r.t3, N / r.t3, r.t3_tokens, r.s3gen, r.rtf, r.rss,
                 name, r.t3, r.pre_cold, r.t3_warm, r.pre_warm, r.t3_warm > 0 ? r.t3 / r.t3_warm : 0,
-                r.pre_warm > 0 ? r.pre_cold / r.pre_warm : 0, r.prefix, r.rtf_warm);
+                r.pre_warm > 0 ? r.pre_cold / r.pre_warm : 0, r.prefix, r.rtf_warm,
+                name, r.s3gen, r.bf16 ? "bf16" : "f32", r.s3gen_other, r.bf16 ? "f32" : "bf16",
+                r.s3gen > 0 ? r.s3gen_other / r.s3gen : 0);
     }
     backend_cpu_free(be);
     return 0;

@@ -22,7 +22,8 @@
  * built-in voice, S3Gen loaded with weight type T (default the stored
  * type of its linears, f32 when unsure), and the time of each stage of
  * s3gen_inference (encoder, each CFM step, HiFT f0 / source / decode) for
- * --tokens N speech tokens (default 253, 10 s), median of the reps. */
+ * --tokens N speech tokens (default 253, 10 s), median of the reps, with
+ * --precision f32 (default), bf16 (arena_set_bf16) or both (f32 first). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,7 +100,7 @@ static int on_step(void *user, int step, float t, float r, const struct tensor *
 }
 
 static void run_stages(const char *path, const char *wname, int n_tok, const struct bench_opts *opt,
-                       struct backend *cpu)
+                       struct backend *cpu, bool bf16)
 {
     char err[ERR_MAX];
     struct model *md = NULL;
@@ -124,8 +125,9 @@ static void run_stages(const char *path, const char *wname, int n_tok, const str
         if (!(v[k] = calloc((size_t)opt->reps, sizeof(double)))) die("stages", "out of memory");
     struct arena *a = arena_create(cpu, 0);
     if (!a) die("arena", "out of memory");
-    fprintf(stderr, "bench_s3gen stages: %s (S3Gen %s), %lld prompt + %d speech tokens, %d threads\n",
-            path, wname, (long long)np, n_tok, opt->threads);
+    arena_set_bf16(a, bf16);
+    fprintf(stderr, "bench_s3gen stages: %s (S3Gen %s, %s products), %lld prompt + %d speech tokens, "
+            "%d threads\n", path, wname, bf16 ? "bf16" : "f32", (long long)np, n_tok, opt->threads);
     for (int r = -1; r < opt->reps; r++) {
         arena_reset(a);
         struct step_clock sc = {{0}, 0};
@@ -177,7 +179,7 @@ static void run_stages(const char *path, const char *wname, int n_tok, const str
         struct bench_stats s = bench_stats(v[k], opt->reps);
         const char *nm = k < N_ST ? names[k] : "total";
         char bn[64];
-        snprintf(bn, sizeof bn, "s3gen_stage_%s", nm);
+        snprintf(bn, sizeof bn, "s3gen_stage_%s%s", nm, bf16 ? "_bf16" : "");
         bench_emit(bn, wname, shape, 2, opt->threads, opt->reps, "s", s, NULL, 0);
         fprintf(stderr, "%-14s %8.3f s  (p10 %.3f, p90 %.3f)%s\n", nm, s.median, s.p10, s.p90,
                 k == 2 ? " per step after the first" : "");
@@ -197,12 +199,16 @@ int main(int argc, char **argv)
     const char *wname = take_opt(&argc, argv, "--wtype", "f32");
     if (model) {
         int n = atoi(take_opt(&argc, argv, "--tokens", "253"));
+        const char *prec = take_opt(&argc, argv, "--precision", "f32");
         struct bench_opts o;
         if (!bench_parse(argc, argv, &o, 3)) return 2;
         if (n < 1 || n > 4000) die("--tokens", "needs 1..4000");
         struct backend *be = backend_cpu_create(o.threads);
         if (!be) die("backend", "out of memory");
-        run_stages(model, wname, n, &o, be);
+        if (strcmp(prec, "f32") && strcmp(prec, "bf16") && strcmp(prec, "both"))
+            die("--precision", "f32, bf16 or both");
+        if (strcmp(prec, "bf16")) run_stages(model, wname, n, &o, be, false);
+        if (strcmp(prec, "f32")) run_stages(model, wname, n, &o, be, true);
         backend_cpu_free(be);
         return 0;
     }

@@ -160,7 +160,13 @@ typedef struct cbx_synth_params {
      * reference) sets the floor of first-audio latency; a shorter one
      * trades reference context for latency (the speaker x-vector is kept) */
     int stream_prompt_tokens;  /* 0: the whole prompt */
+    /* S3Gen arithmetic (a cbx_precision): AUTO rounds the operands of the
+     * large products to BF16 (accumulating in F32) for quantised models on
+     * CPUs with AMX-BF16, and keeps F32 for F32/F16/BF16 models */
+    int precision;             /* CBX_PRECISION_AUTO */
 } cbx_synth_params;
+
+enum cbx_precision { CBX_PRECISION_AUTO = 0, CBX_PRECISION_F32 = 1, CBX_PRECISION_BF16 = 2 };
 
 /* Defaults of every field (fields are only ever appended).
  * Thread safety: any thread, concurrently. */

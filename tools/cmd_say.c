@@ -65,6 +65,9 @@ static void usage(FILE *f)
             "                            N tokens of the voice's reference prompt (lower\n"
             "                            first-audio latency, less reference context;\n"
             "                            default 0: all of it)\n"
+            "  --precision P             S3Gen arithmetic: auto (default: bf16 for\n"
+            "                            quantised models, else f32), f32 or bf16\n"
+            "                            (BF16 products on CPUs with AMX, else f32)\n"
             "  --lines                   live mode: speak each line of standard input\n"
             "                            as it arrives (streamed), for piping from\n"
             "                            another program; ends at end of input\n"
@@ -317,7 +320,7 @@ int cmd_say(int argc, char **argv)
         static const char *const with_value[] = {
             "-o", "--output", "--format", "--text-file", "--model", "--voice", "--seed", "--temperature",
             "--top-k", "--top-p", "--repetition-penalty", "--max-tokens", "--cfm-steps", "--threads",
-            "--pause-ms", "--stream-prompt", "-t"};
+            "--pause-ms", "--stream-prompt", "--precision", "-t"};
         int known = 0;
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(o, with_value[k]);
         if (!known) return usage_error("unknown option '%s'", o);
@@ -336,6 +339,12 @@ int cmd_say(int argc, char **argv)
         else if (!strcmp(o, "--max-tokens")) { if (!parse_int(o, val, 1, 100000, &ep.max_tokens)) return 2; }
         else if (!strcmp(o, "--cfm-steps")) { if (!parse_int(o, val, 1, 1000, &ep.cfm_steps)) return 2; }
         else if (!strcmp(o, "--stream-prompt")) { if (!parse_int(o, val, 0, 100000, &ep.stream_prompt_tokens)) return 2; }
+        else if (!strcmp(o, "--precision")) {
+            if (!strcmp(val, "auto")) ep.precision = ENGINE_PREC_AUTO;
+            else if (!strcmp(val, "f32")) ep.precision = ENGINE_PREC_F32;
+            else if (!strcmp(val, "bf16")) ep.precision = ENGINE_PREC_BF16;
+            else return usage_error("--precision: '%s' is not auto, f32 or bf16", val);
+        }
         else if (!strcmp(o, "--pause-ms")) { if (!parse_int(o, val, 0, 60000, &ep.pause_ms)) return 2; }
         else if (!strcmp(o, "--threads") || !strcmp(o, "-t")) { if (!parse_num(o, val, 1, 1024, &v)) return 2; threads = (int)v; }
     }

@@ -16,8 +16,13 @@ struct block {
     size_t size, used;
 };
 
+#define MAX_SCRATCH 8
+
 struct arena {
     const struct backend *be;
+    bool bf16;                        /* precision hint (arena_set_bf16) */
+    struct arena *child[MAX_SCRATCH]; /* scratch arenas, owned */
+    bool child_busy[MAX_SCRATCH];
     size_t block_size;
     struct block *data;   /* backend blocks, first is current */
     struct block *host;   /* host blocks for descriptors and scratch */
@@ -48,6 +53,7 @@ struct arena *arena_create(const struct backend *be, size_t block_size)
 void arena_free(struct arena *a)
 {
     if (!a) return;
+    for (int i = 0; i < MAX_SCRATCH; i++) arena_free(a->child[i]);
     free_blocks(a->data, a->be);
     free_blocks(a->host, NULL);
     free(a);
@@ -55,6 +61,11 @@ void arena_free(struct arena *a)
 
 void arena_reset(struct arena *a)
 {
+    for (int i = 0; i < MAX_SCRATCH; i++)
+        if (a->child_busy[i]) {
+            arena_reset(a->child[i]);
+            a->child_busy[i] = false;
+        }
     for (struct block *b = a->data; b; b = b->next) b->used = 0;
     for (struct block *b = a->host; b; b = b->next) b->used = 0;
     a->used = 0;
@@ -63,6 +74,35 @@ void arena_reset(struct arena *a)
 }
 
 const struct backend *arena_backend(const struct arena *a) { return a->be; }
+
+void arena_set_bf16(struct arena *a, bool on) { a->bf16 = on; }
+bool arena_bf16(const struct arena *a) { return a->bf16; }
+
+struct arena *arena_scratch(struct arena *parent)
+{
+    for (int i = 0; i < MAX_SCRATCH; i++) {
+        if (parent->child_busy[i]) continue;
+        if (!parent->child[i] && !(parent->child[i] = arena_create(parent->be, 0))) break;
+        struct arena *c = parent->child[i];
+        arena_reset(c);
+        c->bf16 = parent->bf16;
+        parent->child_busy[i] = true;
+        return c;
+    }
+    arena_fail(parent, CBX_ERR_NOMEM, "out of memory (or more than %d scratch arenas in use)",
+               MAX_SCRATCH);
+    return NULL;
+}
+
+void arena_scratch_done(struct arena *parent, struct arena *child)
+{
+    if (!child) return;
+    for (int i = 0; i < MAX_SCRATCH; i++)
+        if (parent->child[i] == child) {
+            arena_reset(child);
+            parent->child_busy[i] = false;
+        }
+}
 
 cbx_status arena_fail(struct arena *a, cbx_status s, const char *fmt, ...)
 {

@@ -8,12 +8,16 @@
  *  3. The first failure (out of memory, a shape error reported by an op)
  *     is kept with its message; every later allocation returns NULL, so a
  *     chain of ops can be checked once at its end (arena_status()).
+ *  4. Scratch arenas (arena_scratch) are children owned by their parent:
+ *     they keep their memory until the parent is freed, so a parent kept
+ *     across calls lets repeated calls run without touching new pages.
  * Tensor descriptors themselves live in host memory owned by the arena,
  * even when the data lives on a device.
- * Thread safety: one thread at a time per arena. */
+ * Thread safety: one thread at a time per arena (children included). */
 #ifndef CBX_ARENA_H
 #define CBX_ARENA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "error.h"
@@ -39,6 +43,20 @@ struct tensor *arena_desc(struct arena *a, const struct tensor *t);
 void *arena_alloc(struct arena *a, size_t nbytes);
 /* Host memory (for kernels' host-side scratch and descriptors). */
 void *arena_alloc_host(struct arena *a, size_t nbytes);
+
+/* A scratch arena for intermediate results: the parent's first child not
+ * in use (created on first need), reset, with the parent's backend and
+ * BF16 hint. Give it back with arena_scratch_done(), which resets it.
+ * Children are freed with the parent. NULL (and a failure recorded in the
+ * parent) when out of memory. */
+struct arena *arena_scratch(struct arena *parent);
+void arena_scratch_done(struct arena *parent, struct arena *child); /* no-op on NULL */
+
+/* Precision hint for kernels: when set, products may round their operands
+ * to BF16 (accumulating in F32) where the CPU makes that faster. Off by
+ * default; F32 parity paths never set it. */
+void arena_set_bf16(struct arena *a, bool on);
+bool arena_bf16(const struct arena *a);
 
 /* Record a failure (the first one wins); returns s. */
 cbx_status arena_fail(struct arena *a, cbx_status s, const char *fmt, ...)

@@ -14,6 +14,12 @@
 #include <cpuid.h>
 #define CBX_X86 1
 #endif
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+#endif
 
 static struct cpu_features feats;
 static enum cpu_level detected = CPU_GENERIC, env_cap = CPU_AVX512;
@@ -47,6 +53,10 @@ static void detect(void)
             feats.avx512bw = feats.avx512f && (b & (1u << 30));
             feats.avx512vl = feats.avx512f && (b & (1u << 31));
             feats.avx512_vnni = feats.avx512f && (c & (1u << 11));
+            /* leaf 7.0 edx: amx_bf16 22, amx_tile 24, amx_int8 25 */
+            feats.amx_tile = (xcr0 & (3ull << 17)) == (3ull << 17) && (d & (1u << 24));
+            feats.amx_bf16 = feats.amx_tile && (d & (1u << 22));
+            feats.amx_int8 = feats.amx_tile && (d & (1u << 25));
             if (sub >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) {
                 feats.avx_vnni = feats.avx && (a & (1u << 4));
                 feats.avx512_bf16 = feats.avx512f && (a & (1u << 5));
@@ -102,4 +112,22 @@ const char *cpu_level_name(enum cpu_level l)
     case CPU_AVX512: return "avx512";
     }
     return "?";
+}
+
+static bool amx_granted;
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+
+static void amx_request(void)
+{
+    const char *env = getenv("CBX_AMX");
+    if ((env && strcmp(env, "0") == 0) || !cpu_features()->amx_tile) return;
+#ifdef ARCH_REQ_XCOMP_PERM
+    amx_granted = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+#endif
+}
+
+bool cpu_amx_ready(void)
+{
+    pthread_once(&amx_once, amx_request);
+    return amx_granted && cpu_level() >= CPU_AVX512;
 }

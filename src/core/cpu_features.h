@@ -20,6 +20,8 @@ struct cpu_features {
     bool avx, avx2, fma, f16c;
     bool avx512f, avx512bw, avx512vl, avx512_vnni, avx512_bf16;
     bool avx_vnni;
+    bool amx_tile, amx_int8, amx_bf16; /* CPU and OS (XCR0 17-18) support;
+                                        * use needs cpu_amx_ready() too */
 };
 
 enum cpu_level { CPU_GENERIC = 0, CPU_AVX2 = 1, CPU_AVX512 = 2 };
@@ -33,6 +35,10 @@ enum cpu_level cpu_level(void);
 /* Cap the level (CPU_AVX512 = no cap beyond CBX_CPU); returns the level
  * in use afterwards. */
 enum cpu_level cpu_set_level(enum cpu_level cap);
+/* AMX for kernels: the CPU has AMX tiles, the OS saves their state, the
+ * process was granted the tile data state (arch_prctl, asked once) and
+ * CBX_AMX is not "0" (read once). False below CPU_AVX512. */
+bool cpu_amx_ready(void);
 /* "generic", "avx2", "avx512". */
 const char *cpu_level_name(enum cpu_level l);
 

@@ -188,6 +188,16 @@ static const struct tensor *gguf_find(const struct model *m, int part, const cha
     return io_gguf_tensor(m->g, i);
 }
 
+int model_stored_wtype(const struct model *m)
+{
+    if (!model_is_gguf(m)) return TYPE_F32;
+    const char *q = NULL;
+    if (io_gguf_get_str(model_get_gguf(m), "chatterbox.quantization", &q, NULL, NULL) != CBX_OK || !q)
+        return TYPE_F32;
+    int t = dtype_from_name(q);
+    return t < 0 ? TYPE_F32 : t;
+}
+
 const struct tensor *model_find(const struct model *m, enum model_component c, const char *name)
 {
     if (!m || !name || !part_ok((int)c) || c == MODEL_N_COMPONENTS) return NULL;

@@ -72,6 +72,9 @@ enum model_variant model_get_variant(const struct model *m);
 /* Path as given (borrowed from m). */
 const char *model_path(const struct model *m);
 bool model_is_gguf(const struct model *m);
+/* The weight type (enum dtype) the model is held in: F32 for a
+ * directory, the converted file's chatterbox.quantization for a GGUF. */
+int model_stored_wtype(const struct model *m);
 /* The underlying reader (borrowed from m); NULL for the other kind. */
 const struct model_dir *model_get_dir(const struct model *m);
 const struct io_gguf *model_get_gguf(const struct model *m);

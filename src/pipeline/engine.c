@@ -24,6 +24,15 @@
 #include "text/punc_norm.h"
 #include "voice/voice.h"
 
+/* Workspace memory a model keeps between calls (see workspace_take). */
+struct ws_slot {
+    void *p;
+    const struct backend *be;
+    bool busy;
+    void *(*make)(const struct backend *be);
+    void (*drop)(void *p);
+};
+
 struct engine_model {
     struct model *file;
     enum model_variant variant;
@@ -39,11 +48,9 @@ struct engine_model {
     struct prefix_ent **prefix;
     int n_prefix;
     uint64_t tick;
-    /* T3 memory kept between calls (t3_workspace), for one caller at a
-     * time and the backend it was made for; under mu */
-    struct t3_workspace *ws;
-    const struct backend *ws_be;
-    bool ws_busy;
+    /* memory kept between calls, each for one caller at a time and the
+     * backend it was made for: T3's t3_workspace and S3Gen's arena; under mu */
+    struct ws_slot t3ws, s3ws;
 };
 
 /* A cached T3 voice prefix; freed when out of the table and unused. */
@@ -53,6 +60,11 @@ struct prefix_ent {
     uint64_t used;   /* tick of the last use (least recently used goes) */
     bool in_table;
 };
+
+static void *t3ws_make(const struct backend *be) { return t3_workspace_create(be); }
+static void t3ws_drop(void *p) { t3_workspace_free(p); }
+static void *s3ws_make(const struct backend *be) { return arena_create(be, 0); }
+static void s3ws_drop(void *p) { arena_free(p); }
 
 static double now(void)
 {
@@ -90,18 +102,6 @@ static cbx_status load_tokenizer(const struct model *m, struct gpt2_bpe **tok, c
     return rc;
 }
 
-/* The weight type a model is held in: F32 for a directory, the
- * converted file's chatterbox.quantization for a GGUF. */
-static int stored_wtype(const struct model *m)
-{
-    if (!model_is_gguf(m)) return TYPE_F32;
-    const char *q = NULL;
-    if (io_gguf_get_str(model_get_gguf(m), "chatterbox.quantization", &q, NULL, NULL) != CBX_OK || !q)
-        return TYPE_F32;
-    int t = dtype_from_name(q);
-    return t < 0 ? TYPE_F32 : t;
-}
-
 cbx_status engine_model_load(const char *path, const struct engine_load_params *p,
                              struct engine_model **out, char *err)
 {
@@ -113,6 +113,8 @@ cbx_status engine_model_load(const char *path, const struct engine_load_params *
     struct engine_model *m = calloc(1, sizeof *m);
     if (!m) return err_setf(err, CBX_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&m->mu, NULL);
+    m->t3ws = (struct ws_slot){NULL, NULL, false, t3ws_make, t3ws_drop};
+    m->s3ws = (struct ws_slot){NULL, NULL, false, s3ws_make, s3ws_drop};
     m->n_prefix = p->voice_cache == 0 ? ENGINE_VOICE_CACHE_DEFAULT : p->voice_cache < 0 ? 0 : p->voice_cache;
     if (m->n_prefix > 0 && !(m->prefix = calloc((size_t)m->n_prefix, sizeof *m->prefix))) {
         pthread_mutex_destroy(&m->mu);
@@ -128,7 +130,7 @@ cbx_status engine_model_load(const char *path, const struct engine_load_params *
                       model_variant_info(m->variant)->name);
         goto fail;
     }
-    const int wtype = p->wtype >= 0 ? p->wtype : stored_wtype(m->file);
+    const int wtype = p->wtype >= 0 ? p->wtype : model_stored_wtype(m->file);
     if ((rc = load_tokenizer(m->file, &m->tok, err)) != CBX_OK) goto fail;
     struct weights w3 = model_weights(m->file, MODEL_T3);
     if ((rc = t3_load_gpt2(&m->t3, &w3, (enum dtype)wtype, err)) != CBX_OK) goto fail;
@@ -153,7 +155,8 @@ void engine_model_free(struct engine_model *m)
         free(m->prefix[i]);
     }
     free(m->prefix);
-    t3_workspace_free(m->ws);
+    if (m->t3ws.p) m->t3ws.drop(m->t3ws.p);
+    if (m->s3ws.p) m->s3ws.drop(m->s3ws.p);
     pthread_mutex_destroy(&m->mu);
     conds_free(&m->builtin);
     s3gen_free(&m->s3);
@@ -165,32 +168,42 @@ void engine_model_free(struct engine_model *m)
 
 enum model_variant engine_model_variant(const struct engine_model *m) { return m->variant; }
 
-/* The model's T3 workspace for backend be, or NULL when another call holds
- * it (that call then runs with memory of its own, as without one). */
-static struct t3_workspace *workspace_take(const struct engine_model *cm, const struct backend *be)
+/* The workspace of slot s for backend be, or NULL when another call holds
+ * it (that call then runs with memory of its own, as without one). The
+ * slot lives in the model (under mu), hence the cast. */
+static void *workspace_take(const struct engine_model *cm, const struct ws_slot *cs,
+                            const struct backend *be)
 {
-    struct engine_model *m = (struct engine_model *)cm; /* the workspace is under mu */
-    struct t3_workspace *w = NULL;
+    struct engine_model *m = (struct engine_model *)cm;
+    struct ws_slot *s = (struct ws_slot *)cs;
+    void *w = NULL;
     pthread_mutex_lock(&m->mu);
-    if (!m->ws_busy) {
-        if (m->ws && m->ws_be != be) {
-            t3_workspace_free(m->ws);
-            m->ws = NULL;
+    if (!s->busy) {
+        if (s->p && s->be != be) {
+            s->drop(s->p);
+            s->p = NULL;
         }
-        if (!m->ws && (m->ws = t3_workspace_create(be))) m->ws_be = be;
-        if ((w = m->ws)) m->ws_busy = true;
+        if (!s->p && (s->p = s->make(be))) s->be = be;
+        if ((w = s->p)) s->busy = true;
     }
     pthread_mutex_unlock(&m->mu);
     return w;
 }
 
-static void workspace_give(const struct engine_model *cm, struct t3_workspace *w)
+static void workspace_give(const struct engine_model *cm, const struct ws_slot *cs, void *w)
 {
     struct engine_model *m = (struct engine_model *)cm;
     if (!w) return;
     pthread_mutex_lock(&m->mu);
-    m->ws_busy = false;
+    ((struct ws_slot *)cs)->busy = false;
     pthread_mutex_unlock(&m->mu);
+}
+
+/* S3Gen's products in BF16 for this call (engine_params.precision). */
+static bool use_bf16(const struct engine_model *m, const struct engine_params *p)
+{
+    if (p->precision == ENGINE_PREC_AUTO) return s3gen_default_bf16(m->s3.wtype);
+    return p->precision == ENGINE_PREC_BF16;
 }
 double engine_model_load_seconds(const struct engine_model *m) { return m->t_load; }
 const struct gpt2_bpe *engine_model_tokenizer(const struct engine_model *m) { return m->tok; }
@@ -751,9 +764,9 @@ static cbx_status segment_tokens(const struct engine_model *m, const struct back
         r->pr.attempt = j;
         r->pr.tokens = 0;
         t0 = now();
-        gp.ws = workspace_take(m, be);
+        gp.ws = workspace_take(m, &m->t3ws, be);
         rc = t3_inference_turbo_prefixed(&m->t3, be, pfx, ids, n_ids, &gp, on_t3_step, r, &tok, &n_tok, err);
-        workspace_give(m, gp.ws);
+        workspace_give(m, &m->t3ws, gp.ws);
         st->t_t3 += now() - t0;
         if (rc != CBX_OK) goto cleanup;
         const bool capped = n_tok >= p->max_tokens;
@@ -841,6 +854,7 @@ static cbx_status stream_segment(const struct engine_model *m, const struct back
     sp.noise_frames = 2 * (p->max_tokens + ENGINE_N_SIL); /* a bound known before T3 starts */
     sp.n_cfm_steps = p->cfm_steps;
     sp.seed = engine_seed(p->seed, i, 0); /* the seed T3 uses (no retries) */
+    sp.bf16 = use_bf16(m, p);
     struct s3gen_ref ref = {voice->prompt_token, voice->n_prompt_token, voice->prompt_feat, voice->n_prompt_feat,
                             voice->embedding};
     const int64_t k = p->stream_prompt_tokens;
@@ -900,11 +914,12 @@ cbx_status engine_synthesize(const struct engine_model *m, const struct backend 
     if (!text) return err_setf(err, CBX_ERR_INVALID_ARG, "no text given");
     if (p->max_tokens < 1 || p->max_tokens > 100000 || p->pause_ms < 0 || p->pause_ms > 60000 ||
         p->max_retries < 0 || p->max_retries > 16 || p->stream_prompt_tokens < 0 ||
+        p->precision < ENGINE_PREC_AUTO || p->precision > ENGINE_PREC_BF16 ||
         !(p->s.top_p >= 0 && p->s.top_p <= 1) || !(p->s.temperature >= 0) || p->s.top_k < 0 ||
         !(p->s.repetition_penalty > 0))
         return err_setf(err, CBX_ERR_INVALID_ARG,
                         "bad parameters (max_tokens 1..100000, pause_ms 0..60000, max_retries 0..16, "
-                        "stream_prompt_tokens >= 0, top_p in [0, 1], temperature >= 0, top_k >= 0, "
+                        "stream_prompt_tokens >= 0, precision 0..2, top_p in [0, 1], temperature >= 0, top_k >= 0, "
                         "repetition_penalty > 0)");
     const char *vname = "voice";
     if (!voice) {
@@ -972,10 +987,13 @@ cbx_status engine_synthesize(const struct engine_model *m, const struct backend 
         struct s3gen_params sp = s3gen_default_params();
         sp.n_cfm_steps = p->cfm_steps;
         sp.seed = seed;
+        sp.bf16 = use_bf16(m, p);
         sp.cb = on_cfm_step;
         sp.user = &r;
         t0 = now();
+        sp.ws = workspace_take(m, &m->s3ws, be);
         rc = s3gen_vocode(&m->s3, be, speech, n_speech + ENGINE_N_SIL, voice, &sp, &wav, &n_wav, err);
+        workspace_give(m, &m->s3ws, sp.ws);
         st->t_s3gen += now() - t0;
         free(speech);
         speech = NULL;

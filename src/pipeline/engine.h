@@ -148,7 +148,10 @@ struct engine_params {
                                * tokens, 500 frames); a shorter one trades
                                * reference for latency (the speaker x-vector is
                                * kept). 0 (default): the whole prompt. */
+    int precision;            /* S3Gen products: ENGINE_PREC_AUTO (default: BF16
+                               * for quantised weights, else F32), _F32, _BF16 */
 };
+enum { ENGINE_PREC_AUTO = 0, ENGINE_PREC_F32 = 1, ENGINE_PREC_BF16 = 2 };
 struct engine_params engine_default_params(void);
 
 /* Seed of segment i, attempt j (seed itself for i = j = 0). */

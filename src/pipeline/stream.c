@@ -58,7 +58,7 @@ static double now(void)
 
 struct stream_params stream_default_params(void)
 {
-    struct stream_params p = {10, 20, 80, 2 * 1004, 0, 0};
+    struct stream_params p = {10, 20, 80, 2 * 1004, 0, 0, false};
     return p;
 }
 
@@ -105,6 +105,7 @@ cbx_status stream_create(const struct s3gen *s, const struct backend *be,
     st->next = p->first_tokens;
     st->step = p->chunk_tokens;
     st->a = arena_create(be, 0);
+    if (st->a) arena_set_bf16(st->a, p->bf16);
     if (!st->a || grow((void **)&st->cyc, &st->cap_cyc, 1, sizeof(double), err) != CBX_OK) {
         stream_free(st);
         return err_setf(err, CBX_ERR_NOMEM, "stream: out of memory");

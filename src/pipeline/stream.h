@@ -98,6 +98,7 @@ struct stream_params {
                             * (invariant 5); must cover 2 * (tokens + tail) */
     int n_cfm_steps;       /* <= 0: the model's */
     uint64_t seed;         /* every run-time stream, as s3gen_params.seed */
+    bool bf16;             /* as s3gen_params.bf16 */
 };
 struct stream_params stream_default_params(void);
 

@@ -567,12 +567,11 @@ done:
 /* Scratch arena pair for estimator(); false (reported in a) when out of memory. */
 static bool scratch_pair(struct arena *a, struct arena *sc[2])
 {
-    sc[0] = arena_create(arena_backend(a), 0);
-    sc[1] = arena_create(arena_backend(a), 0);
+    sc[0] = arena_scratch(a);
+    sc[1] = arena_scratch(a);
     if (sc[0] && sc[1]) return true;
-    arena_fail(a, CBX_ERR_NOMEM, "s3gen estimator: out of memory for scratch arenas");
-    arena_free(sc[0]);
-    arena_free(sc[1]);
+    arena_scratch_done(a, sc[0]);
+    arena_scratch_done(a, sc[1]);
     sc[0] = sc[1] = NULL;
     return false;
 }
@@ -585,8 +584,8 @@ struct tensor *s3gen_estimator_forward(struct arena *a, const struct s3gen_cfm *
     struct arena *sc[2];
     if (!x || !mu || !spks || !cond || !scratch_pair(a, sc)) return NULL;
     struct tensor *out = estimator(a, sc, c, x, mu, spks, cond, t, r);
-    arena_free(sc[0]);
-    arena_free(sc[1]);
+    arena_scratch_done(a, sc[0]);
+    arena_scratch_done(a, sc[1]);
     return out;
 }
 
@@ -635,10 +634,10 @@ struct tensor *s3gen_cfm_solve(struct arena *a, const struct s3gen_cfm *c,
     }
     bool batched = !c->meanflow && !(p && p->cfg_separate);
     float *span = arena_alloc_host(a, sizeof *span * (size_t)(n + 1));
-    struct arena *s = arena_create(arena_backend(a), 0), *sc[2] = {NULL, NULL};
+    struct arena *s = span ? arena_scratch(a) : NULL, *sc[2] = {NULL, NULL};
     if (!span || !s || !scratch_pair(a, sc)) {
         arena_fail(a, CBX_ERR_NOMEM, "s3gen cfm: out of memory");
-        arena_free(s);
+        arena_scratch_done(a, s);
         return NULL;
     }
     s3gen_cfm_t_span(c->meanflow, n, span);
@@ -692,9 +691,9 @@ struct tensor *s3gen_cfm_solve(struct arena *a, const struct s3gen_cfm *c,
             x = NULL;
         }
     }
-    arena_free(s);
-    arena_free(sc[0]);
-    arena_free(sc[1]);
+    arena_scratch_done(a, s);
+    arena_scratch_done(a, sc[0]);
+    arena_scratch_done(a, sc[1]);
     if (x) x->name = "flow.decoder";
     return arena_status(a) == CBX_OK ? x : NULL;
 }

@@ -420,11 +420,8 @@ struct tensor *s3gen_encoder_forward(struct arena *a, const struct s3gen_encoder
     if (x) x->name = "flow.input_embedding";                        /* [1, T, D] */
 
     /* UpsampleConformerEncoder.forward */
-    struct arena *s = arena_create(arena_backend(a), 0);
-    if (!s) {
-        arena_fail(a, CBX_ERR_NOMEM, "s3gen encoder: out of memory for a scratch arena");
-        return NULL;
-    }
+    struct arena *s = arena_scratch(a);
+    if (!s) return NULL;
     struct tensor *pos = NULL;
     x = embed_fwd(a, e, &e->embed, x, &pos);                        /* [1, T, D] */
     x = pre_lookahead(a, e, x);
@@ -433,7 +430,7 @@ struct tensor *s3gen_encoder_forward(struct arena *a, const struct s3gen_encoder
     x = embed_fwd(a, e, &e->up_embed, x, &pos);
     for (int i = 0; i < e->n_up_blocks; i++)
         x = layer_in_scratch(a, s, e, &e->up_encoders[i], x, pos);
-    arena_free(s);
+    arena_scratch_done(a, s);
     x = op_layer_norm(a, x, e->after_norm_w, e->after_norm_b, 1e-5f);
     if (x) x->name = "flow.encoder";
 

@@ -303,13 +303,6 @@ static struct tensor *done(struct arena *a, struct arena *s, struct tensor *y)
     return arena_status(a) == CBX_OK ? y : NULL;
 }
 
-static struct arena *scratch(struct arena *a, const char *fn)
-{
-    struct arena *s = arena_create(arena_backend(a), 0);
-    if (!s) arena_fail(a, CBX_ERR_NOMEM, "%s: out of memory for a scratch arena", fn);
-    return s;
-}
-
 /* ResBlock.forward: for j: x = convs2[j](snake2(convs1[j](snake1(x)))) + x.
  * Result in a, intermediates in s. */
 static struct tensor *resblock(struct arena *a, struct arena *s, const struct hift_resblock *r,
@@ -345,6 +338,12 @@ static bool want_mel(struct arena *a, const struct tensor *mel, const char *fn)
 struct tensor *hift_f0(struct arena *a, const struct hift *h, const struct tensor *mel)
 {
     if (!want_mel(a, mel, "hift_f0")) return NULL;
+    /* always F32 products (whatever arena_bf16 says): f0 is integrated
+     * into the sine phase over the whole utterance, so an error here
+     * becomes a phase drift of the waveform, not a local one; the f0
+     * predictor is ~2% of HiFT's work */
+    const bool bf16 = arena_bf16(a);
+    arena_set_bf16(a, false);
     /* condnet: 5 x [Conv1d(k 3, padding 1), ELU] */
     struct tensor *x = NULL;
     for (int i = 0; i < 5; i++) {
@@ -353,6 +352,7 @@ struct tensor *hift_f0(struct arena *a, const struct hift *h, const struct tenso
     }
     x = op_transpose(a, x, 1, 2);                          /* [1, T, Cc] */
     x = op_linear(a, x, h->classifier_w, h->classifier_b); /* [1, T, 1] */
+    arena_set_bf16(a, bf16);
     if (!x) return NULL;
     x = op_reshape(a, x, 2, (int64_t[]){1, mel->ne[2]});   /* squeeze(-1) */
     x = op_unary(a, x, UN_ABS, 0, 0);                      /* [1, T] */
@@ -432,11 +432,11 @@ struct tensor *hift_source(struct arena *a, const struct hift *h, const struct t
                            uint64_t seed)
 {
     if (!f0) return NULL;
-    struct arena *s = scratch(a, "hift_source");
+    struct arena *s = arena_scratch(a);
     if (!s) return NULL;
     struct tensor *y = done(a, s, source_in(a, s, h, f0, seed));
     if (y) y->name = "mel2wav.m_source";
-    arena_free(s);
+    arena_scratch_done(a, s);
     return y;
 }
 
@@ -496,11 +496,11 @@ struct tensor *hift_decode(struct arena *a, const struct hift *h, const struct t
     const int64_t F = st->ne[3];
     struct tensor *s_stft = op_reshape(a, st, 3, (int64_t[]){1, 2 * N_BINS, F}); /* [1, 18, F] */
 
-    struct arena *s1 = scratch(a, "hift_decode"), *s2 = scratch(a, "hift_decode");
+    struct arena *s1 = arena_scratch(a), *s2 = arena_scratch(a);
     struct tensor *x = conv(a, mel, &h->conv_pre, 1, 1, 3);               /* [1, C, T] */
     for (int i = 0; i < N_UPS && s1 && s2; i++) x = stage(a, s1, s2, h, i, x, s_stft);
-    arena_free(s1);
-    arena_free(s2);
+    arena_scratch_done(a, s1);
+    arena_scratch_done(a, s2);
     x = op_unary(a, x, UN_LEAKY_RELU, 0.01f, 0);                        /* F.leaky_relu default */
     x = conv(a, x, &h->conv_post, 1, 1, 3);                             /* [1, 18, F] */
     if (!x) return NULL;

@@ -44,14 +44,21 @@ cbx_status s3gen_load(struct s3gen *s, const struct weights *w, enum dtype wtype
         return rc;
     }
     s->meanflow = s->flow.cfm.meanflow;
+    s->wtype = wtype;
     make_trim_fade(s->trim_fade);
     return CBX_OK;
 }
 
 struct s3gen_params s3gen_default_params(void)
 {
-    struct s3gen_params p = {0, 0, false, NULL, NULL};
+    struct s3gen_params p = {0, 0, false, NULL, NULL, false, NULL};
     return p;
+}
+
+bool s3gen_default_bf16(enum dtype wtype)
+{
+    const struct dtype_traits *t = dtype_traits(wtype);
+    return t && t->quantized;
 }
 
 struct tensor *s3gen_flow_mel(struct arena *a, const struct s3gen *s, const int32_t *tokens,
@@ -112,8 +119,11 @@ cbx_status s3gen_vocode(const struct s3gen *s, const struct backend *be, const i
                         (long long)voice->n_prompt_feat);
     struct s3gen_ref ref = {voice->prompt_token, voice->n_prompt_token, voice->prompt_feat,
                             voice->n_prompt_feat, voice->embedding};
-    struct arena *a = arena_create(be, 0);
+    struct arena *a = p->ws ? p->ws : arena_create(be, 0);
     if (!a) return err_setf(err, CBX_ERR_NOMEM, "s3gen: out of memory");
+    if (arena_backend(a) != be) return err_setf(err, CBX_ERR_INVALID_ARG, "s3gen: workspace of another backend");
+    arena_reset(a);
+    arena_set_bf16(a, p->bf16);
     cbx_status rc = CBX_OK;
     struct tensor *wav = s3gen_inference(a, s, tokens, n, &ref, p, NULL);
     if (!wav) {
@@ -135,6 +145,7 @@ cbx_status s3gen_vocode(const struct s3gen *s, const struct backend *be, const i
     *pcm = out;
     *n_pcm = tensor_nelements(wav);
 cleanup:
-    arena_free(a);
+    if (p->ws) arena_reset(a);
+    else arena_free(a);
     return rc;
 }

@@ -25,6 +25,7 @@ struct backend;
 
 struct s3gen {
     bool meanflow;             /* Turbo/Nano checkpoint (s3gen_meanflow) */
+    enum dtype wtype;          /* the estimator's weight type, as loaded */
     struct s3gen_flow flow;
     struct hift *mel2wav;      /* owned */
     float trim_fade[S3GEN_TRIM_FADE];
@@ -42,8 +43,18 @@ struct s3gen_params {
     bool cfg_separate;        /* CFG rows as two batch-1 estimator calls */
     s3gen_cfm_step_cb cb;     /* optional, per Euler step */
     void *user;
+    bool bf16;                /* products may round to BF16 (arena_set_bf16) */
+    struct arena *ws;         /* s3gen_vocode only: an arena the caller keeps
+                               * between calls (reset at the start and the
+                               * end of each), so repeated calls reuse its
+                               * memory; NULL: one made per call */
 };
 struct s3gen_params s3gen_default_params(void);
+
+/* Whether products round to BF16 by default for weights of type wtype:
+ * yes for quantised weights (Q8_0, Q4_0, ...), which already trade exact
+ * F32 arithmetic for speed; F32/F16/BF16 weights keep F32 products. */
+bool s3gen_default_bf16(enum dtype wtype);
 
 /* S3Token2Wav.flow_inference (finalize=True): meanflow draws noised_mels
  * (1, 80, 2n) from "s3gen.flow.noised_mels", then the flow with

@@ -17,15 +17,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "linear_x86.h"
 
 #define TGT __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8")))
 
-#define ARCH_REQ_XCOMP_PERM 0x1023
-#define XFEATURE_XTILEDATA 18
 
 /* The VNNI kernels: unpack, pack, tails. */
 static struct linear_qgemm vnni[2]; /* [0] q4_0, [1] q8_0 */
@@ -35,19 +31,7 @@ static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
 
 static void amx_detect(void)
 {
-    const char *env = getenv("CBX_AMX");
-    if (env && strcmp(env, "0") == 0) return; /* turned off by the user */
-    unsigned a, b, c, d;
-    /* cpuid leaf 7 edx: amx_tile bit 24, amx_int8 bit 25; XCR0 bits 17, 18 */
-    __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
-    if (!(d & (1u << 24)) || !(d & (1u << 25))) return;
-    __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
-    if (!(c & (1u << 27))) return; /* osxsave */
-    unsigned lo, hi;
-    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    (void)hi;
-    if ((lo & (3u << 17)) != (3u << 17)) return;
-    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) return;
+    if (!cpu_amx_ready() || !cpu_features()->amx_int8) return;
     amx_ok = linear_qgemm_avx512(TYPE_Q4_0, &vnni[0]) && linear_qgemm_avx512(TYPE_Q8_0, &vnni[1]);
 }
 
