@@ -6,17 +6,15 @@
 #include "gguf.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdalign.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "atomic_file.h"
+#include "container.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "gguf.c assumes a little-endian host (GGUF and tensor data are little-endian)"
@@ -303,24 +301,11 @@ static int hash_find(const struct io_gguf *g, const int *slot, size_t mask,
 static const char *kv_name(const struct io_gguf *g, int i) { return g->keys[i]; }
 static const char *t_name(const struct io_gguf *g, int i) { return g->t[i].name; }
 
-struct span {
-    uint64_t begin, end;
-    int index;
-};
-
-static int span_cmp(const void *a, const void *b)
-{
-    const struct span *x = a, *y = b;
-    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
-    if (x->end != y->end) return x->end < y->end ? -1 : 1;
-    return 0;
-}
-
 static cbx_status parse(struct io_gguf *g, char *err)
 {
     struct rd r = {g, 0, err};
     const char *p = g->path;
-    struct span *sp = NULL;
+    struct container_span *sp = NULL;
     cbx_status rc;
     char magic[4];
     uint64_t n_t = 0, n_kv = 0;
@@ -462,21 +447,9 @@ static cbx_status parse(struct io_gguf *g, char *err)
             memcpy(copy, src, (size_t)nbytes);
             t->data = copy;
         }
-        sp[i] = (struct span){off, off + nbytes, i};
+        sp[i] = (struct container_span){off, off + nbytes, i};
     }
-    qsort(sp, (size_t)g->n_t, sizeof *sp, span_cmp);
-    int prev = -1;
-    for (int k = 0; k < g->n_t; k++) {
-        if (sp[k].begin == sp[k].end) continue;
-        if (prev >= 0 && sp[k].begin < sp[prev].end) {
-            rc = err_setf(err, CBX_ERR_FORMAT, "%s: tensors '%s' [%llu, %llu) and '%s' [%llu, %llu) overlap", p,
-                          g->t[sp[prev].index].name, (unsigned long long)sp[prev].begin,
-                          (unsigned long long)sp[prev].end, g->t[sp[k].index].name, (unsigned long long)sp[k].begin,
-                          (unsigned long long)sp[k].end);
-            goto cleanup;
-        }
-        prev = k;
-    }
+    rc = container_check_overlap(sp, g->n_t, g->t, p, err);
 cleanup:
     free(sp);
     return rc;
@@ -509,44 +482,21 @@ cbx_status io_gguf_open_memory(const void *buf, size_t n, struct io_gguf **out, 
 cbx_status io_gguf_open(const char *path, struct io_gguf **out, char *err)
 {
     *out = NULL;
-    cbx_status rc = CBX_OK;
     struct io_gguf *g = calloc(1, sizeof *g);
     if (!g || !(g->path = strdup(path))) {
         free(g);
         return err_setf(err, CBX_ERR_NOMEM, "%s: out of memory", path);
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        rc = err_setf(err, errno == ENOENT ? CBX_ERR_NOT_FOUND : CBX_ERR_IO, "%s: cannot open: %s", path,
-                      strerror(errno));
-        goto fail;
-    }
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        rc = err_setf(err, CBX_ERR_IO, "%s: not a regular file", path);
-        close(fd);
-        goto fail;
-    }
-    if (sb.st_size == 0) { /* mmap refuses length 0; parse reports it */
-        close(fd);
-        g->buf = (const uint8_t *)"";
-        return open_common(g, out, err);
-    }
-    g->map_len = (size_t)sb.st_size;
-    void *m = mmap(NULL, g->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd);
-    if (m == MAP_FAILED) {
-        rc = err_setf(err, CBX_ERR_IO, "%s: mmap of %zu bytes failed: %s", path, g->map_len, strerror(e));
-        goto fail;
+    void *m;
+    cbx_status rc = container_map(path, &m, &g->map_len, err);
+    if (rc != CBX_OK) {
+        io_gguf_close(g);
+        return rc;
     }
     g->map = m;
-    g->buf = m;
+    g->buf = m ? m : (const void *)""; /* an empty file: parse reports it */
     g->size = g->map_len;
     return open_common(g, out, err);
-fail:
-    io_gguf_close(g);
-    return rc;
 }
 
 uint32_t io_gguf_version(const struct io_gguf *g) { return g->version; }

@@ -6,15 +6,13 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "atomic_file.h"
+#include "container.h"
 
 /* The largest integer a JSON number (a double in cJSON) holds exactly. */
 #define MAX_EXACT_INT 9007199254740992.0 /* 2^53 */
@@ -93,19 +91,6 @@ static bool json_uint(const cJSON *j, uint64_t *v)
     return true;
 }
 
-struct span {
-    uint64_t begin, end;
-    int index;
-};
-
-static int span_cmp(const void *a, const void *b)
-{
-    const struct span *x = a, *y = b;
-    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
-    if (x->end != y->end) return x->end < y->end ? -1 : 1;
-    return 0;
-}
-
 /* Insert tensor i into the hash table; false when the name is taken. */
 static bool hash_insert(struct io_safetensors *st, int i)
 {
@@ -119,7 +104,7 @@ static bool hash_insert(struct io_safetensors *st, int i)
 }
 
 static cbx_status parse_entry(struct io_safetensors *st, int i, const cJSON *e,
-                              struct span *sp, char *err)
+                              struct container_span *sp, char *err)
 {
     const char *p = st->path, *name = e->string;
     if (!cJSON_IsObject(e))
@@ -252,7 +237,7 @@ static cbx_status parse(struct io_safetensors *st, char *err)
     const char *p = st->path;
     char *hdr = NULL;
     cJSON *root = NULL;
-    struct span *sp = NULL;
+    struct container_span *sp = NULL;
     cbx_status rc = CBX_OK;
 
     if (st->size < 8)
@@ -343,22 +328,7 @@ static cbx_status parse(struct io_safetensors *st, char *err)
         if (rc != CBX_OK) goto cleanup;
     }
 
-    /* Overlap: sort by begin; each non-empty span must start at or after
-     * the end of the previous non-empty one. */
-    qsort(sp, (size_t)n, sizeof *sp, span_cmp);
-    int prev = -1;
-    for (int k = 0; k < n; k++) {
-        if (sp[k].begin == sp[k].end) continue;
-        if (prev >= 0 && sp[k].begin < sp[prev].end) {
-            rc = err_setf(err, CBX_ERR_FORMAT,
-                          "%s: tensors '%s' [%llu, %llu] and '%s' [%llu, %llu] overlap", p,
-                          st->names[sp[prev].index], (unsigned long long)sp[prev].begin,
-                          (unsigned long long)sp[prev].end, st->names[sp[k].index],
-                          (unsigned long long)sp[k].begin, (unsigned long long)sp[k].end);
-            goto cleanup;
-        }
-        prev = k;
-    }
+    rc = container_check_overlap(sp, n, st->t, p, err);
 
 cleanup:
     free(sp);
@@ -399,41 +369,14 @@ cbx_status io_safetensors_open(const char *path, struct io_safetensors **out, ch
         free(st);
         return err_setf(err, CBX_ERR_NOMEM, "%s: out of memory", path);
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        cbx_status rc = err_setf(err, errno == ENOENT ? CBX_ERR_NOT_FOUND : CBX_ERR_IO, "%s: cannot open: %s",
-                                 path, strerror(errno));
-        io_safetensors_close(st);
-        return rc;
-    }
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        int e = errno;
-        close(fd);
-        cbx_status rc = err_setf(err, CBX_ERR_IO, "%s: not a regular file%s%s", path, e ? ": " : "",
-                                 e ? strerror(e) : "");
-        io_safetensors_close(st);
-        return rc;
-    }
-    if (sb.st_size < 8) {
-        close(fd);
-        cbx_status rc = err_setf(err, CBX_ERR_FORMAT, "%s: %lld bytes, too short for the 8-byte header length",
-                                 path, (long long)sb.st_size);
-        io_safetensors_close(st);
-        return rc;
-    }
-    st->map_len = (size_t)sb.st_size;
-    void *m = mmap(NULL, st->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd);
-    if (m == MAP_FAILED) {
-        cbx_status rc = err_setf(err, CBX_ERR_IO, "%s: mmap of %zu bytes failed: %s", path, st->map_len,
-                                 strerror(e));
+    void *m;
+    cbx_status rc = container_map(path, &m, &st->map_len, err);
+    if (rc != CBX_OK) {
         io_safetensors_close(st);
         return rc;
     }
     st->map = m;
-    st->buf = m;
+    st->buf = m ? m : (const void *)""; /* an empty file: parse reports it */
     st->size = st->map_len;
     return open_common(st, out, err);
 }
