@@ -250,8 +250,7 @@ done:
 
 int main(int argc, char **argv)
 {
-    const char *model = bench_take_opt(&argc, argv, "--model"), *v;
-    if (!model) model = getenv("CHATTERBOX_MODEL");
+    const char *model = bench_take_model(&argc, argv), *v;
     int N = (v = bench_take_opt(&argc, argv, "--tokens")) ? atoi(v) : 250;
     struct bench_opts opt;
     if (!bench_parse(argc, argv, &opt, 1)) return 2;
@@ -259,16 +258,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_e2e: needs --model DIR|GGUF (or CHATTERBOX_MODEL) and --tokens in [8, 4000]\n");
         return 2;
     }
-    struct backend *be = backend_cpu_create(opt.threads);
+    const int gguf = bench_model_is_gguf("bench_e2e", model);
+    struct backend *be = gguf < 0 ? NULL : backend_cpu_create(opt.threads);
     if (!be) return 1;
-    struct model *probe = NULL;
-    char err[ERR_MAX];
-    if (model_open(model, &probe, err) != CBX_OK) {
-        fprintf(stderr, "bench_e2e: %s\n", err);
-        return 1;
-    }
-    const int gguf = model_is_gguf(probe);
-    model_close(probe);
     static const int types[] = {TYPE_F32, TYPE_Q8_0, TYPE_Q4_0};
     struct result f32 = {0};
     int have_f32 = 0;

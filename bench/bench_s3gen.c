@@ -57,19 +57,6 @@ static void die(const char *what, const char *msg)
     exit(1);
 }
 
-/* strip "--name VALUE" from argv; returns VALUE or def */
-static const char *take_opt(int *argc, char **argv, const char *name, const char *def)
-{
-    for (int i = 1; i + 1 < *argc; i++)
-        if (!strcmp(argv[i], name)) {
-            const char *v = argv[i + 1];
-            memmove(argv + i, argv + i + 2, sizeof *argv * (size_t)(*argc - i - 2));
-            *argc -= 2;
-            return v;
-        }
-    return def;
-}
-
 /* ---- stage profile of the real model ----------------------------------- */
 
 struct step_clock { double t[64]; int n; };
@@ -195,11 +182,11 @@ static void run_stages(const char *path, const char *wname, int n_tok, const str
 
 int main(int argc, char **argv)
 {
-    const char *model = take_opt(&argc, argv, "--model", NULL);
-    const char *wname = take_opt(&argc, argv, "--wtype", "f32");
+    const char *model = bench_take_opt(&argc, argv, "--model");
+    const char *wname = bench_take_opt_or(&argc, argv, "--wtype", "f32");
     if (model) {
-        int n = atoi(take_opt(&argc, argv, "--tokens", "253"));
-        const char *prec = take_opt(&argc, argv, "--precision", "f32");
+        int n = atoi(bench_take_opt_or(&argc, argv, "--tokens", "253"));
+        const char *prec = bench_take_opt_or(&argc, argv, "--precision", "f32");
         struct bench_opts o;
         if (!bench_parse(argc, argv, &o, 3)) return 2;
         if (n < 1 || n > 4000) die("--tokens", "needs 1..4000");
@@ -212,8 +199,8 @@ int main(int argc, char **argv)
         backend_cpu_free(be);
         return 0;
     }
-    const char *variant = take_opt(&argc, argv, "--variant", "turbo");
-    int n_tok = atoi(take_opt(&argc, argv, "--tokens", "100"));
+    const char *variant = bench_take_opt_or(&argc, argv, "--variant", "turbo");
+    int n_tok = atoi(bench_take_opt_or(&argc, argv, "--tokens", "100"));
     struct bench_opts opt;
     if (!bench_parse(argc, argv, &opt, 2)) return 2;
     if (n_tok < 1 || n_tok > 4000) die("--tokens", "needs 1..4000");

@@ -161,8 +161,7 @@ done:
 
 int main(int argc, char **argv)
 {
-    const char *model = bench_take_opt(&argc, argv, "--model"), *v;
-    if (!model) model = getenv("CHATTERBOX_MODEL");
+    const char *model = bench_take_model(&argc, argv), *v;
     int N = (v = bench_take_opt(&argc, argv, "--tokens")) ? atoi(v) : 250;
     int K = (v = bench_take_opt(&argc, argv, "--first-tokens")) ? atoi(v) : 0;
     int P = (v = bench_take_opt(&argc, argv, "--stream-prompt")) ? atoi(v) : 0;
@@ -172,17 +171,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_stream: needs --model DIR|GGUF (or CHATTERBOX_MODEL) and --tokens in [12, 4000]\n");
         return 2;
     }
-    struct backend *be = backend_cpu_create(opt.threads);
+    const int gguf = bench_model_is_gguf("bench_stream", model);
+    struct backend *be = gguf < 0 ? NULL : backend_cpu_create(opt.threads);
     if (!be) return 1;
-    struct model *probe = NULL;
-    char err[ERR_MAX];
-    if (model_open(model, &probe, err) != CBX_OK) {
-        fprintf(stderr, "bench_stream: %s\n", err);
-        backend_cpu_free(be);
-        return 1;
-    }
-    const int gguf = model_is_gguf(probe);
-    model_close(probe);
     static const int types[] = {TYPE_F32, TYPE_Q8_0, TYPE_Q4_0};
     for (size_t i = 0; i < (gguf ? 1 : sizeof types / sizeof types[0]); i++) {
         const int wt = gguf ? -1 : types[i];

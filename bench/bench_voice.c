@@ -43,24 +43,11 @@ static double cpu_now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* take "--name VALUE" out of argv */
-static const char *take_opt(int *argc, char **argv, const char *name, const char *def)
-{
-    for (int i = 1; i + 1 < *argc; i++)
-        if (!strcmp(argv[i], name)) {
-            const char *v = argv[i + 1];
-            memmove(argv + i, argv + i + 2, sizeof *argv * (size_t)(*argc - i - 2));
-            *argc -= 2;
-            return v;
-        }
-    return def;
-}
-
 int main(int argc, char **argv)
 {
-    const char *model = take_opt(&argc, argv, "--model", getenv("CHATTERBOX_MODEL"));
-    const char *ref = take_opt(&argc, argv, "--ref", "tests/data/ref_voice_24k.wav");
-    const char *ref16 = take_opt(&argc, argv, "--ref16", NULL);
+    const char *model = bench_take_model(&argc, argv);
+    const char *ref = bench_take_opt_or(&argc, argv, "--ref", "tests/data/ref_voice_24k.wav");
+    const char *ref16 = bench_take_opt_or(&argc, argv, "--ref16", NULL);
     bool serial = false; /* --serial: voice_params.serial (stages one after another) */
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--serial")) {

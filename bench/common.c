@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "core/threadpool.h"
+#include "io/model_file.h"
 
 static void usage(const char *prog)
 {
@@ -163,4 +164,29 @@ cleanup:
     free(dst);
     free(v);
     return gbs;
+}
+
+const char *bench_take_model(int *argc, char **argv)
+{
+    const char *m = bench_take_opt(argc, argv, "--model");
+    return m ? m : getenv("CHATTERBOX_MODEL");
+}
+
+int bench_model_is_gguf(const char *prog, const char *path)
+{
+    struct model *m = NULL;
+    char err[ERR_MAX];
+    if (model_open(path, &m, err) != CBX_OK) {
+        fprintf(stderr, "%s: %s\n", prog, err);
+        return -1;
+    }
+    int g = model_is_gguf(m);
+    model_close(m);
+    return g;
+}
+
+const char *bench_take_opt_or(int *argc, char **argv, const char *name, const char *def)
+{
+    const char *v = bench_take_opt(argc, argv, name);
+    return v ? v : def;
 }

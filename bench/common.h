@@ -22,6 +22,15 @@ bool bench_selected(const struct bench_opts *o, const char *name);
  * NULL; every occurrence is taken out of argv so that bench_parse sees only
  * the common options. */
 const char *bench_take_opt(int *argc, char **argv, const char *name);
+/* The same, with def when the option is absent. */
+const char *bench_take_opt_or(int *argc, char **argv, const char *name, const char *def);
+
+/* The end-to-end benchmarks' model: "--model DIR|GGUF" taken out of argv,
+ * else $CHATTERBOX_MODEL, else NULL. */
+const char *bench_take_model(int *argc, char **argv);
+/* 1 when path opens as a .gguf model, 0 as a directory; -1 after one line
+ * on stderr naming prog and why it cannot be opened. */
+int bench_model_is_gguf(const char *prog, const char *path);
 
 double bench_now(void); /* monotonic seconds */
 

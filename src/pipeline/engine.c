@@ -364,19 +364,22 @@ void engine_voice_cache_clear(const struct engine_model *cm)
     pthread_mutex_unlock(&m->mu);
 }
 
+/* *voice, or the built-in voice when it is NULL, checked against m. */
+static cbx_status resolve_voice(const struct engine_model *m, const struct conds **voice, char *err)
+{
+    if (*voice) return check_voice(m, *voice, "voice", err);
+    if (!m->has_builtin)
+        return err_setf(err, CBX_ERR_NOT_FOUND, "the model has no usable built-in voice (%s); give a voice",
+                        m->builtin_err);
+    *voice = &m->builtin;
+    return check_voice(m, *voice, "built-in voice", err);
+}
+
 cbx_status engine_prepare_voice(const struct engine_model *m, const struct backend *be,
                                 const struct conds *voice, char *err)
 {
     if (!m || !be) return err_setf(err, CBX_ERR_INVALID_ARG, "no model or backend");
-    const char *vname = "voice";
-    if (!voice) {
-        if (!m->has_builtin)
-            return err_setf(err, CBX_ERR_NOT_FOUND, "the model has no usable built-in voice (%s); give a voice",
-                            m->builtin_err);
-        voice = &m->builtin;
-        vname = "built-in voice";
-    }
-    cbx_status rc = check_voice(m, voice, vname, err);
+    cbx_status rc = resolve_voice(m, &voice, err);
     if (rc != CBX_OK || m->n_prefix == 0) return rc;
     struct prefix_ent *e = NULL;
     double t = 0;
@@ -921,15 +924,7 @@ cbx_status engine_synthesize(const struct engine_model *m, const struct backend 
                         "bad parameters (max_tokens 1..100000, pause_ms 0..60000, max_retries 0..16, "
                         "stream_prompt_tokens >= 0, precision 0..2, top_p in [0, 1], temperature >= 0, top_k >= 0, "
                         "repetition_penalty > 0)");
-    const char *vname = "voice";
-    if (!voice) {
-        if (!m->has_builtin)
-            return err_setf(err, CBX_ERR_NOT_FOUND, "the model has no usable built-in voice (%s); give a voice",
-                            m->builtin_err);
-        voice = &m->builtin;
-        vname = "built-in voice";
-    }
-    cbx_status rc = check_voice(m, voice, vname, err);
+    cbx_status rc = resolve_voice(m, &voice, err);
     if (rc != CBX_OK) return rc;
 
     const double t_start = now();
