@@ -13,13 +13,17 @@
  *                S3Gen encoder's relative-position attention (T = 500).
  *                GFLOP/s counts 4 Tq Tk D flops per head (2 for QK, 2 for
  *                PV; causal: about half the pairs).
+ *   bidir bf16   the same shapes with the arena's BF16 hint: the AMX-BF16
+ *                kernel (src/core/cpu/attn_amx.c) against the F32 AVX-512
+ *                kernel as baseline (when AMX-BF16 is not usable both run
+ *                F32 and the line says so).
  *   dispatch     tp_parallel_for of n = threads tiny items: back to back
  *                ("busy") and after 20 us of serial work on the caller
  *                ("gap", the decode pattern: workers have gone idle).
  *
- * Each attention case runs at the AVX-512 level and at the AVX2 level,
- * alternating rep by rep so both see the same load; the AVX2 figure is the
- * baseline of the ratio. Every figure is the median over --reps timed
+ * Each attention case runs at the AVX-512 level and at the AVX2 level (bf16
+ * cases: AVX-512 with and without the BF16 hint), alternating rep by rep so
+ * both see the same load; the second figure is the baseline of the ratio. Every figure is the median over --reps timed
  * repetitions after one untimed warm-up; p10/p90 are of the same samples. */
 #include <math.h>
 #include <stdio.h>
@@ -50,16 +54,19 @@ struct attn_case {
     int64_t H, Tq, Tk, D, cap; /* cap: cache positions (0: k/v are [1, H, Tk, D]) */
     int layers;                /* caches visited in turn */
     bool causal, bias;
+    bool bf16; /* paths: BF16 hint (AMX) vs F32, both AVX-512 */
 };
 
 static const struct attn_case cases[] = {
-    {"decode", "hot", 16, 1, 410, 64, 1000, 1, true, false},
-    {"decode", "hot", 16, 1, 660, 64, 1000, 1, true, false},
-    {"decode", "cold", 16, 1, 410, 64, 1000, 24, true, false},
-    {"decode", "cold", 16, 1, 660, 64, 1000, 24, true, false},
-    {"prefill", "causal", 16, 410, 410, 64, 1000, 1, true, false},
-    {"bidir", "plain", 8, 1000, 1000, 64, 0, 1, false, false},
-    {"bidir", "bias", 8, 500, 500, 64, 0, 1, false, true},
+    {"decode", "hot", 16, 1, 410, 64, 1000, 1, true, false, false},
+    {"decode", "hot", 16, 1, 660, 64, 1000, 1, true, false, false},
+    {"decode", "cold", 16, 1, 410, 64, 1000, 24, true, false, false},
+    {"decode", "cold", 16, 1, 660, 64, 1000, 24, true, false, false},
+    {"prefill", "causal", 16, 410, 410, 64, 1000, 1, true, false, false},
+    {"bidir", "plain", 8, 1000, 1000, 64, 0, 1, false, false, false},
+    {"bidir", "bias", 8, 500, 500, 64, 0, 1, false, true, false},
+    {"bidir", "bf16", 8, 1000, 1000, 64, 0, 1, false, false, true},
+    {"bidir", "bf16-bias", 8, 500, 500, 64, 0, 1, false, true, true},
 };
 
 static void bench_attention(const struct attn_case *c)
@@ -94,7 +101,8 @@ static void bench_attention(const struct attn_case *c)
     int layer = 0;
     for (int r = -1; r < opt.reps; r++)
         for (int path = 0; path < 2; path++) {
-            cpu_set_level(path == 0 ? CPU_AVX512 : CPU_AVX2);
+            cpu_set_level(path == 0 || c->bf16 ? CPU_AVX512 : CPU_AVX2);
+            arena_set_bf16(ar, c->bf16 && path == 0);
             double t0 = bench_now();
             for (int i = 0; i < calls; i++, layer = (layer + 1) % c->layers) {
                 arena_reset(ar);
@@ -109,6 +117,8 @@ static void bench_attention(const struct attn_case *c)
             if (r >= 0) v[path * opt.reps + r] = (bench_now() - t0) / calls * 1e6;
         }
     cpu_set_level(CPU_AVX512);
+    arena_set_bf16(ar, false);
+    const char *pn[2] = {c->bf16 ? "amx-bf16" : "avx512", c->bf16 ? "f32" : "avx2"};
     double us[2], best[2];
     for (int path = 0; path < 2; path++) {
         struct bench_stats s = bench_stats(v + path * opt.reps, opt.reps);
@@ -118,16 +128,19 @@ static void bench_attention(const struct attn_case *c)
     for (int path = 0; path < 2; path++) {
         struct bench_stats s = bench_stats(v + path * opt.reps, opt.reps);
         char type[48];
-        snprintf(type, sizeof type, "%s:%s", c->type, path == 0 ? "avx512" : "avx2");
+        snprintf(type, sizeof type, "%s:%s", c->type, pn[path]);
         int64_t shape[4] = {c->H, c->Tq, c->Tk, c->D};
         bench_emit(c->name, type, shape, 4, opt.threads, opt.reps, "us", s,
-                   path == 0 ? "avx2" : NULL, path == 0 ? us[1] : 0);
+                   path == 0 ? pn[1] : NULL, path == 0 ? us[1] : 0);
     }
-    fprintf(stderr, "%-8s %-6s H%-2lld Tq%-5lld Tk%-5lld D%lld  us median (p10): avx512 %8.1f (%8.1f),"
-            " avx2 %8.1f (%8.1f); avx512 %6.1f GFLOP/s, %5.1f GB/s K+V; speed-up %.2fx\n",
+    const struct cpu_features *f = cpu_features();
+    fprintf(stderr, "%-8s %-6s H%-2lld Tq%-5lld Tk%-5lld D%lld  us median (p10): %s %8.1f (%8.1f),"
+            " %s %8.1f (%8.1f); %s %6.1f GFLOP/s, %5.1f GB/s K+V; speed-up %.2fx%s\n",
             c->name, c->type, (long long)c->H, (long long)c->Tq, (long long)c->Tk, (long long)c->D,
-            us[0], best[0], us[1], best[1], flops / us[0] * 1e-3, kv_bytes / us[0] * 1e-3,
-            us[0] > 0 ? us[1] / us[0] : 0);
+            pn[0], us[0], best[0], pn[1], us[1], best[1], pn[0], flops / us[0] * 1e-3,
+            kv_bytes / us[0] * 1e-3, us[0] > 0 ? us[1] / us[0] : 0,
+            c->bf16 && !(cpu_amx_ready() && f->amx_bf16 && f->avx512_bf16)
+                ? " (AMX-BF16 not usable: both F32)" : "");
     free(kv); free(qh); free(bh); free(v);
 }
 

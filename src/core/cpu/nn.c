@@ -27,6 +27,7 @@
 #include "../backend.h"
 #include "../cpu_features.h"
 #include "../threadpool.h"
+#include "attn_amx.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -1292,7 +1293,8 @@ static void cpu_attention(struct arena *a, struct tensor *out, const struct tens
         c.kv16 = k->type == TYPE_F16;
         c.k = unit_rows(a, k, false);
         c.v = unit_rows(a, v, false);
-        if (arena_status(a) == CBX_OK) attention_z(a, &c);
+        /* long queries with the BF16 hint: AMX-BF16 products (attn_amx.c) */
+        if (arena_status(a) == CBX_OK && !attn_amx(a, out, c.q, c.k, c.v, bias, p)) attention_z(a, &c);
         return;
     }
 #endif
