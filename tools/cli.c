@@ -18,6 +18,16 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
     return 2;
 }
 
+const char *cli_option_value(const char *cmd, int argc, char **argv, int *i)
+{
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "chatterbox %s: %s\n", cmd,
+                argv[*i][0] == '-' ? "option needs a value (see --help)" : "unexpected argument");
+        return NULL;
+    }
+    return argv[++*i];
+}
+
 bool cli_parse_num(const char *cmd, const char *opt, const char *s, double lo, double hi, double *out)
 {
     char *end;

@@ -24,6 +24,11 @@ int cmd_download(int argc, char **argv);
 /* "chatterbox CMD: <message> (see 'chatterbox CMD --help')" on stderr;
  * returns 2, the usage-error exit status. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The value of the option at argv[*i]: argv[*i + 1], with *i moved onto
+ * it; NULL when argv ends there, after "chatterbox CMD: option needs a
+ * value (see --help)" (or "unexpected argument" when argv[*i] is not an
+ * option) on stderr. */
+const char *cli_option_value(const char *cmd, int argc, char **argv, int *i);
 /* The whole of s as a number (integer) in [lo, hi]; otherwise a usage error
  * naming opt is printed and false returned. */
 bool cli_parse_num(const char *cmd, const char *opt, const char *s, double lo, double hi, double *out);

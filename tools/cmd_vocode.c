@@ -194,12 +194,8 @@ int cmd_vocode(int argc, char **argv)
         const char *o = argv[i];
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) { usage(stdout); return 0; }
         if (!strcmp(o, "--quiet") || !strcmp(o, "-q")) { quiet = 1; continue; }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "chatterbox vocode: %s\n",
-                    o[0] == '-' ? "option needs a value (see --help)" : "unexpected argument");
-            return 2;
-        }
-        const char *val = argv[++i];
+        const char *val = cli_option_value("vocode", argc, argv, &i);
+        if (!val) return 2;
         if (!strcmp(o, "--model")) model = val;
         else if (!strcmp(o, "--tokens")) tokens = val;
         else if (!strcmp(o, "--voice")) voice = val;

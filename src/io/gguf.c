@@ -455,8 +455,22 @@ cleanup:
     return rc;
 }
 
-static cbx_status open_common(struct io_gguf *g, struct io_gguf **out, char *err)
+/* A reader over buf[0, n), named name in messages; map and map_len: the
+ * mapping it then owns and releases (NULL, 0 for none), also on failure. */
+static cbx_status open_buf(const char *name, const void *buf, size_t n, void *map, size_t map_len,
+                           struct io_gguf **out, char *err)
 {
+    *out = NULL;
+    struct io_gguf *g = calloc(1, sizeof *g);
+    if (!g || !(g->path = strdup(name))) {
+        free(g);
+        if (map) munmap(map, map_len);
+        return err_setf(err, CBX_ERR_NOMEM, "%s: out of memory", name);
+    }
+    g->map = map;
+    g->map_len = map_len;
+    g->buf = buf;
+    g->size = n;
     cbx_status rc = parse(g, err);
     if (rc != CBX_OK) {
         io_gguf_close(g);
@@ -468,35 +482,17 @@ static cbx_status open_common(struct io_gguf *g, struct io_gguf **out, char *err
 
 cbx_status io_gguf_open_memory(const void *buf, size_t n, struct io_gguf **out, char *err)
 {
-    *out = NULL;
-    struct io_gguf *g = calloc(1, sizeof *g);
-    if (!g || !(g->path = strdup("<memory>"))) {
-        free(g);
-        return err_setf(err, CBX_ERR_NOMEM, "gguf: out of memory");
-    }
-    g->buf = buf;
-    g->size = n;
-    return open_common(g, out, err);
+    return open_buf("<memory>", buf, n, NULL, 0, out, err);
 }
 
 cbx_status io_gguf_open(const char *path, struct io_gguf **out, char *err)
 {
     *out = NULL;
-    struct io_gguf *g = calloc(1, sizeof *g);
-    if (!g || !(g->path = strdup(path))) {
-        free(g);
-        return err_setf(err, CBX_ERR_NOMEM, "%s: out of memory", path);
-    }
     void *m;
-    cbx_status rc = container_map(path, &m, &g->map_len, err);
-    if (rc != CBX_OK) {
-        io_gguf_close(g);
-        return rc;
-    }
-    g->map = m;
-    g->buf = m ? m : (const void *)""; /* an empty file: parse reports it */
-    g->size = g->map_len;
-    return open_common(g, out, err);
+    size_t len;
+    cbx_status rc = container_map(path, &m, &len, err);
+    if (rc != CBX_OK) return rc;
+    return open_buf(path, m ? m : "", len, m, len, out, err); /* "": an empty file, which parse reports */
 }
 
 uint32_t io_gguf_version(const struct io_gguf *g) { return g->version; }

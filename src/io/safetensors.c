@@ -337,8 +337,22 @@ cleanup:
     return rc;
 }
 
-static cbx_status open_common(struct io_safetensors *st, struct io_safetensors **out, char *err)
+/* A reader over buf[0, n), named name in messages; map and map_len: the
+ * mapping it then owns and releases (NULL, 0 for none), also on failure. */
+static cbx_status open_buf(const char *name, const void *buf, size_t n, void *map, size_t map_len,
+                           struct io_safetensors **out, char *err)
 {
+    *out = NULL;
+    struct io_safetensors *st = calloc(1, sizeof *st);
+    if (!st || !(st->path = strdup(name))) {
+        free(st);
+        if (map) munmap(map, map_len);
+        return err_setf(err, CBX_ERR_NOMEM, "%s: out of memory", name);
+    }
+    st->map = map;
+    st->map_len = map_len;
+    st->buf = buf;
+    st->size = n;
     cbx_status rc = parse(st, err);
     if (rc != CBX_OK) {
         io_safetensors_close(st);
@@ -350,35 +364,17 @@ static cbx_status open_common(struct io_safetensors *st, struct io_safetensors *
 
 cbx_status io_safetensors_open_memory(const void *buf, size_t n, struct io_safetensors **out, char *err)
 {
-    *out = NULL;
-    struct io_safetensors *st = calloc(1, sizeof *st);
-    if (!st || !(st->path = strdup("<memory>"))) {
-        free(st);
-        return err_setf(err, CBX_ERR_NOMEM, "safetensors: out of memory");
-    }
-    st->buf = buf;
-    st->size = n;
-    return open_common(st, out, err);
+    return open_buf("<memory>", buf, n, NULL, 0, out, err);
 }
 
 cbx_status io_safetensors_open(const char *path, struct io_safetensors **out, char *err)
 {
     *out = NULL;
-    struct io_safetensors *st = calloc(1, sizeof *st);
-    if (!st || !(st->path = strdup(path))) {
-        free(st);
-        return err_setf(err, CBX_ERR_NOMEM, "%s: out of memory", path);
-    }
     void *m;
-    cbx_status rc = container_map(path, &m, &st->map_len, err);
-    if (rc != CBX_OK) {
-        io_safetensors_close(st);
-        return rc;
-    }
-    st->map = m;
-    st->buf = m ? m : (const void *)""; /* an empty file: parse reports it */
-    st->size = st->map_len;
-    return open_common(st, out, err);
+    size_t len;
+    cbx_status rc = container_map(path, &m, &len, err);
+    if (rc != CBX_OK) return rc;
+    return open_buf(path, m ? m : "", len, m, len, out, err); /* "": an empty file, which parse reports */
 }
 
 int io_safetensors_count(const struct io_safetensors *st) { return st->n; }

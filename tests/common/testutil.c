@@ -10,6 +10,10 @@
 #include <unistd.h>
 
 #include "core/rng.h"
+#include "io/audio.h"
+#include "io/model_dir.h"
+#include "io/model_file.h"
+#include "t3/t3.h"
 
 int test_failures, test_checks;
 
@@ -113,6 +117,77 @@ bool test_exists(const char *path)
 {
     struct stat sb;
     return stat(path, &sb) == 0;
+}
+
+const char *test_path(const char *dir, const char *name)
+{
+    static char buf[4][4352];
+    static int i;
+    i = (i + 1) % 4;
+    snprintf(buf[i], sizeof buf[i], "%s/%s", dir, name);
+    return buf[i];
+}
+
+const char *test_model_dir(const char *variant)
+{
+    static char buf[4096];
+    snprintf(buf, sizeof buf, "%s/models/%s", CBX_BINARY_DIR, variant);
+    return buf;
+}
+
+struct model_dir *test_open_model_dir(const char *variant)
+{
+    char err[ERR_MAX] = "";
+    const char *path = test_model_dir(variant);
+    struct model_dir *md = NULL;
+    cbx_status rc = model_dir_open(path, &md, err);
+    CHECK(rc == CBX_OK, "open %s: %s", path, err);
+    return rc == CBX_OK ? md : NULL;
+}
+
+struct model *test_open_model(const char *path)
+{
+    char err[ERR_MAX] = "";
+    struct model *md = NULL;
+    cbx_status rc = model_open(path, &md, err);
+    CHECK(rc == CBX_OK, "open %s: %s", path, err);
+    return rc == CBX_OK ? md : NULL;
+}
+
+bool test_load_t3_f32_q4(const struct model *md, struct t3_model *m, struct t3_model *mq)
+{
+    char err[ERR_MAX] = "";
+    struct weights w = model_weights(md, MODEL_T3);
+    cbx_status rc = t3_load_gpt2(m, &w, TYPE_F32, err);
+    CHECK(rc == CBX_OK, "t3_load_gpt2 f32: %s", err);
+    cbx_status rcq = t3_load_gpt2(mq, &w, TYPE_Q4_0, err);
+    CHECK(rcq == CBX_OK, "t3_load_gpt2 q4_0: %s", err);
+    return rc == CBX_OK && rcq == CBX_OK;
+}
+
+bool test_read_audio(const char *name, int rate, struct audio *a)
+{
+    char err[ERR_MAX] = "";
+    cbx_status rc = io_audio_read(test_data(name), a, err);
+    CHECK(rc == CBX_OK && a->sample_rate == rate, "read %s: %s", name, err);
+    return rc == CBX_OK && a->sample_rate == rate;
+}
+
+float *test_tensor_values(const char *what, const struct tensor *got, int64_t n)
+{
+    if (!got || tensor_nelements(got) != n) {
+        CHECK(false, "%s: result missing or %lld elements, want %lld", what,
+              got ? (long long)tensor_nelements(got) : -1LL, (long long)n);
+        return NULL;
+    }
+    float *buf = malloc((size_t)n * sizeof *buf);
+    bool ok = buf && tensor_to_host(got, buf) == CBX_OK;
+    CHECK(ok, "%s: read back", what);
+    if (!ok) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
 }
 
 void check_cosine_rows(const char *what, const float *got, const float *want, int64_t rows, int64_t d,

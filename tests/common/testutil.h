@@ -57,6 +57,29 @@ void test_slurp(const char *path, char *buf, size_t n);
 int test_count_lines(const char *s);
 /* path names an existing file or directory. */
 bool test_exists(const char *path);
+/* dir/name in one of 4 static buffers used in turn (so up to 4 such paths
+ * can be held at once). */
+const char *test_path(const char *dir, const char *name);
+
+/* The synthetic model directory that the synth_<variant>_model fixture
+ * writes, CBX_BINARY_DIR/models/<variant>; static buffer. */
+const char *test_model_dir(const char *variant);
+/* model_dir_open of test_model_dir(variant), and model_open of path, each
+ * counted as a check ("open PATH: message"); NULL when it fails. */
+struct model_dir *test_open_model_dir(const char *variant);
+struct model *test_open_model(const char *path);
+/* The T3 (GPT-2) weights of md loaded twice, as f32 and as q4_0, each
+ * counted as a check; true when both loaded. */
+struct t3_model;
+bool test_load_t3_f32_q4(const struct model *md, struct t3_model *m, struct t3_model *mq);
+/* tests/data/<name> read into *a, counted as a check that it reads and is
+ * at rate Hz. */
+struct audio;
+bool test_read_audio(const char *name, int rate, struct audio *a);
+/* The n values of got, read back to the host (malloc'd, caller frees);
+ * NULL, with a failed check naming what, when got is NULL, holds another
+ * number of values or cannot be read back. */
+float *test_tensor_values(const char *what, const struct tensor *got, int64_t n);
 
 int test_summary(void);
 

@@ -17,14 +17,7 @@
 
 static const char *dir;
 
-static const char *tpath(const char *name)
-{
-    static char buf[4][4096];
-    static int i;
-    i = (i + 1) % 4;
-    snprintf(buf[i], sizeof buf[i], "%s/%s", dir, name);
-    return buf[i];
-}
+static const char *tpath(const char *name) { return test_path(dir, name); }
 
 static int count_entries(const char *d)
 {

@@ -24,14 +24,7 @@ static uint32_t f32_bits(float f)
 
 static const char *tmp;
 
-static const char *tmp_path(const char *name)
-{
-    static char buf[4][4200];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmp, name);
-    return buf[k];
-}
+static const char *tmp_path(const char *name) { return test_path(tmp, name); }
 
 /* ---------------------------------------------------------------- samples */
 

@@ -67,30 +67,22 @@ static void apply_trim_fade(float *wav, int64_t n)
 static void compare(const char *what, const struct tensor *got, const struct npy *want, bool fade,
                     double rtol)
 {
-    if (!got || tensor_nelements(got) != test_numel(want)) {
-        CHECK(false, "%s: result missing or %lld elements, want %lld", what,
-              got ? (long long)tensor_nelements(got) : -1LL, (long long)test_numel(want));
-        return;
-    }
-    size_t n = (size_t)test_numel(want);
-    float *buf = malloc(n * sizeof *buf);
-    CHECK(buf && tensor_to_host(got, buf) == CBX_OK, "%s: read back", what);
-    if (fade) apply_trim_fade(buf, (int64_t)n);
-    check_close(what, buf, want->data, n, 0, rtol);
+    int64_t n = test_numel(want);
+    float *buf = test_tensor_values(what, got, n);
+    if (!buf) return;
+    if (fade) apply_trim_fade(buf, n);
+    check_close(what, buf, want->data, (size_t)n, 0, rtol);
     free(buf);
 }
 
 int main(void)
 {
-    char err[ERR_MAX] = "", path[512];
-    snprintf(path, sizeof path, "%s/models/%s", CBX_BINARY_DIR, VARIANT);
-    struct model_dir *md = NULL;
-    cbx_status rc = model_dir_open(path, &md, err);
-    CHECK(rc == CBX_OK, "open %s: %s", path, err);
-    if (rc != CBX_OK) return test_summary();
+    char err[ERR_MAX] = "";
+    struct model_dir *md = test_open_model_dir(VARIANT);
+    if (!md) return test_summary();
     struct weights sw = weights_from_model_dir(md, MODEL_S3GEN);
     struct hift *h = NULL;
-    rc = hift_load(&h, &sw, err);
+    cbx_status rc = hift_load(&h, &sw, err);
     CHECK(rc == CBX_OK, "hift_load: %s", err);
     if (rc != CBX_OK) return test_summary();
 

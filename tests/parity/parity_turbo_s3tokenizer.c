@@ -21,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/backend.h"
 #include "io/audio.h"
@@ -50,29 +49,18 @@ static void check_tokens(const char *what, const int32_t *got, int64_t n, const 
     CHECK(ok, "%s", what);
 }
 
-static double now(clockid_t c)
-{
-    struct timespec ts;
-    clock_gettime(c, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
 int main(void)
 {
-    char err[ERR_MAX] = "", path[512];
-    snprintf(path, sizeof path, "%s/models/turbo", CBX_BINARY_DIR);
-    struct model_dir *md = NULL;
-    cbx_status rc = model_dir_open(path, &md, err);
-    CHECK(rc == CBX_OK, "open %s: %s", path, err);
-    if (rc != CBX_OK) return test_summary();
+    char err[ERR_MAX] = "";
+    struct model_dir *md = test_open_model_dir("turbo");
+    if (!md) return test_summary();
     struct weights w = weights_from_model_dir(md, MODEL_S3GEN);
     struct s3tokenizer *tok = NULL;
-    rc = s3tok_load(&tok, &w, err);
+    cbx_status rc = s3tok_load(&tok, &w, err);
     CHECK(rc == CBX_OK, "s3tok_load: %s", err);
     struct audio wav = {0};
-    cbx_status rc2 = io_audio_read(test_data("ref_voice_16k.wav"), &wav, err);
-    CHECK(rc2 == CBX_OK && wav.sample_rate == 16000, "read ref_voice_16k.wav: %s", err);
-    if (rc != CBX_OK || rc2 != CBX_OK) return test_summary();
+    bool wav_ok = test_read_audio("ref_voice_16k.wav", 16000, &wav);
+    if (rc != CBX_OK || !wav_ok) return test_summary();
     struct backend *cpu = backend_cpu_create(2);
     struct npy want_mel = load("s3tok_logmel_prompt"), want_prompt = load("s3gen_prompt_tokens"),
                want_t3 = load("t3_cond_prompt_tokens"), prompt_mel = load("s3gen_prompt_mel");
@@ -115,9 +103,9 @@ int main(void)
     /* end to end from the waveform, timed (warm: the weights were touched
      * above); wall time and this process's CPU time (a loaded machine
      * inflates the first) */
-    double w0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
+    double w0 = test_now(), c0 = test_cpu_seconds();
     rc = s3tok_tokenize(tok, cpu, wav.pcm, n10, 0, &t, &nt, err);
-    double wall = now(CLOCK_MONOTONIC) - w0, cput = now(CLOCK_PROCESS_CPUTIME_ID) - c0;
+    double wall = test_now() - w0, cput = test_cpu_seconds() - c0;
     CHECK(rc == CBX_OK, "s3tok_tokenize: %s", err);
     if (rc == CBX_OK) {
         printf("tokenize 10 s on 2 threads: wall %.3f s, cpu %.3f s (%lld tokens)\n", wall, cput,
@@ -140,7 +128,7 @@ int main(void)
      * is global, so these differ from the first 100 tokens of a full run. */
     rc = s3tok_tokenize(tok, cpu, wav.pcm, n10, 100, &t, &nt, err);
     CHECK(rc == CBX_OK && nt == 100, "max_len 100 gives 100 tokens (%lld)", (long long)nt);
-    rc2 = s3tok_log_mel(tok, cpu, wav.pcm, n10, &mel, &F, err);
+    cbx_status rc2 = s3tok_log_mel(tok, cpu, wav.pcm, n10, &mel, &F, err);
     if (rc == CBX_OK && rc2 == CBX_OK) {
         float *cut = malloc(128 * 400 * sizeof *cut);
         for (int m = 0; m < 128; m++) memcpy(cut + m * 400, mel + m * F, 400 * sizeof *cut);

@@ -71,21 +71,13 @@ static bool run(const struct t3_model *m, const struct backend *be, const struct
 
 int main(void)
 {
-    char err[ERR_MAX] = "", dir[512];
+    char dir[512];
     const char *env = getenv("CBX_KV16_MODEL");
     if (env && *env) snprintf(dir, sizeof dir, "%s", env);
     else snprintf(dir, sizeof dir, "%s/models/turbo", CBX_BINARY_DIR);
-    struct model *md = NULL;
-    cbx_status rc = model_open(dir, &md, err);
-    CHECK(rc == CBX_OK, "open %s: %s", dir, err);
-    if (rc != CBX_OK) return test_summary();
+    struct model *md = test_open_model(dir);
     struct t3_model m, mq;
-    struct weights w = model_weights(md, MODEL_T3);
-    rc = t3_load_gpt2(&m, &w, TYPE_F32, err);
-    CHECK(rc == CBX_OK, "t3_load_gpt2 f32: %s", err);
-    cbx_status rcq = t3_load_gpt2(&mq, &w, TYPE_Q4_0, err);
-    CHECK(rcq == CBX_OK, "t3_load_gpt2 q4_0: %s", err);
-    if (rc != CBX_OK || rcq != CBX_OK) return test_summary();
+    if (!md || !test_load_t3_f32_q4(md, &m, &mq)) return test_summary();
     CHECK(m.tfmr.kv_type == TYPE_F32, "f32 weights: cache %s, want f32", dtype_name(m.tfmr.kv_type));
     CHECK(mq.tfmr.kv_type == TYPE_F16, "q4_0 weights: cache %s, want f16", dtype_name(mq.tfmr.kv_type));
 

@@ -140,22 +140,15 @@ static void compare(const char *what, const struct t3_model *m, const struct bac
 
 int main(void)
 {
-    char err[ERR_MAX] = "", dir[512];
-    snprintf(dir, sizeof dir, "%s/models/turbo", CBX_BINARY_DIR);
-    struct model *md = NULL;
-    cbx_status rc = model_open(dir, &md, err);
-    CHECK(rc == CBX_OK, "open %s: %s", dir, err);
-    if (rc != CBX_OK) return test_summary();
+    char err[ERR_MAX] = "";
+    const char *dir = test_model_dir("turbo");
+    struct model *md = test_open_model(dir);
     struct t3_model m, mq;
-    struct weights w = model_weights(md, MODEL_T3);
-    rc = t3_load_gpt2(&m, &w, TYPE_F32, err);
-    CHECK(rc == CBX_OK, "t3_load_gpt2 f32: %s", err);
-    cbx_status rcq = t3_load_gpt2(&mq, &w, TYPE_Q4_0, err);
-    CHECK(rcq == CBX_OK, "t3_load_gpt2 q4_0: %s", err);
+    if (!md || !test_load_t3_f32_q4(md, &m, &mq)) return test_summary();
     struct gpt2_bpe *tok = NULL;
     cbx_status rct = gpt2_bpe_load_dir(dir, &tok, err);
     CHECK(rct == CBX_OK, "tokenizer: %s", err);
-    if (rc != CBX_OK || rcq != CBX_OK || rct != CBX_OK) return test_summary();
+    if (rct != CBX_OK) return test_summary();
 
     struct npy spk = load("ve_embedding"), prompt = load("t3_cond_prompt_tokens"), text = load("text_tokens");
     struct npy want_gt = load("t3_greedy_tokens"), want_st = load("t3_sampled_tokens");
@@ -164,9 +157,9 @@ int main(void)
 
     /* one prefix per model, shared by every text */
     struct t3_prefix *pfx = NULL, *pfxq = NULL;
-    rc = t3_prefix_build(&m, cpu, &cond, &pfx, err);
+    cbx_status rc = t3_prefix_build(&m, cpu, &cond, &pfx, err);
     CHECK(rc == CBX_OK, "t3_prefix_build: %s", err);
-    rcq = t3_prefix_build(&mq, cpu, &cond, &pfxq, err);
+    cbx_status rcq = t3_prefix_build(&mq, cpu, &cond, &pfxq, err);
     CHECK(rcq == CBX_OK, "t3_prefix_build q4_0: %s", err);
     if (rc == CBX_OK && rcq == CBX_OK) {
         printf("prefix: %d positions, %.1f MB\n", pfx->n, (double)pfx->bytes / 1e6);

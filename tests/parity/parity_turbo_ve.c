@@ -23,23 +23,18 @@ static struct npy load(const char *name) { return test_fixture(VARIANT, name); }
 
 int main(void)
 {
-    char err[ERR_MAX] = "", path[512];
-    snprintf(path, sizeof path, "%s/models/%s", CBX_BINARY_DIR, VARIANT);
-    struct model_dir *md = NULL;
+    char err[ERR_MAX] = "";
     struct voice_encoder *ve = NULL;
     struct backend *cpu = backend_cpu_create(2);
     struct audio wav = {0};
     float *mel = NULL, *pe = NULL;
     CHECK(cpu != NULL, "cpu backend");
-    cbx_status rc = model_dir_open(path, &md, err);
-    CHECK(rc == CBX_OK, "open %s: %s", path, err);
-    if (rc != CBX_OK || !cpu) return test_summary();
+    struct model_dir *md = test_open_model_dir(VARIANT);
+    if (!md || !cpu) return test_summary();
     struct weights w = weights_from_model_dir(md, MODEL_VE);
-    rc = ve_load(&ve, &w, err);
+    cbx_status rc = ve_load(&ve, &w, err);
     CHECK(rc == CBX_OK, "ve_load: %s", err);
-    rc = io_audio_read(test_data("ref_voice_16k.wav"), &wav, err);
-    CHECK(rc == CBX_OK && wav.sample_rate == 16000, "read ref_voice_16k.wav: %s", err);
-    if (!ve || rc != CBX_OK) goto done;
+    if (!test_read_audio("ref_voice_16k.wav", 16000, &wav) || !ve) goto done;
 
     struct npy want_trim = load("ve_trim_interval"), want_mel = load("ve_mel"),
                want_pe = load("ve_partial_embeds"), want_emb = load("ve_embedding");

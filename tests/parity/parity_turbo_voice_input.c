@@ -34,14 +34,7 @@
 
 static char tmp[4096], err_text[16384];
 
-static const char *tpath(const char *name)
-{
-    static char buf[4][4300];
-    static int i;
-    i = (i + 1) % 4;
-    snprintf(buf[i], sizeof buf[i], "%s/%s", tmp, name);
-    return buf[i];
-}
+static const char *tpath(const char *name) { return test_path(tmp, name); }
 
 /* `chatterbox ARGS` (stdout discarded), stderr in err_text; exit status */
 static int run(const char *args)
@@ -112,6 +105,18 @@ static double same_frac(const int32_t *a, int64_t na, const int32_t *b, int64_t 
 
 /* Distances of c from the reference voice r: cosines of the embeddings,
  * max abs of the prompt mel (common frames), identical token fractions. */
+/* the same tensors, bit for bit (speaker_emb, embedding, the token
+ * prompts and prompt_feat) */
+static bool same_tensors(const struct conds *a, const struct conds *b)
+{
+    return a->n_cond_prompt == b->n_cond_prompt && a->n_prompt_token == b->n_prompt_token &&
+           a->n_prompt_feat == b->n_prompt_feat && !memcmp(a->speaker_emb, b->speaker_emb, 256 * 4) &&
+           !memcmp(a->embedding, b->embedding, 192 * 4) &&
+           !memcmp(a->cond_prompt_tokens, b->cond_prompt_tokens, (size_t)a->n_cond_prompt * 4) &&
+           !memcmp(a->prompt_token, b->prompt_token, (size_t)a->n_prompt_token * 4) &&
+           !memcmp(a->prompt_feat, b->prompt_feat, (size_t)a->n_prompt_feat * 320);
+}
+
 struct dist {
     double spk_cos, emb_cos, feat_abs, t3_same, prompt_same, feat_mean;
 };
@@ -188,12 +193,7 @@ int main(void)
     ps.serial = true;
     st = voice_prepare(vm, be, &a, NULL, &ps, &c, NULL, err);
     if (st == CBX_OK) {
-        bool same = c.n_cond_prompt == ref.n_cond_prompt && c.n_prompt_token == ref.n_prompt_token &&
-                    c.n_prompt_feat == ref.n_prompt_feat && !memcmp(c.speaker_emb, ref.speaker_emb, 256 * 4) &&
-                    !memcmp(c.embedding, ref.embedding, 192 * 4) &&
-                    !memcmp(c.cond_prompt_tokens, ref.cond_prompt_tokens, (size_t)c.n_cond_prompt * 4) &&
-                    !memcmp(c.prompt_token, ref.prompt_token, (size_t)c.n_prompt_token * 4) &&
-                    !memcmp(c.prompt_feat, ref.prompt_feat, (size_t)c.n_prompt_feat * 320);
+        bool same = same_tensors(&c, &ref);
         struct dist d = distance(&c, &ref);
         print_dist("serial vs concurrent lanes", &c, d);
         CHECK(same, "serial stages == concurrent lanes, bit for bit");
@@ -269,12 +269,7 @@ int main(void)
     st = voice_prepare_file(vm, be, tpath("stereo.wav"), NULL, &p, &c, NULL, err);
     cbx_status st_m = voice_prepare(vm, be, &ma, NULL, &p, &cm, NULL, err);
     if (st == CBX_OK && st_m == CBX_OK) {
-        bool same = c.n_cond_prompt == cm.n_cond_prompt && c.n_prompt_token == cm.n_prompt_token &&
-                    c.n_prompt_feat == cm.n_prompt_feat && !memcmp(c.speaker_emb, cm.speaker_emb, 256 * 4) &&
-                    !memcmp(c.embedding, cm.embedding, 192 * 4) &&
-                    !memcmp(c.cond_prompt_tokens, cm.cond_prompt_tokens, (size_t)c.n_cond_prompt * 4) &&
-                    !memcmp(c.prompt_token, cm.prompt_token, (size_t)c.n_prompt_token * 4) &&
-                    !memcmp(c.prompt_feat, cm.prompt_feat, (size_t)c.n_prompt_feat * 320);
+        bool same = same_tensors(&c, &cm);
         struct dist d = distance(&c, &ref);
         print_dist("stereo vs mono reference", &c, d);
         CHECK(conds_finite(&c) && same, "stereo file voice == voice of the channel mean (bit for bit)");

@@ -25,20 +25,6 @@
 #include "testutil.h"
 #include "voice/voice.h"
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 /* max |got - want| over [lo, hi) and the largest |want| there */
 static double max_abs_diff(const float *got, const float *want, int64_t lo, int64_t hi, double *peak)
 {
@@ -167,7 +153,8 @@ int main(void)
     check_len(1, 777, 24000, 24000, 777);
 
     /* 5. loudness: pyloudnorm's value (float64, from the float32 wav) */
-    char *js = slurp(test_data("turbo/norm_loudness.json"));
+    size_t n_js;
+    char *js = test_read_file(test_data("turbo/norm_loudness.json"), &n_js);
     cJSON *j = js ? cJSON_Parse(js) : NULL;
     const cJSON *jl = cJSON_GetObjectItem(j, "integrated_loudness_lufs");
     const cJSON *jg = cJSON_GetObjectItem(j, "gain_linear");

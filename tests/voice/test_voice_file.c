@@ -19,20 +19,7 @@
 
 static const char *dir;
 
-static const char *tpath(const char *name)
-{
-    static char buf[4][4096];
-    static int i;
-    i = (i + 1) % 4;
-    snprintf(buf[i], sizeof buf[i], "%s/%s", dir, name);
-    return buf[i];
-}
-
-static bool exists(const char *p)
-{
-    struct stat st;
-    return stat(p, &st) == 0;
-}
+static const char *tpath(const char *name) { return test_path(dir, name); }
 
 /* A complete voice with deterministic values. */
 static void make_conds(struct conds *c, int64_t P, int64_t Np, int64_t Tp)
@@ -223,7 +210,7 @@ int main(void)
     mkdir(tpath("npy_bad"), 0777);
     mkdir(tpath("npy_bad/cond_prompt_speech_tokens.npy"), 0777);
     rc = conds_write_npy_dir(tpath("npy_bad"), &c, err);
-    CHECK(rc != CBX_OK && !exists(tpath("npy_bad/speaker_emb.npy")) && exists(tpath("npy_bad")),
+    CHECK(rc != CBX_OK && !test_exists(tpath("npy_bad/speaker_emb.npy")) && test_exists(tpath("npy_bad")),
           "npy dir write failing half-way leaves no file: %s", err);
 
     /* bad files */
@@ -259,10 +246,10 @@ int main(void)
     struct conds part = c;
     part.embedding = NULL;
     rc = conds_write_voice(tpath("part.voice"), &part, &m, err);
-    CHECK(rc == CBX_ERR_INVALID_ARG && !exists(tpath("part.voice")) && strstr(err, "incomplete"),
+    CHECK(rc == CBX_ERR_INVALID_ARG && !test_exists(tpath("part.voice")) && strstr(err, "incomplete"),
           "incomplete voice refused, no file: %s", err);
     rc = conds_write_voice(tpath("no/such/dir/x.voice"), &c, &m, err);
-    CHECK(rc != CBX_OK && !exists(tpath("no")), "unwritable target: %s", err);
+    CHECK(rc != CBX_OK && !test_exists(tpath("no")), "unwritable target: %s", err);
 
     conds_free(&c);
     return test_summary();
