@@ -4,12 +4,12 @@
  * Each case runs op_attention on the cpu backend with the hint and checks:
  *  1. against the ref backend (F32 operands, double sums): the AMX path
  *     rounds q * scale, k, v and the softmax numerators p to BF16 (8
- *     significant bits, unit roundoff u = 2^-9 ~ 2e-3). A score s = sum
- *     q_d k_d then carries an error of about u sqrt(D) |q| |k| / sqrt(D),
- *     far below 1 in the exponent here (|s| < 3), so each weight p_j and
- *     value v_j is off by ~u relative, independently; the output, a convex
- *     combination, is off by at most ~2u relative to max |o| in the worst
- *     case and much less on average. Tolerance: rel <= 1e-2 (5u), abs <= 1e-2.
+ *     significant bits, unit roundoff u = 2^-9 ~ 2e-3). Each term q_d k_d
+ *     of a score is then off by ~2u relative, the score (a sum of D terms
+ *     of random sign) by ~2u sqrt(D) |q_d k_d| ~ 1e-3 here, so each weight
+ *     p_j is off by ~1e-3 + u relative and each v_j by u; the output, a
+ *     convex combination of the v_j (|v| <= 1), is off by a few u at worst
+ *     (measured: up to 3.6e-3 abs). Tolerance: abs <= 1e-2 or rel <= 1e-2.
  *  2. against a reference computed here in double whose inputs are the
  *     same BF16 roundings (q * scale, k, v, and p = exp(s - m) rounded to
  *     BF16 in the P.V product, l = sum of the unrounded p): what is left is

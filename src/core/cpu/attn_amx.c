@@ -12,9 +12,11 @@
  *  2. one item per (b, head, block of QB = 32 query rows), per thread:
  *     Q * scale rounded to BF16 (rows past Tq zero) as A tiles;
  *     S[32, keys] = Q.K^T, 16 keys per step into two C tiles (one per 16
- *     rows), stored to an F32 score block covering every key;
+ *     rows), stored to an F32 score block covering every key (without
+ *     bias or causal mask, each stored chunk is read back at once, still in
+ *     L1, for the row maxima);
  *     softmax per row in F32: bias added, keys a row may not see masked,
- *     max m, p = exp(s - m) (as 2^x, x = (s - m) * log2 e, a degree-5
+ *     max m (unless known), p = exp(s - m) (as 2^x, x = (s - m) * log2 e, a degree-5
  *     polynomial: relative error ~1e-7), l = sum p, p rounded to BF16 into
  *     the row-major P block (the A operand of P.V), zero past the last
  *     visible key up to the 32-key step;
