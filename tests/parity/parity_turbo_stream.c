@@ -226,6 +226,19 @@ static void check_seams(const char *what, const struct capture *c, const float *
     free(near);
 }
 
+/* HiFT alone, cut as `cuts` says, vs the whole utterance's audio: end to
+ * end, the source phase, the seams */
+static void check_hift_cuts(const char *cuts, const struct capture *h, const float *whole, int64_t ny,
+                            double redraw_hift)
+{
+    char what[160];
+    snprintf(what, sizeof what, "parity_turbo_stream hift, %s vs whole", cuts);
+    compare_whole(what, h->x, h->n, whole, ny, TOL_HIFT, redraw_hift);
+    hift_phase_check(cuts, h, whole, ny);
+    snprintf(what, sizeof what, "parity_turbo_stream hift seams, %s", cuts);
+    check_seams(what, h, whole, K_STEP, K_FADE);
+}
+
 static void module_checks(const char *model)
 {
     char err[ERR_MAX] = "";
@@ -325,18 +338,42 @@ static void module_checks(const char *model)
                       redraw_wav);
         check_seams("parity_turbo_stream seams, default chunks", &c1, whole, K_STEP, -1);
     }
+    /* 1d: the first chunk alone conditioned on the last 20 prompt tokens
+     * (stream.h invariant 7): its mel frames change, every later frame is
+     * bit-identical to the default stream's (each chunk re-runs the flow
+     * from scratch with the whole prompt), and the mel stays within the
+     * chunking bound */
+    if (rc == CBX_OK) {
+        struct stream_params f = p;
+        f.first_prompt_tokens = 20;
+        struct capture cf;
+        struct stream_stats sf;
+        cbx_status rf = run_stream(&s3, cpu, &ref, t, n, &f, 1, &cf, &sf, err);
+        CHECK(rf == CBX_OK, "stream with a first-chunk prompt of 20 tokens: %s", err);
+        const int64_t n1 = 2 * p.first_tokens - STREAM_LOOKAHEAD_FRAMES; /* first chunk's frames */
+        if (rf == CBX_OK && cf.n_mel == c1.n_mel && c1.n_mel > n1) {
+            double d1 = 0;
+            for (int64_t i = 0; i < 80 * n1; i++) d1 = fmax(d1, fabs(cf.mel[i] - c1.mel[i]));
+            const int same = !memcmp(cf.mel + 80 * n1, c1.mel + 80 * n1, sizeof(float) * 80 * (size_t)(c1.n_mel - n1));
+            printf("first-chunk prompt 20 of %lld tokens: first chunk after %.3f s (whole prompt %.3f s); "
+                   "its %lld frames differ by max abs %.3g; frames after it identical: %s\n",
+                   (long long)ref.n_prompt_token, sf.t_first, s1.t_first, (long long)n1, d1, same ? "yes" : "no");
+            CHECK(d1 > 0 && same, "first-chunk prompt: first chunk unchanged or later frames changed");
+            compare_whole("parity_turbo_stream mel, first-chunk prompt 20 vs whole", cf.mel, 80 * cf.n_mel, wmel,
+                          80 * nm, TOL_MEL, redraw_mel);
+        } else {
+            CHECK(0, "first-chunk prompt: %lld mel frames, want %lld", (long long)cf.n_mel, (long long)c1.n_mel);
+        }
+        free(cf.mel);
+        free(cf.x);
+    }
     /* 1b, 2: HiFT alone on the whole utterance's mel, cut where the
      * default schedule cuts (14, 54 frames, final): what the carried
      * source and the cross-fade change */
     const int64_t at1[3] = {14, small ? 30 : 54, nm}; /* mel frames after 10, 30 tokens */
     rc = run_hift(&s3, cpu, &ref, wmel, at1, 3, &p, &h1, err);
     CHECK(rc == CBX_OK, "chunked hift: %s", err);
-    if (rc == CBX_OK) {
-        compare_whole("parity_turbo_stream hift, default cuts vs whole", h1.x, h1.n, whole, ny, TOL_HIFT,
-                      redraw_hift);
-        hift_phase_check("default cuts", &h1, whole, ny);
-        check_seams("parity_turbo_stream hift seams, default cuts", &h1, whole, K_STEP, K_FADE);
-    }
+    if (rc == CBX_OK) check_hift_cuts("default cuts", &h1, whole, ny, redraw_hift);
     /* many small chunks: first 8 tokens, then 6 at a time (seams every
      * 240 ms); HiFT alone with the same cuts */
     struct stream_params q = p;
@@ -358,12 +395,7 @@ static void module_checks(const char *model)
     at2[n_at2++] = nm;
     rc = run_hift(&s3, cpu, &ref, wmel, at2, n_at2, &p, &h2, err);
     CHECK(rc == CBX_OK, "chunked hift: %s", err);
-    if (rc == CBX_OK) {
-        compare_whole("parity_turbo_stream hift, 12-frame cuts vs whole", h2.x, h2.n, whole, ny, TOL_HIFT,
-                      redraw_hift);
-        hift_phase_check("12-frame cuts", &h2, whole, ny);
-        check_seams("parity_turbo_stream hift seams, 12-frame cuts", &h2, whole, K_STEP, K_FADE);
-    }
+    if (rc == CBX_OK) check_hift_cuts("12-frame cuts", &h2, whole, ny, redraw_hift);
 
     /* 3: determinism (pushed in other groupings: chunks depend on token
      * counts only) */
