@@ -4,15 +4,17 @@
  * the whole-utterance run of the same text and parameters from the same
  * invocation as baseline (its first audio is its end).
  *
- *   bench_stream --model DIR|GGUF [--tokens N] [--first-tokens K] [--stream-prompt P] [--threads N] [--reps N]
- *                [--filter q4_0]
+ *   bench_stream --model DIR|GGUF [--tokens N] [--first-tokens K] [--stream-prompt P] [--first-prompt F]
+ *                [--threads N] [--reps N] [--filter q4_0]
  *
  * Workload: a fixed sentence with the built-in voice, seed 0, upstream
  * sampling defaults, at most N speech tokens (default 250 = 10 s); the
  * engine's defaults for streaming (first chunk after
  * engine_params.stream_first_tokens tokens, or K, then 20, 40, 80, 80...);
  * --stream-prompt P cuts S3Gen's reference prompt to its last P tokens
- * (engine_params.stream_prompt_tokens; default: the whole prompt).
+ * (engine_params.stream_prompt_tokens; default: the whole prompt);
+ * --first-prompt F does so for the first chunk only
+ * (engine_params.stream_first_prompt_tokens; default: the engine's).
  *
  * Cold and warm (pipeline/engine.h, "Voice prefix cache"): each repetition
  * empties the model's voice prefix cache and runs the stream twice: cold
@@ -89,8 +91,8 @@ static struct first medians(double **v, int R)
     return f;
 }
 
-static int run_type(const char *path, int wtype, int N, int K, int P, const struct bench_opts *o, struct backend *be,
-                    struct result *res)
+static int run_type(const char *path, int wtype, int N, int K, int P, int FP, const struct bench_opts *o,
+                    struct backend *be, struct result *res)
 {
     char err[ERR_MAX] = "";
     struct engine_model *m = NULL;
@@ -107,6 +109,7 @@ static int run_type(const char *path, int wtype, int N, int K, int P, const stru
     p.split = false;
     if (K > 0) p.stream_first_tokens = K;
     p.stream_prompt_tokens = P;
+    if (FP >= 0) p.stream_first_prompt_tokens = FP;
     for (int r = -1; r < R; r++) {
         for (int warm = 0; warm < 2; warm++) {
             if (r < 0 && warm) break;
@@ -165,6 +168,7 @@ int main(int argc, char **argv)
     int N = (v = bench_take_opt(&argc, argv, "--tokens")) ? atoi(v) : 250;
     int K = (v = bench_take_opt(&argc, argv, "--first-tokens")) ? atoi(v) : 0;
     int P = (v = bench_take_opt(&argc, argv, "--stream-prompt")) ? atoi(v) : 0;
+    int FP = (v = bench_take_opt(&argc, argv, "--first-prompt")) ? atoi(v) : -1;
     struct bench_opts opt;
     if (!bench_parse(argc, argv, &opt, 1)) return 2;
     if (!model || N < 12 || N > 4000) {
@@ -180,7 +184,7 @@ int main(int argc, char **argv)
         const char *name = gguf ? "gguf" : dtype_name((enum dtype)wt);
         if (!gguf && !bench_selected(&opt, name)) continue;
         struct result r = {0};
-        if (!run_type(model, wt, N, K, P, &opt, be, &r)) {
+        if (!run_type(model, wt, N, K, P, FP, &opt, be, &r)) {
             backend_cpu_free(be);
             return 1;
         }

@@ -160,6 +160,11 @@ typedef struct cbx_synth_params {
      * reference) sets the floor of first-audio latency; a shorter one
      * trades reference context for latency (the speaker x-vector is kept) */
     int stream_prompt_tokens;  /* 0: the whole prompt */
+    /* streaming latency: the first chunk alone is conditioned on the last
+     * N tokens of the reference prompt (later chunks on all of it), so its
+     * cost, and first-audio latency, does not grow with the reference; only
+     * the first ~180 ms of speech see less reference. 0: the whole prompt */
+    int stream_first_prompt_tokens; /* 25 */
     /* S3Gen arithmetic (a cbx_precision): AUTO rounds the operands of the
      * large products to BF16 (accumulating in F32) for quantised models on
      * CPUs with AMX-BF16, and keeps F32 for F32/F16/BF16 models */

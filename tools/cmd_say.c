@@ -65,6 +65,10 @@ static void usage(FILE *f)
             "                            N tokens of the voice's reference prompt (lower\n"
             "                            first-audio latency, less reference context;\n"
             "                            default 0: all of it)\n"
+            "  --stream-first-prompt N   while streaming, condition the first chunk alone\n"
+            "                            on the last N reference tokens (default 25: first\n"
+            "                            audio does not wait for the whole reference; 0:\n"
+            "                            all of it)\n"
             "  --precision P             S3Gen arithmetic: auto (default: bf16 for\n"
             "                            quantised models, else f32), f32 or bf16\n"
             "                            (BF16 products on CPUs with AMX, else f32)\n"
@@ -320,7 +324,7 @@ int cmd_say(int argc, char **argv)
         static const char *const with_value[] = {
             "-o", "--output", "--format", "--text-file", "--model", "--voice", "--seed", "--temperature",
             "--top-k", "--top-p", "--repetition-penalty", "--max-tokens", "--cfm-steps", "--threads",
-            "--pause-ms", "--stream-prompt", "--precision", "-t"};
+            "--pause-ms", "--stream-prompt", "--stream-first-prompt", "--precision", "-t"};
         int known = 0;
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(o, with_value[k]);
         if (!known) return usage_error("unknown option '%s'", o);
@@ -338,6 +342,7 @@ int cmd_say(int argc, char **argv)
         else if (!strcmp(o, "--repetition-penalty")) { if (!parse_num(o, val, 1e-6, 100, &ep.s.repetition_penalty)) return 2; }
         else if (!strcmp(o, "--max-tokens")) { if (!parse_int(o, val, 1, 100000, &ep.max_tokens)) return 2; }
         else if (!strcmp(o, "--cfm-steps")) { if (!parse_int(o, val, 1, 1000, &ep.cfm_steps)) return 2; }
+        else if (!strcmp(o, "--stream-first-prompt")) { if (!parse_int(o, val, 0, 100000, &ep.stream_first_prompt_tokens)) return 2; }
         else if (!strcmp(o, "--stream-prompt")) { if (!parse_int(o, val, 0, 100000, &ep.stream_prompt_tokens)) return 2; }
         else if (!strcmp(o, "--precision")) {
             if (!strcmp(val, "auto")) ep.precision = ENGINE_PREC_AUTO;

@@ -186,6 +186,7 @@ cbx_synth_params cbx_synth_default_params(void)
     p.stream_first_tokens = e.stream_first_tokens;
     p.stream_chunk_tokens = e.stream_chunk_tokens;
     p.stream_prompt_tokens = e.stream_prompt_tokens;
+    p.stream_first_prompt_tokens = e.stream_first_prompt_tokens;
     p.precision = e.precision;
     return p;
 }
@@ -251,6 +252,7 @@ cbx_status cbx_synthesize(cbx_context *ctx, const cbx_voice *voice, const char *
     e.stream_first_tokens = params->stream_first_tokens;
     e.stream_chunk_tokens = params->stream_chunk_tokens;
     e.stream_prompt_tokens = params->stream_prompt_tokens;
+    e.stream_first_prompt_tokens = params->stream_first_prompt_tokens;
     e.precision = params->precision;
     struct chunk_relay r = {chunk, user};
     float *pcm = NULL;

@@ -148,6 +148,11 @@ struct engine_params {
                                * tokens, 500 frames); a shorter one trades
                                * reference for latency (the speaker x-vector is
                                * kept). 0 (default): the whole prompt. */
+    int stream_first_prompt_tokens; /* streaming only: the first chunk alone is
+                               * conditioned on the last N prompt tokens
+                               * (stream.h invariant 7), bounding first-audio
+                               * latency; default 25 (1 s of reference);
+                               * 0: as every other chunk */
     int precision;            /* S3Gen products: ENGINE_PREC_AUTO (default: BF16
                                * for quantised weights, else F32), _F32, _BF16 */
 };

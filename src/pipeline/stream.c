@@ -58,7 +58,7 @@ static double now(void)
 
 struct stream_params stream_default_params(void)
 {
-    struct stream_params p = {10, 20, 80, 2 * 1004, 0, 0, false};
+    struct stream_params p = {10, 20, 80, 2 * 1004, 0, 0, false, 0};
     return p;
 }
 
@@ -138,10 +138,11 @@ const float *stream_mel(const struct stream *st, int64_t *n_frames)
 
 /* ---- flow: CausalMaskedDiffWithXvec.inference(finalize) ------------------ */
 
-/* Initial noise z [80, tm] in the persistent layout (stream.h, 5). */
-static float *noise(struct stream *st, int64_t tm, char *err)
+/* Initial noise z [80, tm] in the persistent layout (stream.h, 5): frames
+ * [off, off + tm) of it, the first tp - off of them prompt frames. */
+static float *noise(struct stream *st, int64_t off, int64_t tm, char *err)
 {
-    const int64_t tp = st->ref.n_prompt_feat, ng = tm - tp, R = st->p.noise_frames;
+    const int64_t tp = st->ref.n_prompt_feat, ng = tm - (tp - off), R = st->p.noise_frames;
     if (ng > R) {
         err_setf(err, CBX_ERR_INVALID_ARG, "stream: %lld generated mel frames exceed noise_frames %lld",
                  (long long)ng, (long long)R);
@@ -160,11 +161,11 @@ static float *noise(struct stream *st, int64_t tm, char *err)
         float *row = z + c * tm;
         /* z = randn_like(mu) over prompt + generated frames: a gaussian
          * takes two raw draws, value k of the row at counter 2 (c R' + k) */
-        zs.counter = 2 * (uint64_t)(c * (tp + R));
-        rng_gaussian_fill(&zs, row, (size_t)(meanflow ? tp : tm));
+        zs.counter = 2 * (uint64_t)(c * (tp + R) + off);
+        rng_gaussian_fill(&zs, row, (size_t)(meanflow ? tp - off : tm));
         if (meanflow) { /* z[..., Tp:] = noised_mels (1, 80, R) */
             ns.counter = 2 * (uint64_t)(c * R);
-            rng_gaussian_fill(&ns, row + tp, (size_t)ng);
+            rng_gaussian_fill(&ns, row + tp - off, (size_t)ng);
         }
     }
     return z;
@@ -176,11 +177,22 @@ static cbx_status flow_chunk(struct stream *st, const int32_t *tokens, int64_t n
 {
     struct arena *a = st->a;
     const struct s3gen_flow *f = &st->s->flow;
-    const int64_t np = st->ref.n_prompt_token, tp = st->ref.n_prompt_feat, all = np + n;
+    /* the prompt: all of it, or its last K tokens for the first chunk
+     * (invariant 7): frames [off, Tp) of prompt_feat */
+    int64_t np = st->ref.n_prompt_token, tp = st->ref.n_prompt_feat, off = 0;
+    const int64_t K = st->p.first_prompt_tokens;
+    if (st->n_mel == 0 && !finalize && K > 0 && K < np && tp == 2 * np) {
+        off = 2 * (np - K);
+        np = K;
+        tp -= off;
+    }
+    const int32_t *ptok = st->ref.prompt_token + st->ref.n_prompt_token - np;
+    const float *pfeat = st->ref.prompt_feat + off * N_MEL;
+    const int64_t all = np + n;
     int32_t *ids = arena_alloc_host(a, sizeof *ids * (size_t)all);
     if (!ids) goto fail;
     for (int64_t i = 0; i < all; i++) {
-        int32_t id = i < np ? st->ref.prompt_token[i] : tokens[i - np];
+        int32_t id = i < np ? ptok[i] : tokens[i - np];
         if (id < 0 || id >= S3GEN_SPEECH_VOCAB)
             return err_setf(err, CBX_ERR_INVALID_ARG, "stream: %s token %lld is %d, outside 0..%d",
                             i < np ? "prompt" : "speech", (long long)(i < np ? i : i - np), (int)id,
@@ -201,10 +213,9 @@ static cbx_status flow_chunk(struct stream *st, const int32_t *tokens, int64_t n
     struct tensor *cond = op_fill(a, 3, (int64_t[]){1, N_MEL, tm - tp}, 0.0f);
     if (tp > 0) {
         const int64_t pf[3] = {1, tp, N_MEL};
-        cond = op_concat(a, op_transpose(a, op_from_host(a, TYPE_F32, 3, pf, st->ref.prompt_feat), 1, 2),
-                         cond, 2);
+        cond = op_concat(a, op_transpose(a, op_from_host(a, TYPE_F32, 3, pf, pfeat), 1, 2), cond, 2);
     }
-    float *zh = noise(st, tm, err);
+    float *zh = noise(st, off, tm, err);
     if (!zh) return arena_status(a) != CBX_OK ? arena_status(a) : CBX_ERR_INVALID_ARG;
     struct tensor *z = op_from_host(a, TYPE_F32, 3, (int64_t[]){1, N_MEL, tm}, zh);
     struct s3gen_cfm_params cp = {st->p.n_cfm_steps, false, NULL, NULL};

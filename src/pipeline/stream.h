@@ -65,6 +65,15 @@
  *      2 * (max_tokens + tail), a bound it knows before T3 starts.
  *   6. Deterministic: the same tokens, seed and parameters give the same
  *      chunks (same sizes and samples).
+ *   7. First-chunk prompt (stream_params.first_prompt_tokens = K > 0): the
+ *      first chunk alone is conditioned on the last K prompt tokens (2K
+ *      prompt frames) instead of the whole prompt; its noise is the tail
+ *      of the same layout (invariant 5), so every generated frame starts
+ *      from the noise it would have with the whole prompt. Only the first
+ *      chunk's frames (2 first_tokens - 6, 180 ms by default) are made
+ *      with less reference; every later chunk sees the whole prompt. The
+ *      first chunk then costs what a K-token prompt costs, which bounds
+ *      first-audio latency however long the reference is.
  *
  * Cost: every chunk re-runs the encoder and CFM over the prompt and all
  * tokens so far (attention is bidirectional, nothing can be cached), so
@@ -99,6 +108,7 @@ struct stream_params {
     int n_cfm_steps;       /* <= 0: the model's */
     uint64_t seed;         /* every run-time stream, as s3gen_params.seed */
     bool bf16;             /* as s3gen_params.bf16 */
+    int first_prompt_tokens; /* invariant 7; 0: the whole prompt */
 };
 struct stream_params stream_default_params(void);
 
