@@ -41,7 +41,10 @@
  *                conv_pre, ResBlocks of the three stages, conv_post), F32,
  *                through the AVX-512 direct kernel ("direct") and through
  *                im2col + sgemm (the AVX2 level's path, "im2col"); GFLOP/s,
- *                ratio to fma_peak, and direct / im2col speed-up.
+ *                ratio to fma_peak, and direct / im2col speed-up; with
+ *                AMX-BF16 ready, also with the arena's BF16 hint (the
+ *                AMX-BF16 path, "bf16:amx": operands rounded to bf16) and
+ *                its speed-up over the F32 direct kernel in the same run.
  * Every figure is the median over --reps timed repetitions after one
  * untimed warm-up; p10/p90 are of the same samples. */
 #include <immintrin.h>
@@ -419,13 +422,15 @@ static void bench_conv1d(void)
     };
     if (!bench_selected(&opt, "conv1d")) return;
     if (peak_gflops == 0) bench_fma_peak();
+    const struct cpu_features *cf = cpu_features();
+    bool amx = cpu_amx_ready() && cf->amx_bf16 && cf->avx512_bf16;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         int64_t cin = shapes[si][0], cout = shapes[si][1], K = shapes[si][2];
         int64_t dil = shapes[si][3], T = shapes[si][4];
         float *xv = malloc((size_t)(cin * T) * sizeof *xv);
         float *wv = malloc((size_t)(cout * cin * K) * sizeof *wv);
         float *bv = malloc((size_t)cout * sizeof *bv);
-        double *v = calloc(2 * (size_t)opt.reps, sizeof *v);
+        double *v = calloc(3 * (size_t)opt.reps, sizeof *v);
         if (!xv || !wv || !bv || !v) { free(xv); free(wv); free(bv); free(v); return; }
         fill_random(xv, (size_t)(cin * T), 3);
         fill_random(wv, (size_t)(cout * cin * K), 4);
@@ -437,30 +442,37 @@ static void bench_conv1d(void)
         struct conv1d_params p = {.stride = 1, .dilation = (int)dil, .groups = 1,
                                   .pad_left = (int)(dil * (K - 1) / 2),
                                   .pad_right = (int)(dil * (K - 1) / 2)};
-        double flops = 2.0 * (double)(cout * cin * K * T), gf[2] = {0, 0}, best[2] = {0, 0};
-        /* the two paths alternate rep by rep, so both see the same load */
+        double flops = 2.0 * (double)(cout * cin * K * T), gf[3] = {0, 0, 0}, best[3] = {0, 0, 0};
+        int npath = amx ? 3 : 2;
+        /* the paths alternate rep by rep, so all see the same load */
         for (int r = -1; r < opt.reps; r++)
-            for (int path = 0; path < 2; path++) {
-                cpu_set_level(path == 0 ? CPU_AVX512 : CPU_AVX2);
+            for (int path = 0; path < npath; path++) {
+                cpu_set_level(path == 1 ? CPU_AVX2 : CPU_AVX512);
                 arena_reset(ar);
+                arena_set_bf16(ar, path == 2);
                 double t0 = bench_now();
                 if (!op_conv1d(ar, &x, &w, &b, &p)) fprintf(stderr, "op_conv1d: %s\n", arena_errmsg(ar));
                 if (r >= 0) v[path * opt.reps + r] = flops / (bench_now() - t0) * 1e-9;
             }
-        for (int path = 0; path < 2; path++) {
+        static const char *const names[3] = {"f32:direct", "f32:im2col", "bf16:amx"};
+        for (int path = 0; path < npath; path++) {
             struct bench_stats s = bench_stats(v + path * opt.reps, opt.reps);
             gf[path] = s.median;
             best[path] = s.p90;
             int64_t shape[5] = {cin, cout, K, dil, T};
-            bench_emit("conv1d", path == 0 ? "f32:direct" : "f32:im2col", shape, 5, opt.threads,
-                       opt.reps, "GFLOP/s", s, "fma_peak", peak_gflops);
+            bench_emit("conv1d", names[path], shape, 5, opt.threads, opt.reps, "GFLOP/s", s,
+                       path == 2 ? "f32:direct" : "fma_peak", path == 2 ? gf[0] : peak_gflops);
         }
         cpu_set_level(CPU_AVX512);
+        arena_set_bf16(ar, false);
         fprintf(stderr, "conv1d %4lld->%-4lld K%-2lld d%lld T%-6lld GFLOP/s median (p90): direct %5.1f"
                 " (%5.1f), im2col %5.1f (%5.1f); speed-up %.2fx (p90 %.2fx); direct %3.0f%% of peak\n",
                 (long long)cin, (long long)cout, (long long)K, (long long)dil, (long long)T, gf[0],
                 best[0], gf[1], best[1], gf[1] > 0 ? gf[0] / gf[1] : 0,
                 best[1] > 0 ? best[0] / best[1] : 0, peak_gflops > 0 ? 100 * gf[0] / peak_gflops : 0);
+        if (amx)
+            fprintf(stderr, "       bf16 amx GFLOP/s median %6.1f (p90 %6.1f): %.2fx the f32 direct kernel\n",
+                    gf[2], best[2], gf[0] > 0 ? gf[2] / gf[0] : 0);
         free(xv); free(wv); free(bv); free(v);
     }
 }

@@ -327,10 +327,10 @@ static void cpu_vs_ref_conv1d(void)
     conv1d_case(1, 520, 7, 3, 4500, 1, true, TYPE_F32, &prp);
     struct conv1d_params pv = {.dilation = 1};
     conv1d_case(1, 3, 5, 2, 65, 0, true, TYPE_F32, &pv);
-    /* the AMX path (stride 1, one group, Cin >= 32, Cout >= 8; three-part
-     * bf16 split, same tolerance as FP32, see conv.c): HiFT ResBlock shapes, input channels padded to
-     * 32 (80, 40), output channels padded to 16 (18, 8), column tails,
-     * batches, transposed (T) and row-padded (S) views, every padding mode */
+    /* HiFT ResBlock shapes through the F32 direct path (the AMX-BF16 path
+     * is test_conv_amx's): channels not multiples of 16 / 32 (80, 40, 18,
+     * 8), column tails, batches, transposed (T) and row-padded (S) views,
+     * every padding mode */
     struct conv1d_params pa = {.dilation = 5, .pad_left = 25, .pad_right = 25};
     conv1d_case(1, 64, 64, 11, 3001, 0, true, TYPE_F32, &pa);
     struct conv1d_params pa3 = {.dilation = 3, .pad_left = 9, .pad_right = 9};
@@ -522,7 +522,6 @@ static void errors(void)
 
 int main(void)
 {
-    setenv("CBX_AMX", "1", 0); /* the opt-in AMX conv1d path, where the CPU has it */
     struct backend *cpu = backend_cpu_create(2);
     ac = cpu ? arena_create(cpu, 0) : NULL;
     ar = arena_create(backend_ref(), 0);

@@ -11,6 +11,10 @@
  *   chunk of output columns into arena scratch, then one sgemm (cpu_sgemm) per
  *   (batch, group, chunk): out[Cout_g, n] = W_g[Cout_g, Cin_g*K] @
  *   cols[Cin_g*K, n]; a 1x1 unpadded stride-1 conv reads x in place.
+ *   When the arena asks for BF16 products (arena_bf16) and AMX-BF16 is
+ *   ready, stride-1 one-group convs run on AMX tiles instead (operands
+ *   rounded to bf16, FP32 sums; see "AMX-BF16 path"), and so do one-group
+ *   transposed convs, phase by phase.
  * conv_transpose1d: cols[Cout_g*K, n] = W_g^T @ x_g (sgemm), then col2im
  *   overlap-add into the output rows (threaded over output channels, so
  *   no two threads write one row).
@@ -20,10 +24,9 @@
  *   cell update of the 8 units in vector lanes (vector exp for sigmoid and
  *   tanh), fused so a step costs one dispatch.
  * Time is processed in chunks so scratch stays bounded (CHUNK_FLOATS)
- * however long the signal is. Results differ from the ref kernels only by
- * float summation order. */
+ * however long the signal is. The F32 paths' results differ from the ref
+ * kernels only by float summation order. */
 #include <math.h>
-#include <stdatomic.h>
 #include <string.h>
 
 #include "../backend.h"
@@ -441,146 +444,267 @@ static bool conv1d_direct(struct arena *a, struct tensor *out, const struct tens
 }
 #endif
 
-/* ---- conv1d, AMX path (stride 1, one group) -------------------------------
- * On CPUs with AMX-BF16 (and the kernel's permission for the tile state)
- * the conv is C[co][t] += sum over taps k and input channels of
- * W[co][ci][k] * xpad[ci][t + k*dil] on 16 x 16 FP32 tiles, each product
- * of a 16 x 32 weight tile and a 32 x 16 input tile in BF16. Operands are
- * split into three bf16 parts (v = hi + mid + lo, each the RNE bf16 of
- * what the previous parts leave) and each product summed as the six
- * terms hi*hi, hi*mid, mid*hi, hi*lo, lo*hi, mid*mid, so the result keeps
- * FP32 accuracy (core_conv: <= 6.1e-7 of the largest output, FP32 paths
- * ~3e-7; a two-part split measured 3.9e-6, and with it HiFT missed
- * parity_turbo_s3gen_wav's 1e-2 at 7.3e-2).
- * Layout: x of a chunk of output columns is packed once into VNNI rows
- * x{h,m,l}[ci/2][pos] (uint32 = bf16 pair of channels 2p, 2p+1, position
- * pos of the padded signal, zero channels up to a multiple of 32), so the
- * input tile of tap k, channels c0..c0+31 and columns t..t+15 is one tile
- * load at (c0/2, t + k*dil) with the row stride: no im2col. W is packed
- * per call to w{h,m,l}[k][co][ci] (zero rows up to a multiple of 16). A
- * task computes 16 output channels x DA_TB columns in steps of 32 columns
- * (two accumulator tiles, three weight tiles, three input slots).
- * Opt-in (CBX_AMX=1): in this layout the input tiles are 16 rows a padded
- * row apart and their loads bound the kernel; at HiFT shapes it saved
- * ~7% of HiFT's CPU time (bench_s3gen --model, 3.65 vs 3.93 CPU s, noisy
- * 2-core machine). A time-major x (rows = positions, so a tap shift is a
- * row offset and every tile load is contiguous) is the next step. */
+/* ---- conv1d / conv_transpose1d, AMX-BF16 path -----------------------------
+ * Taken when the arena asks for BF16 products (arena_bf16) and AMX-BF16 is
+ * ready (cpu_amx_ready), for one-group convs of stride 1:
+ *   y[co][t] = bias[co] + sum over taps k and input channels ci of
+ *              bf16(W[co][ci][k]) * bf16(xpad[ci][t + k*dil]),
+ * operands rounded to nearest even, products and sums in FP32 on 16 x 16
+ * tiles. The output tile is time-major: C[t][co] += A[t][ci] * B[ci][co]
+ *   A: x of a block of 32 input channels, time-major (x is packed per task
+ *      into xw[cb][pos][32] bf16), so the tile of tap k at columns
+ *      t..t+15 is the 1 KiB at row t + k*dil: one contiguous, aligned load;
+ *      a tap shift is a row offset and nothing is im2col'ed;
+ *   B: W in VNNI pairs, packed once per weight tensor into
+ *      wp[k][cb][cob][ci pair 16][co 16][2] (contiguous 1 KiB tiles) and
+ *      kept in a process-wide cache (below).
+ * A task is one block of up to AB_TB output columns (of one batch item and
+ * one group of out-channel blocks): it packs its input window (with the
+ * conv's padding, channels zero-padded to 32) and then, for each 32
+ * columns and each pair of 16-channel output blocks, accumulates four
+ * C tiles (2 column halves x 2 channel blocks: each A and B load feeds two
+ * products) over all (k, cb), transposes them back to [co][t] and adds the
+ * bias. Error: each product carries the two operands' bf16 rounding
+ * (<= 2^-8 of |x w|, both together); see core_conv_amx.
+ * conv_transpose1d (stride u, dilation 1, one group, u <= K) is the same
+ * kernel once per output phase r in [0, u): outputs o = m*u + r - padding
+ * take taps k = r + u*j at input m - j only, a stride-1 conv of x with the
+ * Kr = ceil((K - r) / u) taps W[ci][co][r + u*j] reversed, written to
+ * every u-th output column; all phases run in one parallel loop.
+ * (An earlier opt-in path, CBX_AMX=1, split F32 operands into three bf16
+ * parts to keep F32 accuracy in a channel-major layout; it saved ~7% of
+ * HiFT's CPU time and was removed.) */
 
-#define DA_TB 256 /* output columns per task */
+#define AB_TB 256  /* most output columns per task (a multiple of 32) */
+#define AB_MAX_PH 16 /* most phases (transposed-conv stride) */
+#define AB_CACHE_BYTES ((size_t)512 << 20) /* packed weights kept at most */
 
-struct aconv_job {
-    const struct tensor *x;
-    const struct conv1d_params *p;
-    const float *w, *bias;   /* w [Cout, Cin, K] F32 */
-    uint16_t *wh, *wm, *wl;  /* [K][coutp][cinp] */
-    uint32_t *xh, *xm, *xl;  /* [cinp/2][ldv] */
-    float *rows;             /* per thread 2 x ldv floats (fetch scratch) */
-    float *out;              /* [B, Cout, Tout] contiguous */
-    int64_t T, tout, K, cin, cout, cinp, coutp, ldv, span;
-    int64_t b, t0, tc, n_tb, n_cb;
-    bool t_major;
+/* Packed weights of one F32 weight tensor and one phase. */
+struct ab_w {
+    const float *key;        /* the tensor's data */
+    int64_t cout, cin, K, tag; /* tag: 0 conv, else 1 + phase + 256 * stride */
+    uint64_t fp;             /* fingerprint of the values (ab_fingerprint) */
+    uint16_t *wp;            /* [K][ncb][nco][16][16][2] */
+    struct ab_w *next;
 };
 
-static atomic_int amx_state; /* 0 unknown, 1 usable, -1 not */
+/* One phase (a plain conv has one): its packed W, taps, output columns,
+ * x position of column 0's tap 0 (= -pad_left) and output column of the
+ * phase's column 0. */
+struct ab_phase {
+    const uint16_t *wp;
+    int64_t K, M, x0, o0;
+};
+
+struct ab_job {
+    const struct tensor *x;
+    const float *bias;
+    float *out;              /* [B, Cout, Tout] contiguous */
+    float *rows;             /* per thread [32][lw] floats (fetch scratch) */
+    uint16_t *xw;            /* per thread [ncb][lw][32] bf16 */
+    enum pad_mode mode;
+    int64_t T, tout, cin, cout, ncb, nco, dil, ostep, lw, tb, n_tb, n_cg, cbg, B, nph;
+    struct ab_phase ph[AB_MAX_PH];
+};
+
+/* W packing: w' [cout][cin][K] of a conv, or of phase r of a transposed
+ * conv of stride u: w'[co][ci][k] = w[ci][co][r + u*(K - 1 - k)] (w
+ * [cin, cout, Kfull]). */
+struct ab_pack {
+    const float *w;
+    uint16_t *wp;
+    int64_t cout, cin, K, ncb, nco, kfull, u, r;
+    bool transposed;
+};
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && defined(__linux__)
-#include <cpuid.h>
+#include <pthread.h>
 #include <stdlib.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#define TGTAMX __attribute__((target("amx-tile,amx-bf16,avx2,fma,avx512f,avx512bw")))
+#define TGTAMX __attribute__((target("amx-tile,amx-bf16,avx2,fma,avx512f,avx512bw,avx512dq,avx512bf16")))
 
-/* CBX_AMX=1 in the environment, AMX-BF16 present, its tile state enabled
- * by the OS (XCR0 bits 17-18) and the process granted the tile data state
- * (arch_prctl). Decided once. */
-static bool amx_usable(void)
+/* The packed-weight cache: entries keyed by the weight's data pointer,
+ * shape and phase, checked against a fingerprint of 1024 values spread
+ * over the tensor (so a tensor freed and another allocated at the same
+ * address is packed afresh; weights are constant, so a match is the same
+ * weights). Entries are never freed while the process runs (a reader holds
+ * no lock while it uses one) but at exit; past AB_CACHE_BYTES weights are
+ * packed per call into the arena instead. */
+static pthread_mutex_t ab_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ab_w *ab_cache;
+static size_t ab_cache_bytes;
+
+__attribute__((destructor)) static void ab_cache_free(void)
 {
-    int s = atomic_load(&amx_state);
-    if (s) return s > 0;
-    bool ok = false;
-    const char *env = getenv("CBX_AMX");
-    unsigned a, b, c, d;
-    if (env && !strcmp(env, "1") && __get_cpuid_count(7, 0, &a, &b, &c, &d) &&
-        (d >> 22 & 1) && (d >> 24 & 1) && (c >> 27 & 1) /* amx-bf16, amx-tile, osxsave */) {
-        unsigned lo, hi;
-        __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-        if ((lo & (3u << 17)) == (3u << 17))
-            ok = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */,
-                         18 /* XFEATURE_XTILEDATA */) == 0;
+    pthread_mutex_lock(&ab_lock);
+    while (ab_cache) {
+        struct ab_w *e = ab_cache;
+        ab_cache = e->next;
+        free(e->wp);
+        free(e);
     }
-    atomic_store(&amx_state, ok ? 1 : -1);
-    return ok;
+    ab_cache_bytes = 0;
+    pthread_mutex_unlock(&ab_lock);
 }
 
-/* bf16 bits (RNE) of v in the low half of each 32-bit lane; *rest = v - hi */
-TGTAMX static __m512i bf16_rne(__m512 v, __m512 *rest)
+static uint64_t ab_fingerprint(const float *w, int64_t n)
 {
-    __m512i u = _mm512_castps_si512(v);
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
-                                 _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
-    r = _mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u));
-    if (rest) *rest = _mm512_sub_ps(v, _mm512_castsi512_ps(r));
-    return _mm512_srli_epi32(r, 16);
+    uint64_t h = 0xcbf29ce484222325u ^ (uint64_t)n;
+    int64_t m = min64(n, 1024);
+    for (int64_t i = 0; i < m; i++) {
+        uint32_t u;
+        memcpy(&u, w + (m > 1 ? i * (n - 1) / (m - 1) : 0), 4);
+        h = (h ^ u) * 0x100000001b3u;
+    }
+    return h;
 }
 
-static uint16_t bf16_rne1(float v, float *rest)
-{
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-    float h;
-    memcpy(&h, &u, 4);
-    if (rest) *rest = v - h;
-    return (uint16_t)(u >> 16);
-}
-
-/* W [Cout, Cin, K] -> wh/wl[k][co][ci] for out channels [r0, r1) of coutp */
-static void aconv_pack_w(void *ctx, int64_t r0, int64_t r1, int ith)
+/* w' -> wp for out channels [r0, r1) of nco*16 (zeros past Cout, Cin). */
+static void ab_pack_w(void *ctx, int64_t r0, int64_t r1, int ith)
 {
     (void)ith;
-    const struct aconv_job *j = ctx;
+    const struct ab_pack *j = ctx;
+    int64_t cinp = j->ncb * 32;
     for (int64_t co = r0; co < r1; co++)
-        for (int64_t k = 0; k < j->K; k++) {
-            int64_t o = (k * j->coutp + co) * j->cinp;
-            for (int64_t ci = 0; ci < j->cinp; ci++) {
-                float v = co < j->cout && ci < j->cin ? j->w[(co * j->cin + ci) * j->K + k] : 0.0f, r1, r2;
-                j->wh[o + ci] = bf16_rne1(v, &r1);
-                j->wm[o + ci] = bf16_rne1(r1, &r2);
-                j->wl[o + ci] = bf16_rne1(r2, NULL);
+        for (int64_t k = 0; k < j->K; k++)
+            for (int64_t ci = 0; ci < cinp; ci++) {
+                float v = 0.0f;
+                if (co < j->cout && ci < j->cin)
+                    v = j->transposed
+                            ? j->w[(ci * j->cout + co) * j->kfull + j->r + j->u * (j->K - 1 - k)]
+                            : j->w[(co * j->cin + ci) * j->K + k];
+                int64_t o = (((k * j->ncb + ci / 32) * j->nco + co / 16) * 16 + ci % 32 / 2) * 16;
+                j->wp[(o + co % 16) * 2 + (ci & 1)] = f32_to_bf16(v);
             }
-        }
 }
 
-/* x channel pairs [r0, r1) of the chunk -> xh/xl VNNI rows */
-TGTAMX static void aconv_pack_x(void *ctx, int64_t r0, int64_t r1, int ith)
+/* Packed weights of pk (pk->wp unset; n: elements of the tensor): from
+ * the cache, else packed now (into the cache, or into a when the cache is
+ * full). NULL after an allocation failure (recorded in a). */
+static const uint16_t *ab_weights(struct arena *a, struct ab_pack *pk, int64_t n)
 {
-    const struct aconv_job *j = ctx;
-    const struct conv1d_params *p = j->p;
-    int64_t n = j->tc + j->span;
-    float *ra = j->rows + ith * 2 * j->ldv, *rb = ra + j->ldv;
-    for (int64_t q = r0; q < r1; q++) {
-        for (int s = 0; s < 2; s++) {
-            int64_t ci = 2 * q + s, es;
-            float *dst = s ? rb : ra;
+    int64_t tag = pk->transposed ? 1 + pk->r + 256 * pk->u : 0;
+    uint64_t fp = ab_fingerprint(pk->w, n);
+    pthread_mutex_lock(&ab_lock);
+    struct ab_w *e = ab_cache;
+    while (e && !(e->key == pk->w && e->cout == pk->cout && e->cin == pk->cin &&
+                  e->K == pk->K && e->tag == tag && e->fp == fp))
+        e = e->next;
+    size_t nb = (size_t)(pk->K * pk->ncb * pk->nco) * 1024;
+    bool room = ab_cache_bytes + nb <= AB_CACHE_BYTES;
+    if (!e && room) ab_cache_bytes += nb; /* reserved */
+    pthread_mutex_unlock(&ab_lock);
+    if (e) return e->wp;
+
+    struct ab_w *ne = NULL;
+    if (room) {
+        ne = malloc(sizeof *ne);
+        pk->wp = ne ? aligned_alloc(64, nb) : NULL;
+        if (!pk->wp) {
+            free(ne);
+            pthread_mutex_lock(&ab_lock);
+            ab_cache_bytes -= nb;
+            pthread_mutex_unlock(&ab_lock);
+            arena_fail(a, CBX_ERR_NOMEM, "conv: out of memory for packed weights");
+            return NULL;
+        }
+    } else if (!(pk->wp = arena_alloc(a, nb))) {
+        return NULL;
+    }
+    tp_parallel_for(pool(a), pk->nco * 16, max64(1, 4096 / (pk->K * pk->ncb * 32)), ab_pack_w, pk);
+    if (ne) {
+        *ne = (struct ab_w){.key = pk->w, .cout = pk->cout, .cin = pk->cin, .K = pk->K,
+                            .tag = tag, .fp = fp, .wp = pk->wp};
+        pthread_mutex_lock(&ab_lock);
+        ne->next = ab_cache;
+        ab_cache = ne;
+        pthread_mutex_unlock(&ab_lock);
+    }
+    return pk->wp;
+}
+
+/* In-register transpose of a 16 x 16 matrix of 32-bit elements. */
+TGTAMX static void ab_tr16(__m512i r[16])
+{
+    __m512i t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int g = 0; g < 4; g++) {
+        __m512i *u = r + 4 * g, *s = t + 4 * g;
+        u[0] = _mm512_unpacklo_epi64(s[0], s[2]);
+        u[1] = _mm512_unpackhi_epi64(s[0], s[2]);
+        u[2] = _mm512_unpacklo_epi64(s[1], s[3]);
+        u[3] = _mm512_unpackhi_epi64(s[1], s[3]);
+    }
+    /* r[4g + q] lane L now holds column 4L + q of rows 4g .. 4g+3 */
+    for (int q = 0; q < 4; q++) {
+        __m512i x0 = _mm512_shuffle_i32x4(r[q], r[4 + q], 0x44);
+        __m512i x1 = _mm512_shuffle_i32x4(r[8 + q], r[12 + q], 0x44);
+        __m512i x2 = _mm512_shuffle_i32x4(r[q], r[4 + q], 0xee);
+        __m512i x3 = _mm512_shuffle_i32x4(r[8 + q], r[12 + q], 0xee);
+        t[q] = _mm512_shuffle_i32x4(x0, x1, 0x88);
+        t[4 + q] = _mm512_shuffle_i32x4(x0, x1, 0xdd);
+        t[8 + q] = _mm512_shuffle_i32x4(x2, x3, 0x88);
+        t[12 + q] = _mm512_shuffle_i32x4(x2, x3, 0xdd);
+    }
+    for (int i = 0; i < 16; i++) r[i] = t[i];
+}
+
+/* The input window of a task: xw[cb][pos][32] = bf16 of xpad[cb*32 + c]
+ * at x position c0 + pos for pos < n (zero past n up to lw, and for
+ * channels past Cin), through rows (32 x lw floats). */
+TGTAMX static void ab_pack_x(const struct ab_job *j, int64_t b, int64_t c0, int64_t n,
+                             float *rows, uint16_t *xw)
+{
+    const __m512i il = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
+                                        24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
+                                        16, 0);
+    int64_t n16 = (n + 15) / 16 * 16;
+    for (int64_t cb = 0; cb < j->ncb; cb++) {
+        for (int c = 0; c < 32; c++) {
+            int64_t ci = cb * 32 + c, es;
+            float *dst = rows + c * j->lw;
             if (ci < j->cin) {
-                const float *src = act_row(j->x, j->b, ci, &es);
-                fetch_row(dst, src, es, j->T, j->t0 - p->pad_left, 1, n, p->pad_mode, 0.0f);
-                memset(dst + n, 0, (size_t)(j->ldv - n) * sizeof *dst);
+                const float *src = act_row(j->x, b, ci, &es);
+                fetch_row(dst, src, es, j->T, c0, 1, n, j->mode, 0.0f);
+                memset(dst + n, 0, (size_t)(n16 - n) * sizeof *dst);
             } else {
-                memset(dst, 0, (size_t)j->ldv * sizeof *dst);
+                memset(dst, 0, (size_t)n16 * sizeof *dst);
             }
         }
-        uint32_t *h = j->xh + q * j->ldv, *m = j->xm + q * j->ldv, *l = j->xl + q * j->ldv;
-        for (int64_t i = 0; i < j->ldv; i += 16) { /* ldv is a multiple of 16 */
-            __m512 a1, b1, a2, b2;
-            __m512i ha = bf16_rne(_mm512_loadu_ps(ra + i), &a1);
-            __m512i hb = bf16_rne(_mm512_loadu_ps(rb + i), &b1);
-            __m512i ma = bf16_rne(a1, &a2), mb = bf16_rne(b1, &b2);
-            __m512i la = bf16_rne(a2, NULL), lb = bf16_rne(b2, NULL);
-            _mm512_storeu_si512(h + i, _mm512_or_si512(ha, _mm512_slli_epi32(hb, 16)));
-            _mm512_storeu_si512(m + i, _mm512_or_si512(ma, _mm512_slli_epi32(mb, 16)));
-            _mm512_storeu_si512(l + i, _mm512_or_si512(la, _mm512_slli_epi32(lb, 16)));
+        uint16_t *o = xw + cb * j->lw * 32;
+        for (int64_t s = 0; s < n16; s += 16) {
+            __m512i v[16];
+            for (int r = 0; r < 16; r++) { /* lane i: channels 2r, 2r+1 at column s + i */
+                __m512bh h = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(rows + (2 * r + 1) * j->lw + s),
+                                                 _mm512_loadu_ps(rows + 2 * r * j->lw + s));
+                v[r] = _mm512_permutexvar_epi16(il, (__m512i)h);
+            }
+            ab_tr16(v);
+            for (int i = 0; i < 16; i++) _mm512_storeu_si512(o + (s + i) * 32, v[i]);
         }
+        if (n16 < j->lw) memset(o + n16 * 32, 0, (size_t)((j->lw - n16) * 32) * sizeof *o);
+    }
+}
+
+/* A stored C tile tile[t][co] (16 x 16) -> y[co][t * ystep] for co < nr,
+ * t < nt, plus bias (ldy: floats between y's rows). */
+TGTAMX static void ab_store(const float *tile, float *y, int64_t ldy, int64_t ystep,
+                            const float *bias, int nr, int64_t nt)
+{
+    if (nt <= 0 || nr <= 0) return;
+    __m512i v[16];
+    for (int i = 0; i < 16; i++) v[i] = _mm512_load_si512(tile + 16 * i);
+    ab_tr16(v);
+    __mmask16 m = (__mmask16)(nt >= 16 ? 0xffffu : (1u << nt) - 1);
+    __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
+                                                       13, 14, 15),
+                                     _mm512_set1_epi32((int)ystep));
+    for (int r = 0; r < nr; r++) {
+        __m512 o = _mm512_add_ps(_mm512_castsi512_ps(v[r]), _mm512_set1_ps(bias ? bias[r] : 0.0f));
+        if (ystep == 1) _mm512_mask_storeu_ps(y + r * ldy, m, o);
+        else _mm512_mask_i32scatter_ps(y + r * ldy, m, idx, o, 4);
     }
 }
 
@@ -590,10 +714,10 @@ struct amx_cfg {
     uint8_t rows[16];
 };
 
-TGTAMX static void aconv_run(void *ctx, int64_t i0, int64_t i1, int ith)
+/* Tasks: (phase, batch item, column block, group of out-channel blocks). */
+TGTAMX static void ab_run(void *ctx, int64_t i0, int64_t i1, int ith)
 {
-    (void)ith;
-    const struct aconv_job *j = ctx;
+    const struct ab_job *j = ctx;
     struct amx_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
@@ -602,104 +726,153 @@ TGTAMX static void aconv_run(void *ctx, int64_t i0, int64_t i1, int ith)
         cfg.colsb[i] = 64;
     }
     _tile_loadconfig(&cfg);
-    float tmp[16 * 32] __attribute__((aligned(64)));
-    const int64_t dil = j->p->dilation, sw = j->cinp * 2, sx = j->ldv * 4;
+    float tmp[4 * 256] __attribute__((aligned(64)));
+    float *rows = j->rows + ith * 32 * j->lw;
+    uint16_t *xw = j->xw + ith * j->ncb * j->lw * 32;
+    const int64_t dil32 = j->dil * 32, lw32 = j->lw * 32, wstep = j->nco * 512;
     for (int64_t i = i0; i < i1; i++) {
-        int64_t cb = j->t_major ? i % j->n_cb : i / j->n_tb;
-        int64_t tb = j->t_major ? i / j->n_cb : i % j->n_tb;
-        int64_t co0 = cb * 16, t1 = min64(j->tc, (tb + 1) * DA_TB);
-        int nr = (int)min64(16, j->cout - co0);
-        for (int64_t t = tb * DA_TB; t < t1; t += 32) {
-            _tile_zero(0);
-            _tile_zero(1);
-            for (int64_t k = 0; k < j->K; k++) {
-                int64_t wo = (k * j->coutp + co0) * j->cinp;
-                const uint16_t *wh = j->wh + wo, *wm = j->wm + wo, *wl = j->wl + wo;
-                const uint32_t *xh = j->xh + t + k * dil, *xm = j->xm + t + k * dil;
-                const uint32_t *xl = j->xl + t + k * dil;
-                for (int64_t c0 = 0; c0 < j->cinp; c0 += 32) {
-                    int64_t xo = c0 / 2 * j->ldv;
-                    _tile_loadd(2, wh + c0, sw);
-                    _tile_loadd(3, wm + c0, sw);
-                    _tile_loadd(4, wl + c0, sw);
-                    _tile_loadd(5, xh + xo, sx);      /* x hi: w hi, mid, lo */
-                    _tile_loadd(6, xh + xo + 16, sx);
-                    _tile_dpbf16ps(0, 2, 5);
-                    _tile_dpbf16ps(0, 3, 5);
-                    _tile_dpbf16ps(0, 4, 5);
-                    _tile_dpbf16ps(1, 2, 6);
-                    _tile_dpbf16ps(1, 3, 6);
-                    _tile_dpbf16ps(1, 4, 6);
-                    _tile_loadd(7, xm + xo, sx);      /* x mid: w hi, mid */
-                    _tile_loadd(5, xm + xo + 16, sx);
-                    _tile_dpbf16ps(0, 2, 7);
-                    _tile_dpbf16ps(0, 3, 7);
-                    _tile_dpbf16ps(1, 2, 5);
-                    _tile_dpbf16ps(1, 3, 5);
-                    _tile_loadd(6, xl + xo, sx);      /* x lo: w hi */
-                    _tile_loadd(7, xl + xo + 16, sx);
-                    _tile_dpbf16ps(0, 2, 6);
-                    _tile_dpbf16ps(1, 2, 7);
+        int64_t cg = i % j->n_cg, r = i / j->n_cg, tb = r % j->n_tb;
+        int64_t b = r / j->n_tb % j->B;
+        const struct ab_phase *ph = j->ph + r / j->n_tb / j->B;
+        int64_t t0 = tb * j->tb, tc = min64(j->tb, ph->M - t0);
+        if (tc <= 0) continue;
+        int64_t cb0 = cg * j->cbg, cb1 = min64(j->nco, cb0 + j->cbg), K = ph->K;
+        ab_pack_x(j, b, ph->x0 + t0, tc + (K - 1) * j->dil, rows, xw);
+        for (int64_t t = 0; t < tc; t += 32) {
+            for (int64_t cob = cb0; cob < cb1; cob += 2) {
+                const uint16_t *xa = xw + t * 32, *wb = ph->wp + cob * 512;
+                bool two = cob + 1 < cb1;
+                _tile_zero(0);
+                _tile_zero(2);
+                if (two) {
+                    _tile_zero(1);
+                    _tile_zero(3);
                 }
-            }
-            _tile_stored(0, tmp, 128);
-            _tile_stored(1, tmp + 16, 128);
-            int64_t rem = min64(32, t1 - t);
-            __mmask16 m0 = (__mmask16)(rem >= 16 ? 0xffffu : (1u << rem) - 1);
-            __mmask16 m1 = (__mmask16)(rem >= 32 ? 0xffffu : rem <= 16 ? 0u : (1u << (rem - 16)) - 1);
-            for (int r = 0; r < nr; r++) {
-                __m512 bv = _mm512_set1_ps(j->bias ? j->bias[co0 + r] : 0.0f);
-                float *y = j->out + (j->b * j->cout + co0 + r) * j->tout + j->t0 + t;
-                _mm512_mask_storeu_ps(y, m0, _mm512_add_ps(bv, _mm512_load_ps(tmp + r * 32)));
-                _mm512_mask_storeu_ps(y + 16, m1, _mm512_add_ps(bv, _mm512_load_ps(tmp + r * 32 + 16)));
+                for (int64_t k = 0; k < K; k++)
+                    for (int64_t cb = 0; cb < j->ncb; cb++) {
+                        const uint16_t *pa = xa + cb * lw32 + k * dil32;
+                        const uint16_t *pw = wb + (k * j->ncb + cb) * wstep;
+                        _tile_loadd(4, pa, 64);
+                        _tile_loadd(5, pa + 512, 64);
+                        _tile_loadd(6, pw, 64);
+                        _tile_dpbf16ps(0, 4, 6);
+                        _tile_dpbf16ps(2, 5, 6);
+                        if (two) {
+                            _tile_loadd(7, pw + 512, 64);
+                            _tile_dpbf16ps(1, 4, 7);
+                            _tile_dpbf16ps(3, 5, 7);
+                        }
+                    }
+                _tile_stored(0, tmp, 64);
+                _tile_stored(2, tmp + 512, 64);
+                if (two) {
+                    _tile_stored(1, tmp + 256, 64);
+                    _tile_stored(3, tmp + 768, 64);
+                }
+                for (int q = 0; q < (two ? 2 : 1); q++) {
+                    int64_t co0 = (cob + q) * 16;
+                    int nr = (int)min64(16, j->cout - co0);
+                    float *y = j->out + (b * j->cout + co0) * j->tout + ph->o0 + (t0 + t) * j->ostep;
+                    const float *bias = j->bias ? j->bias + co0 : NULL;
+                    ab_store(tmp + q * 256, y, j->tout, j->ostep, bias, nr, tc - t);
+                    ab_store(tmp + 512 + q * 256, y + 16 * j->ostep, j->tout, j->ostep, bias, nr,
+                             tc - t - 16);
+                }
             }
         }
     }
     _tile_release();
 }
 
-/* conv1d through AMX when it applies (see above); false: nothing done.
- * true: done, or an arena allocation failed (recorded in the arena). */
+static bool ab_ready(struct arena *a)
+{
+    return arena_bf16(a) && cpu_amx_ready() && cpu_features()->amx_bf16 &&
+           cpu_features()->avx512_bf16 && cpu_features()->avx512bw;
+}
+
+/* Blocking and scratch of j (phases set), then the run. */
+static void ab_launch(struct arena *a, struct ab_job *j)
+{
+    struct threadpool *tp = pool(a);
+    int64_t nt = tp ? tp_n_threads(tp) : 1, mmax = 0, kmax = 0;
+    for (int64_t r = 0; r < j->nph; r++) {
+        mmax = max64(mmax, j->ph[r].M);
+        kmax = max64(kmax, j->ph[r].K);
+    }
+    if (mmax <= 0 || j->B <= 0) return;
+    /* column blocks of 32..AB_TB columns, about 4 tasks per thread; then
+     * out-channel groups (even numbers of 16-channel blocks) when the
+     * columns alone give too few tasks */
+    int64_t n32 = (mmax + 31) / 32, want = 4 * nt, outer = j->B * j->nph;
+    j->tb = 32 * max64(1, min64(AB_TB / 32, n32 * outer / want));
+    j->n_tb = (mmax + j->tb - 1) / j->tb;
+    int64_t npair = (j->nco + 1) / 2, ng = min64(npair, max64(1, want / (outer * j->n_tb)));
+    j->cbg = 2 * ((npair + ng - 1) / ng);
+    j->n_cg = (j->nco + j->cbg - 1) / j->cbg;
+    j->lw = (j->tb + (kmax - 1) * j->dil + 15) / 16 * 16;
+    j->rows = arena_alloc(a, (size_t)(nt * 32 * j->lw) * sizeof(float));
+    j->xw = arena_alloc(a, (size_t)(nt * j->ncb * j->lw * 32) * sizeof(uint16_t));
+    if (!j->rows || !j->xw) return;
+    tp_parallel_for(tp, outer * j->n_tb * j->n_cg, 1, ab_run, j);
+}
+
+/* conv1d on AMX-BF16 when the arena asks for BF16 products and it applies
+ * (stride 1, one group); false: nothing done. true: done, or an allocation
+ * failed (recorded in the arena). */
 static bool conv1d_amx(struct arena *a, struct tensor *out, const struct tensor *x,
                        const struct tensor *wt, const float *w, const float *bias,
                        const struct conv1d_params *p, int64_t B)
 {
+    if (p->stride != 1 || p->groups != 1 || !ab_ready(a)) return false;
     int n = x->ndim;
-    int64_t cin = x->ne[n - 2], cout = wt->ne[0], K = wt->ne[2];
-    int64_t cinp = (cin + 31) / 32 * 32;
-    /* worth it when the reduction is long and the channel padding small */
-    if (p->stride != 1 || p->groups != 1 || cin < 32 || cout < 8 || cinp * K < 64 ||
-        4 * cinp > 5 * cin || cpu_level() < CPU_AVX512 || !amx_usable())
-        return false;
-    struct threadpool *tp = pool(a);
-    int64_t nt = tp ? tp_n_threads(tp) : 1;
-    struct aconv_job j = {
-        .x = x, .p = p, .w = w, .bias = bias, .out = out->data, .T = x->ne[n - 1],
-        .tout = out->ne[n - 1], .K = K, .cin = cin, .cout = cout, .cinp = cinp,
-        .coutp = (cout + 15) / 16 * 16,
+    struct ab_job j = {
+        .x = x, .bias = bias, .out = out->data, .mode = p->pad_mode, .T = x->ne[n - 1],
+        .tout = out->ne[n - 1], .cin = x->ne[n - 2], .cout = wt->ne[0], .dil = p->dilation,
+        .ostep = 1, .B = B, .nph = 1,
     };
-    j.span = (K - 1) * p->dilation;
-    j.n_cb = j.coutp / 16;
-    int64_t chunk = min64(j.tout, max64(DA_TB, (CHUNK_FLOATS / cinp - j.span - 32) / DA_TB * DA_TB));
-    j.ldv = (chunk + 31) / 32 * 32 + (j.span + 15) / 16 * 16;
-    size_t nw = (size_t)(K * j.coutp * cinp), nx = (size_t)(cinp / 2 * j.ldv);
-    j.wh = arena_alloc(a, 3 * nw * sizeof(uint16_t));
-    j.xh = arena_alloc(a, 3 * nx * sizeof(uint32_t));
-    j.rows = arena_alloc(a, (size_t)(nt * 2 * j.ldv) * sizeof(float));
-    if (!j.wh || !j.xh || !j.rows) return true;
-    j.wm = j.wh + nw;
-    j.wl = j.wm + nw;
-    j.xm = j.xh + nx;
-    j.xl = j.xm + nx;
-    j.t_major = 3 * nw * sizeof(uint16_t) <= ((size_t)1 << 20);
-    tp_parallel_for(tp, j.coutp, max64(1, 4096 / (K * cinp)), aconv_pack_w, &j);
-    for (j.b = 0; j.b < B; j.b++)
-        for (j.t0 = 0; j.t0 < j.tout; j.t0 += chunk) {
-            j.tc = min64(chunk, j.tout - j.t0);
-            j.n_tb = (j.tc + DA_TB - 1) / DA_TB;
-            tp_parallel_for(tp, cinp / 2, grain_for(2 * j.ldv), aconv_pack_x, &j);
-            tp_parallel_for(tp, j.n_cb * j.n_tb, 1, aconv_run, &j);
-        }
+    j.ncb = (j.cin + 31) / 32;
+    j.nco = (j.cout + 15) / 16;
+    struct ab_pack pk = {.w = w, .cout = j.cout, .cin = j.cin, .K = wt->ne[2], .ncb = j.ncb,
+                         .nco = j.nco};
+    j.ph[0] = (struct ab_phase){.K = pk.K, .M = j.tout, .x0 = -p->pad_left};
+    if (!(j.ph[0].wp = ab_weights(a, &pk, j.cout * j.cin * pk.K))) return true;
+    ab_launch(a, &j);
+    return true;
+}
+
+/* conv_transpose1d on AMX-BF16 by output phases (see above) when the arena
+ * asks for BF16 products and it applies (one group, dilation 1, stride u
+ * with 1 < u <= K, u <= AB_MAX_PH); false: nothing done. true: done, or an
+ * allocation failed (recorded in the arena). */
+static bool convt_amx(struct arena *a, struct tensor *out, const struct tensor *x,
+                      const struct tensor *wt, const float *w, const float *bias,
+                      const struct conv_transpose1d_params *p, int64_t B)
+{
+    int64_t u = p->stride, K = wt->ne[2];
+    if (p->groups != 1 || p->dilation != 1 || u < 1 || u > K || u > AB_MAX_PH || !ab_ready(a))
+        return false;
+    int n = x->ndim;
+    struct ab_job j = {
+        .x = x, .bias = bias, .out = out->data, .mode = PAD_ZERO, .T = x->ne[n - 1],
+        .tout = out->ne[n - 1], .cin = x->ne[n - 2], .cout = wt->ne[1], .dil = 1, .ostep = u,
+        .B = B, .nph = u,
+    };
+    j.ncb = (j.cin + 31) / 32;
+    j.nco = (j.cout + 15) / 16;
+    for (int64_t r = 0; r < u; r++) {
+        /* outputs o = m*u + r - padding for m in [m0, m1]; taps r + u*j,
+         * reversed: column m reads x from m - (Kr - 1) */
+        int64_t P = p->padding, kr = (K - r + u - 1) / u;
+        int64_t m0 = P - r > 0 ? (P - r + u - 1) / u : -((r - P) / u);
+        int64_t lim = j.tout - 1 + P - r; /* m*u <= lim */
+        int64_t m1 = lim >= 0 ? lim / u : -((-lim + u - 1) / u);
+        struct ab_pack pk = {.w = w, .cout = j.cout, .cin = j.cin, .K = kr, .ncb = j.ncb,
+                             .nco = j.nco, .kfull = K, .u = u, .r = r, .transposed = true};
+        j.ph[r] = (struct ab_phase){.K = kr, .M = max64(0, m1 - m0 + 1), .x0 = m0 - (kr - 1),
+                                    .o0 = m0 * u + r - P};
+        if (!(j.ph[r].wp = ab_weights(a, &pk, j.cin * j.cout * K))) return true;
+    }
+    ab_launch(a, &j);
     return true;
 }
 #else
@@ -707,7 +880,14 @@ static bool conv1d_amx(struct arena *a, struct tensor *out, const struct tensor 
                        const struct tensor *wt, const float *w, const float *bias,
                        const struct conv1d_params *p, int64_t B)
 {
-    (void)a, (void)out, (void)x, (void)wt, (void)w, (void)bias, (void)p, (void)B, (void)amx_state;
+    (void)a, (void)out, (void)x, (void)wt, (void)w, (void)bias, (void)p, (void)B;
+    return false;
+}
+static bool convt_amx(struct arena *a, struct tensor *out, const struct tensor *x,
+                      const struct tensor *wt, const float *w, const float *bias,
+                      const struct conv_transpose1d_params *p, int64_t B)
+{
+    (void)a, (void)out, (void)x, (void)wt, (void)w, (void)bias, (void)p, (void)B;
     return false;
 }
 #endif
@@ -843,6 +1023,7 @@ static void conv_transpose1d(struct arena *a, struct tensor *out, const struct t
     const float *wf = weights_f32(a, w);
     const float *bias = b ? (tensor_is_contiguous(b) ? b->data : weights_f32(a, b)) : NULL;
     if (!wf || (b && !bias)) return;
+    if (convt_amx(a, out, x, w, wf, bias, p, B)) return;
 
     struct fill_job f = {j.out, j.tout, j.tout, NULL};
     for (int64_t bi = 0; bi < B; bi++) {
