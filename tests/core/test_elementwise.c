@@ -333,6 +333,55 @@ static void test_unary_special(void)
     }
 }
 
+/* The 16-lane (AVX-512) GELU, SiLU, sigmoid and Mish repeat the 8-lane
+ * (AVX2) operations lane for lane: outputs must be the same bits, for
+ * every length 1..40 (masked tails), a threaded size, and the special
+ * values. Skipped (with a note) where the CPU has no AVX-512. */
+static void test_unary_widths(void)
+{
+    if (cpu_level_detected() < CPU_AVX512) {
+        printf("unary widths: no AVX-512 here, 16-lane path not tested\n");
+        return;
+    }
+    static const int ops[4] = {UN_GELU, UN_SILU, UN_SIGMOID, UN_MISH};
+    const float sp[19] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-30f, -1e-30f, 88.5f, 89.0f,
+                          -87.5f, -100.0f, -104.0f, 8191.0f, 8193.0f, -3e5f, 20.0f, 20.5f,
+                          9.2f, -9.2f};
+    const int64_t big = 70001;
+    float *x = rnd((size_t)big, -12, 12, 977);
+    memcpy(x + 100, sp, sizeof sp);
+    enum cpu_level lvl = cpu_level();
+    for (int k = 0; k < 4; k++) {
+        long diff = 0, total = 0;
+        double maxd = 0;
+        for (int64_t n = 1; n <= 41; n++) {
+            int64_t len = n == 41 ? big : n, off = n == 41 ? 0 : 90 + n % 7;
+            float *o[2] = {NULL, NULL};
+            for (int w = 0; w < 2; w++) {
+                cpu_set_level(w ? CPU_AVX2 : CPU_AVX512);
+                o[w] = host_copy(A_cpu, op_unary(A_cpu, f32(A_cpu, 1, &len, x + off), (enum unop)ops[k], 0, 0));
+            }
+            cpu_set_level(lvl);
+            CHECK(o[0] && o[1], "unary %s widths n=%lld ran", un_names[ops[k]], (long long)len);
+            for (int64_t i = 0; o[0] && o[1] && i < len; i++, total++) {
+                if (memcmp(&o[0][i], &o[1][i], 4) == 0) continue;
+                bool both_nan = isnan(o[0][i]) && isnan(o[1][i]);
+                if (!both_nan) diff++;
+                double d = fabs((double)o[0][i] - o[1][i]);
+                if (!both_nan && !(d <= maxd)) maxd = d;
+            }
+            free(o[0]);
+            free(o[1]);
+            arena_reset(A_cpu);
+        }
+        printf("unary %-8s 16 vs 8 lanes: %ld of %ld differ, max abs %.3g\n", un_names[ops[k]], diff,
+               total, maxd);
+        CHECK(diff == 0, "unary %s: the AVX-512 path differs from AVX2 in %ld values (max abs %.3g)",
+              un_names[ops[k]], diff, maxd);
+    }
+    free(x);
+}
+
 /* ---- snake -------------------------------------------------------------- */
 
 /* c: channels of the viewed x (its dim -2) */
@@ -719,6 +768,7 @@ int main(void)
     test_binary();
     test_unary();
     test_unary_special();
+    test_unary_widths();
     test_snake();
     test_reduce();
     test_cumsum();
@@ -727,6 +777,12 @@ int main(void)
     /* again on the portable paths (libm activations, f16 conversion
      * without F16C) */
     enum cpu_level lvl = cpu_level();
+    if (lvl >= CPU_AVX512) { /* the 8-lane activations against ref as well */
+        cpu_set_level(CPU_AVX2);
+        printf("-- cpu level forced to avx2 --\n");
+        test_unary();
+        test_unary_special();
+    }
     cpu_set_level(CPU_GENERIC);
     printf("-- cpu level forced to generic --\n");
     test_unary();

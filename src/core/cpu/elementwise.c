@@ -812,6 +812,123 @@ AVX2_FN static void snake_run_avx2(float *o, const float *x, float al, float inv
 }
 #endif
 
+/* ---- AVX-512 activations ------------------------------------------------ */
+
+/* The flow decoder's GELU (erf), Mish, SiLU and sigmoid on 16 lanes: the
+ * same operations in the same order as the AVX2 functions above (IEEE
+ * add/mul/div/fma, round-to-nearest conversions), so every lane gives the
+ * AVX2 result bit for bit; only the width differs. */
+#if HAVE_X86
+#define AVX512_FN __attribute__((target("avx512f,avx2,fma")))
+
+AVX512_FN static inline __m512 w_set(float f) { return _mm512_set1_ps(f); }
+
+AVX512_FN static inline __m512 w_pow2i(__m512i k)
+{
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k, _mm512_set1_epi32(127)), 23));
+}
+
+AVX512_FN static inline __m512 w_nan_from(__m512 y, __m512 x)
+{
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x);
+}
+
+AVX512_FN static inline __m512 w_exp(__m512 x)
+{
+    __m512 xc = _mm512_min_ps(_mm512_max_ps(x, w_set(-104.0f)), w_set(89.0f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, w_set(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, w_set(0.693359375f), xc);
+    r = _mm512_fnmadd_ps(n, w_set(-2.12194440e-4f), r);
+    __m512 q = w_set(1.0f / 5040);
+    q = _mm512_fmadd_ps(q, r, w_set(1.0f / 720));
+    q = _mm512_fmadd_ps(q, r, w_set(1.0f / 120));
+    q = _mm512_fmadd_ps(q, r, w_set(1.0f / 24));
+    q = _mm512_fmadd_ps(q, r, w_set(1.0f / 6));
+    q = _mm512_fmadd_ps(q, r, w_set(0.5f));
+    __m512 p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(r, r), q, r), w_set(1.0f));
+    __m512i ni = _mm512_cvtps_epi32(n), n1 = _mm512_srai_epi32(ni, 1);
+    __m512 y = _mm512_mul_ps(_mm512_mul_ps(p, w_pow2i(n1)), w_pow2i(_mm512_sub_epi32(ni, n1)));
+    return w_nan_from(y, x);
+}
+
+/* v_erf's polynomials (same coefficients, same order) */
+AVX512_FN static inline __m512 w_erf(__m512 x)
+{
+    static const float P[7] = {1.128379226e+00f, -3.761262894e-01f, 1.128361225e-01f,
+                               -2.685480751e-02f, 5.190051626e-03f, -8.024335257e-04f,
+                               7.898139302e-05f};
+    static const float Q[11] = {2.596328886e-05f, 5.637192130e-01f, 3.015908645e-03f,
+                                -2.851888835e-01f, -6.925915927e-02f, 8.994634748e-01f,
+                                -1.524017572e+00f, 1.423965693e+00f, -8.105772734e-01f,
+                                2.646519840e-01f, -3.821574897e-02f};
+    const __m512 one = w_set(1.0f);
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    __m512 a = _mm512_castsi512_ps(_mm512_andnot_si512(sign, _mm512_castps_si512(x)));
+    __m512 z = _mm512_mul_ps(a, a);
+    __m512 p = w_set(P[6]);
+    for (int i = 5; i >= 0; i--) p = _mm512_fmadd_ps(p, z, w_set(P[i]));
+    __m512 small = _mm512_mul_ps(a, p);
+    __m512 ac = _mm512_min_ps(_mm512_max_ps(a, one), w_set(4.0f));
+    __m512 t = _mm512_div_ps(one, ac);
+    __m512 q = w_set(Q[10]);
+    for (int i = 9; i >= 0; i--) q = _mm512_fmadd_ps(q, t, w_set(Q[i]));
+    __m512 e = w_exp(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(ac, ac)));
+    __m512 big = _mm512_fnmadd_ps(e, q, one);
+    __m512 r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, one, _CMP_LT_OQ), big, small);
+    __m512i s = _mm512_and_si512(_mm512_castps_si512(x), sign);
+    return w_nan_from(_mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), s)), x);
+}
+
+static bool un_has_avx512(enum unop op)
+{
+    return op == UN_GELU || op == UN_SILU || op == UN_SIGMOID || op == UN_MISH;
+}
+
+AVX512_FN static inline __m512 un16(enum unop op, __m512 v)
+{
+    const __m512 one = w_set(1.0f), zero = _mm512_setzero_ps();
+    switch (op) {
+    case UN_GELU:
+        return _mm512_mul_ps(_mm512_mul_ps(w_set(0.5f), v),
+                             _mm512_add_ps(one, w_erf(_mm512_mul_ps(v, w_set((float)M_SQRT1_2)))));
+    case UN_SILU:
+        return _mm512_div_ps(v, _mm512_add_ps(one, w_exp(_mm512_sub_ps(zero, v))));
+    case UN_SIGMOID:
+        return _mm512_div_ps(one, _mm512_add_ps(one, w_exp(_mm512_sub_ps(zero, v))));
+    case UN_MISH: {
+        __m512 u = w_exp(_mm512_min_ps(v, w_set(20.0f)));
+        __m512 w = _mm512_mul_ps(u, _mm512_add_ps(u, w_set(2.0f)));
+        __m512 t = _mm512_div_ps(w, _mm512_add_ps(w, w_set(2.0f)));
+        return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, w_set(20.0f), _CMP_GT_OQ),
+                                    _mm512_mul_ps(v, t), v);
+    }
+    default: return v; /* not reached: un_has_avx512 */
+    }
+}
+
+/* one op per loop, so the switch is decided outside the vector loop */
+#define UN_LOOP512(OP)                                                                   \
+    for (int64_t i = 0; i < n; i += 16) {                                                \
+        int64_t m = n - i;                                                               \
+        __mmask16 k = m >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << m) - 1);          \
+        __m512 r = un16(OP, _mm512_maskz_loadu_ps(k, x + i));                            \
+        _mm512_mask_storeu_ps(o + i, k, r);                                              \
+    }
+
+AVX512_FN static void un_vec_avx512(enum unop op, float *o, const float *x, int64_t n)
+{
+    switch (op) {
+    case UN_GELU: UN_LOOP512(UN_GELU) break;
+    case UN_SILU: UN_LOOP512(UN_SILU) break;
+    case UN_SIGMOID: UN_LOOP512(UN_SIGMOID) break;
+    case UN_MISH: UN_LOOP512(UN_MISH) break;
+    default: break;
+    }
+}
+#undef UN_LOOP512
+#endif
+
 static bool use_avx2(void)
 {
     return HAVE_X86 && cpu_level() >= CPU_AVX2;
@@ -821,12 +938,17 @@ struct un_ctx {
     struct iter it;
     enum unop op;
     float p0, p1;
-    bool avx2; /* vector path, picked once per call */
+    bool avx2;   /* vector path, picked once per call */
+    bool avx512; /* 16-lane path (GELU, SiLU, sigmoid, Mish) */
 };
 
 static void un_run(const struct un_ctx *c, float *o, const float *x, int64_t n)
 {
 #if HAVE_X86
+    if (c->avx512) {
+        un_vec_avx512(c->op, o, x, n);
+        return;
+    }
     if (c->avx2) {
         un_vec_avx2(c->op, c->p0, c->p1, o, x, n);
         return;
@@ -863,6 +985,7 @@ static void cpu_unary(struct arena *a, struct tensor *out, const struct tensor *
     struct un_ctx c = {.op = op, .p0 = p0, .p1 = p1};
 #if HAVE_X86
     c.avx2 = use_avx2() && un_has_avx2(op);
+    c.avx512 = HAVE_X86 && cpu_level() >= CPU_AVX512 && un_has_avx512(op);
 #endif
     const struct tensor *t[2] = {out, x};
     iter_init(&c.it, 2, t);
