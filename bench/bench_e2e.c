@@ -75,16 +75,7 @@ static cbx_status load_tokens(const struct model *m, int32_t **ids, int64_t *n, 
     struct gpt2_bpe *tok = NULL;
     char *norm = NULL;
     cbx_status rc;
-    if (!model_is_gguf(m)) {
-        rc = gpt2_bpe_load_dir(model_path(m), &tok, err);
-    } else {
-        char *v = NULL, *mg = NULL;
-        rc = model_text_file(m, "vocab.json", &v, NULL, err);
-        if (rc == CBX_OK) rc = model_text_file(m, "merges.txt", &mg, NULL, err);
-        if (rc == CBX_OK) rc = gpt2_bpe_load_mem(v, mg, NULL, NULL, &tok, err);
-        free(v);
-        free(mg);
-    }
+    rc = engine_tokenizer_load(m, &tok, err);
     if (rc == CBX_OK) rc = punc_norm(TEXT, PUNC_TURBO, &norm, err);
     if (rc == CBX_OK) rc = gpt2_bpe_encode(tok, norm, ids, n, err);
     free(norm);

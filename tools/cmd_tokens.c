@@ -13,6 +13,7 @@
 #include "default_model.h"
 #include "core/backend.h"
 #include "io/model_file.h"
+#include "pipeline/engine.h"
 #include "t3/t3.h"
 #include "text/gpt2_bpe.h"
 #include "text/punc_norm.h"
@@ -59,24 +60,6 @@ static int on_step(void *user, int step, int32_t token, const float *logits, int
     if (!p->quiet && p->tty && (step + 1) % 16 == 0)
         fprintf(stderr, "\rt3: %d tokens, %.1f tokens/s", step + 1, (step + 1) / since(&p->t0));
     return 0;
-}
-
-/* A directory's tokenizer files as gpt2_bpe_load_dir reads them; a GGUF's
- * stored copies of vocab.json, merges.txt (+ added_tokens.json,
- * tokenizer_config.json). */
-static cbx_status load_tokenizer(const struct model *m, struct gpt2_bpe **tok, char *err)
-{
-    if (!model_is_gguf(m)) return gpt2_bpe_load_dir(model_path(m), tok, err);
-    static const char *const files[4] = {"vocab.json", "merges.txt", "added_tokens.json", "tokenizer_config.json"};
-    char *text[4] = {NULL, NULL, NULL, NULL};
-    cbx_status rc = CBX_OK;
-    for (int i = 0; i < 4 && rc == CBX_OK; i++) {
-        rc = model_text_file(m, files[i], &text[i], NULL, err);
-        if (rc == CBX_ERR_NOT_FOUND && i >= 2) rc = CBX_OK; /* optional */
-    }
-    if (rc == CBX_OK) rc = gpt2_bpe_load_mem(text[0], text[1], text[2], text[3], tok, err);
-    for (int i = 0; i < 4; i++) free(text[i]);
-    return rc;
 }
 
 int cmd_tokens(int argc, char **argv)
@@ -142,7 +125,7 @@ int cmd_tokens(int argc, char **argv)
                       model, model_variant_info(var)->name);
         goto fail;
     }
-    if ((rc = load_tokenizer(md, &tok, err)) != CBX_OK) goto fail;
+    if ((rc = engine_tokenizer_load(md, &tok, err)) != CBX_OK) goto fail;
     if ((rc = punc_norm(text, PUNC_TURBO, &norm, err)) != CBX_OK) goto fail;
     if ((rc = gpt2_bpe_encode(tok, norm, &ids, &n_ids, err)) != CBX_OK) goto fail;
     /* tokenizer(..., truncation=True): cut at model_max_length */

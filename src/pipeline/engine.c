@@ -83,10 +83,7 @@ struct engine_load_params engine_load_default_params(void)
 
 #define ENGINE_VOICE_CACHE_DEFAULT 2
 
-/* A directory's tokenizer files as gpt2_bpe_load_dir reads them; a GGUF's
- * stored copies (vocab.json, merges.txt, optional added_tokens.json and
- * tokenizer_config.json). */
-static cbx_status load_tokenizer(const struct model *m, struct gpt2_bpe **tok, char *err)
+cbx_status engine_tokenizer_load(const struct model *m, struct gpt2_bpe **tok, char *err)
 {
     if (!model_is_gguf(m)) return gpt2_bpe_load_dir(model_path(m), tok, err);
     static const char *const files[4] = {"vocab.json", "merges.txt", "added_tokens.json",
@@ -131,7 +128,7 @@ cbx_status engine_model_load(const char *path, const struct engine_load_params *
         goto fail;
     }
     const int wtype = p->wtype >= 0 ? p->wtype : model_stored_wtype(m->file);
-    if ((rc = load_tokenizer(m->file, &m->tok, err)) != CBX_OK) goto fail;
+    if ((rc = engine_tokenizer_load(m->file, &m->tok, err)) != CBX_OK) goto fail;
     struct weights w3 = model_weights(m->file, MODEL_T3);
     if ((rc = t3_load_gpt2(&m->t3, &w3, (enum dtype)wtype, err)) != CBX_OK) goto fail;
     struct weights ws = model_weights(m->file, MODEL_S3GEN);

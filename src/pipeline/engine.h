@@ -175,6 +175,12 @@ struct gpt2_bpe;
 cbx_status engine_split(const struct gpt2_bpe *tok, const char *text, int max_segment_tokens,
                         struct engine_segments *out, char *err);
 /* The model's tokenizer; borrowed from m. */
+struct model;
+/* The text tokenizer of an open model: a directory's tokenizer files as
+ * gpt2_bpe_load_dir reads them, or a GGUF's stored copies (vocab.json,
+ * merges.txt, optional added_tokens.json and tokenizer_config.json). *tok
+ * owned by the caller, gpt2_bpe_free(). */
+cbx_status engine_tokenizer_load(const struct model *m, struct gpt2_bpe **tok, char *err);
 const struct gpt2_bpe *engine_model_tokenizer(const struct engine_model *m);
 void engine_segments_free(struct engine_segments *s);
 /* True when s (UTF-8) has a letter or digit. */
