@@ -58,6 +58,7 @@ struct cfm_resnet {
 struct cfm_transformer {
     const struct tensor *norm1_w, *norm1_b, *norm3_w, *norm3_b;
     struct cfm_conv to_q, to_k, to_v, to_out, ff_proj, ff_out; /* to_q/k/v: no bias */
+    const struct tensor *qkv; /* [to_q; to_k; to_v] rows, [3 inner, C]: one GEMM */
 };
 
 /* down_blocks.i / mid_blocks.i / up_blocks.i: resnet, transformer stack and
@@ -207,6 +208,35 @@ static struct cfm_conv get_conv(struct loader *L, const char *name, int64_t out,
     return c;
 }
 
+/* The rows of n weights of type L->wtype stacked into one [sum rows, k]
+ * tensor (raw row copies: the same numbers, one GEMM instead of n). */
+static const struct tensor *stack_rows(struct loader *L, const struct tensor *const *w, int n)
+{
+    if (L->rc != CBX_OK) return NULL;
+    int64_t rows = 0, k = w[0]->ne[1];
+    for (int i = 0; i < n; i++) {
+        if (w[i]->type != L->wtype || w[i]->ndim != 2 || w[i]->ne[1] != k) {
+            L->rc = err_setf(L->err, CBX_ERR_INTERNAL, "s3gen cfm: cannot stack %s", w[i]->name);
+            return NULL;
+        }
+        rows += w[i]->ne[0];
+    }
+    size_t rs = dtype_row_size(L->wtype, k);
+    char *m = own(L, sizeof(struct tensor) + 64 + rs * (size_t)rows);
+    if (!m) return NULL;
+    struct tensor *t = (struct tensor *)m;
+    char *data = m + sizeof(struct tensor), *d;
+    data += (64 - (uintptr_t)data % 64) % 64;
+    d = data;
+    for (int i = 0; i < n; i++)
+        for (int64_t r = 0; r < w[i]->ne[0]; r++, d += rs)
+            memcpy(d, (const char *)w[i]->data + r * w[i]->nb[0], rs);
+    const int64_t ne[2] = {rows, k};
+    *t = tensor_make(L->wtype, 2, ne, data, NULL);
+    t->name = w[0]->name;
+    return t;
+}
+
 static const struct tensor *get_vec(struct loader *L, const char *name, int64_t n)
 {
     char s[256];
@@ -259,6 +289,10 @@ static void load_transformer(struct loader *L, struct cfm_transformer *t, const 
     V(norm3_b, "norm3.bias", C);
     LIN(ff_proj, "ff.net.0.proj", ff, C, true);
     LIN(ff_out, "ff.net.2", C, ff, true);
+    if (t->to_q.w && t->to_k.w && t->to_v.w) {
+        const struct tensor *parts[3] = {t->to_q.w, t->to_k.w, t->to_v.w};
+        t->qkv = stack_rows(L, parts, 3);
+    }
 #undef V
 #undef LIN
 }
@@ -433,9 +467,12 @@ static struct tensor *transformer(struct arena *a, const struct s3gen_estimator 
     int64_t B = h->ne[0], T = h->ne[1], inner = (int64_t)e->n_heads * e->head_dim;
     const int to_heads[4] = {0, 2, 1, 3}; /* [B, T, H, Dh] <-> [B, H, T, Dh] */
     struct tensor *n = op_layer_norm(a, h, l->norm1_w, l->norm1_b, LN_EPS);
-    struct tensor *q = op_permute(a, op_split_dim(a, op_linear(a, n, l->to_q.w, NULL), 2, e->n_heads), to_heads);
-    struct tensor *k = op_permute(a, op_split_dim(a, op_linear(a, n, l->to_k.w, NULL), 2, e->n_heads), to_heads);
-    struct tensor *v = op_permute(a, op_split_dim(a, op_linear(a, n, l->to_v.w, NULL), 2, e->n_heads), to_heads);
+    /* q, k, v: column slices of one [B, T, 3 inner] GEMM, viewed as heads
+     * (attention reads them with strides) */
+    struct tensor *qkv = op_linear(a, n, l->qkv, NULL);
+    struct tensor *q = op_permute(a, op_split_dim(a, op_slice(a, qkv, 2, 0, inner), 2, e->n_heads), to_heads);
+    struct tensor *k = op_permute(a, op_split_dim(a, op_slice(a, qkv, 2, inner, inner), 2, e->n_heads), to_heads);
+    struct tensor *v = op_permute(a, op_split_dim(a, op_slice(a, qkv, 2, 2 * inner, inner), 2, e->n_heads), to_heads);
     /* F.scaled_dot_product_attention, scale dim_head^-0.5, bidirectional */
     struct attn_params ap = {1.0f / sqrtf((float)e->head_dim), false};
     struct tensor *o = op_attention(a, q, k, v, NULL, &ap);           /* [B, H, T, Dh] */
