@@ -17,20 +17,8 @@
 #include "core/ops.h"
 #include "testutil.h"
 
-static struct arena *ac, *ar, *ad; /* cpu, ref, input data */
-static uint64_t seed = 1;
+#include "op_arenas.inc"
 
-static struct tensor *rnd(int ndim, const int64_t *ne, float lo, float hi)
-{
-    struct tensor tmp = tensor_make(TYPE_F32, ndim, ne, NULL, NULL);
-    size_t n = (size_t)tensor_nelements(&tmp);
-    float *buf = malloc((n ? n : 1) * sizeof *buf);
-    if (!buf) return NULL;
-    fill_uniform(buf, n, lo, hi, seed++);
-    struct tensor *t = op_from_host(ad, TYPE_F32, ndim, ne, buf);
-    free(buf);
-    return t;
-}
 
 static struct tensor *from(int ndim, const int64_t *ne, const float *v)
 {
@@ -58,12 +46,6 @@ static struct tensor *act(int64_t B, int64_t C, int64_t T, int view)
     return rnd(nd, e, -1, 1);
 }
 
-static void reset(void)
-{
-    arena_reset(ac);
-    arena_reset(ar);
-    arena_reset(ad);
-}
 
 /* Output (contiguous) against expected values. */
 static void check_values(const char *what, const struct tensor *t, const float *want, size_t n)
@@ -468,13 +450,6 @@ static void cpu_vs_ref_lstm(void)
 
 /* ---- 3. error paths ---------------------------------------------------- */
 
-static void expect_fail(const char *what, const struct tensor *t)
-{
-    CHECK(t == NULL && arena_status(ac) != CBX_OK, "%s: returns NULL and fails the arena (%s)",
-          what, arena_errmsg(ac));
-    printf("%-48s -> %s\n", what, arena_errmsg(ac));
-    arena_reset(ac); /* inputs in ad stay valid */
-}
 
 static void errors(void)
 {
@@ -522,14 +497,7 @@ static void errors(void)
 
 int main(void)
 {
-    struct backend *cpu = backend_cpu_create(2);
-    ac = cpu ? arena_create(cpu, 0) : NULL;
-    ar = arena_create(backend_ref(), 0);
-    ad = arena_create(backend_ref(), 0);
-    if (!ac || !ar || !ad) {
-        CHECK(false, "setup");
-        return test_summary();
-    }
+    if (!op_arenas_open()) return test_summary();
     hand_conv1d();
     hand_conv_transpose1d();
     hand_pad_upsample();
@@ -540,10 +508,6 @@ int main(void)
     cpu_vs_ref_pad_upsample();
     cpu_vs_ref_lstm();
     errors();
-    CHECK(arena_status(ar) == CBX_OK, "ref arena clean: %s", arena_errmsg(ar));
-    arena_free(ac);
-    arena_free(ar);
-    arena_free(ad);
-    backend_cpu_free(cpu);
+    op_arenas_close();
     return test_summary();
 }

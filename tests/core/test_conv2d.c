@@ -17,27 +17,9 @@
 #include "core/ops.h"
 #include "testutil.h"
 
-static struct arena *ac, *ar, *ad; /* cpu, ref, input data */
-static uint64_t seed = 1;
+#include "op_arenas.inc"
 
-static struct tensor *rnd(int ndim, const int64_t *ne, float lo, float hi)
-{
-    struct tensor tmp = tensor_make(TYPE_F32, ndim, ne, NULL, NULL);
-    size_t n = (size_t)tensor_nelements(&tmp);
-    float *buf = malloc((n ? n : 1) * sizeof *buf);
-    if (!buf) return NULL;
-    fill_uniform(buf, n, lo, hi, seed++);
-    struct tensor *t = op_from_host(ad, TYPE_F32, ndim, ne, buf);
-    free(buf);
-    return t;
-}
 
-static void reset(void)
-{
-    arena_reset(ac);
-    arena_reset(ar);
-    arena_reset(ad);
-}
 
 static void check_out(const char *what, const struct tensor *t, int ndim, const int64_t *ne,
                       const float *want, double rtol)
@@ -172,11 +154,6 @@ static void cpu_vs_ref(void)
 
 /* ---- 3. error paths ----------------------------------------------------- */
 
-static void expect_fail(const char *what, struct tensor *t)
-{
-    CHECK(!t && arena_status(ac) != CBX_OK, "%s fails (%s)", what, arena_errmsg(ac));
-    arena_reset(ac);
-}
 
 static void errors(void)
 {
@@ -201,21 +178,10 @@ static void errors(void)
 
 int main(void)
 {
-    struct backend *cpu = backend_cpu_create(2);
-    ac = cpu ? arena_create(cpu, 0) : NULL;
-    ar = arena_create(backend_ref(), 0);
-    ad = arena_create(backend_ref(), 0);
-    if (!ac || !ar || !ad) {
-        CHECK(false, "setup");
-        return test_summary();
-    }
+    if (!op_arenas_open()) return test_summary();
     hand();
     cpu_vs_ref();
     errors();
-    CHECK(arena_status(ar) == CBX_OK, "ref arena clean: %s", arena_errmsg(ar));
-    arena_free(ac);
-    arena_free(ar);
-    arena_free(ad);
-    backend_cpu_free(cpu);
+    op_arenas_close();
     return test_summary();
 }

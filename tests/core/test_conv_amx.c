@@ -30,7 +30,7 @@
 #include "core/ops.h"
 #include "testutil.h"
 
-static struct arena *ac, *ar, *ad; /* cpu with the BF16 hint, ref, input data */
+#include "op_arenas.inc" /* ac gets the BF16 hint */
 
 enum xform { RAW, ABS, BF16 };
 
@@ -76,7 +76,6 @@ static struct tensor *param(const float *v, int ndim, const int64_t *ne, enum xf
     return t;
 }
 
-static uint64_t seed = 7;
 
 /* y of the case: a conv1d (tp NULL) or a conv_transpose1d (tp set) */
 static struct tensor *run(struct arena *a, const struct tensor *x, const struct tensor *w,
@@ -176,14 +175,8 @@ int main(void)
                f->amx_bf16, f->avx512_bf16, cpu_amx_ready());
         return 0;
     }
-    struct backend *cpu = backend_cpu_create(2);
-    ac = cpu ? arena_create(cpu, 0) : NULL;
-    ar = arena_create(backend_ref(), 0);
-    ad = arena_create(backend_ref(), 0);
-    if (!ac || !ar || !ad) {
-        CHECK(false, "setup");
-        return test_summary();
-    }
+    if (!op_arenas_open()) return test_summary();
+    seed = 7;
     arena_set_bf16(ac, true);
     /* HiFT ResBlocks of the three stages (256/128/64 channels), kernels
      * 3/7/11 with dilations 1/3/5, odd T (column tails) */
@@ -209,9 +202,6 @@ int main(void)
     convt_case(2, 40, 17, 4, 29, 4, 0, 0, 1, false);
     convt_case(1, 33, 50, 9, 51, 3, 7, 2, 0, true);
     convt_case(0, 64, 32, 3, 20, 1, 1, 0, 0, true);
-    arena_free(ac);
-    arena_free(ar);
-    arena_free(ad);
-    backend_cpu_free(cpu);
+    op_arenas_close();
     return test_summary();
 }
