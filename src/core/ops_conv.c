@@ -74,6 +74,26 @@ static bool pad_ok(struct arena *a, const char *op, int64_t T, int left, int rig
     return false;
 }
 
+/* The checks both 1-d convs start with: 0 stride/dilation/groups mean 1;
+ * x is [C, T] or [B, C, T]; w is a float [., ., K] weight (layout names
+ * its dims for the message). sx, sw (64 bytes) receive the shapes. */
+static bool conv_operands(struct arena *a, const char *op, const struct tensor *x, const struct tensor *w,
+                          const char *layout, int *stride, int *dilation, int *groups, char *sx, char *sw)
+{
+    if (*stride == 0) *stride = 1;
+    if (*dilation == 0) *dilation = 1;
+    if (*groups == 0) *groups = 1;
+    if (!check_act(a, op, x, 2, 3)) return false;
+    tensor_shape_str(x, sx, 64);
+    tensor_shape_str(w, sw, 64);
+    if (!weight_type_ok(w->type) || w->ndim != 3) {
+        arena_fail(a, CBX_ERR_INTERNAL, "%s: weight %s %s, want f32/f16/bf16 %s", op, dtype_name(w->type), sw,
+                   layout);
+        return false;
+    }
+    return true;
+}
+
 struct tensor *op_conv1d(struct arena *a, const struct tensor *x, const struct tensor *w,
                          const struct tensor *b, const struct conv1d_params *p)
 {
@@ -81,18 +101,9 @@ struct tensor *op_conv1d(struct arena *a, const struct tensor *x, const struct t
     if (!x || !w) return NULL;
     struct conv1d_params q = {0};
     if (p) q = *p;
-    if (q.stride == 0) q.stride = 1;
-    if (q.dilation == 0) q.dilation = 1;
-    if (q.groups == 0) q.groups = 1;
-    if (!check_act(a, op, x, 2, 3)) return NULL;
     char sx[64], sw[64];
-    tensor_shape_str(x, sx, sizeof sx);
-    tensor_shape_str(w, sw, sizeof sw);
-    if (!weight_type_ok(w->type) || w->ndim != 3) {
-        arena_fail(a, CBX_ERR_INTERNAL, "%s: weight %s %s, want f32/f16/bf16 [Cout, Cin/groups, K]",
-                   op, dtype_name(w->type), sw);
+    if (!conv_operands(a, op, x, w, "[Cout, Cin/groups, K]", &q.stride, &q.dilation, &q.groups, sx, sw))
         return NULL;
-    }
     if (q.stride < 0 || q.dilation < 0 || q.groups < 0) {
         arena_fail(a, CBX_ERR_INTERNAL, "%s: stride %d, dilation %d, groups %d must be >= 1", op,
                    q.stride, q.dilation, q.groups);
@@ -136,19 +147,9 @@ struct tensor *op_conv_transpose1d(struct arena *a, const struct tensor *x,
     if (!x || !w) return NULL;
     struct conv_transpose1d_params q = {0};
     if (p) q = *p;
-    if (q.stride == 0) q.stride = 1;
-    if (q.dilation == 0) q.dilation = 1;
-    if (q.groups == 0) q.groups = 1;
-    if (!check_act(a, op, x, 2, 3)) return NULL;
     char sx[64], sw[64];
-    tensor_shape_str(x, sx, sizeof sx);
-    tensor_shape_str(w, sw, sizeof sw);
-    if (!weight_type_ok(w->type) || w->ndim != 3) {
-        arena_fail(a, CBX_ERR_INTERNAL,
-                   "%s: weight %s %s, want f32/f16/bf16 [Cin, Cout/groups, K]", op,
-                   dtype_name(w->type), sw);
+    if (!conv_operands(a, op, x, w, "[Cin, Cout/groups, K]", &q.stride, &q.dilation, &q.groups, sx, sw))
         return NULL;
-    }
     if (q.stride < 0 || q.dilation < 0 || q.groups < 0 || q.padding < 0 || q.output_padding < 0) {
         arena_fail(a, CBX_ERR_INTERNAL,
                    "%s: stride %d, dilation %d, groups %d, padding %d, output_padding %d out of range",
