@@ -21,6 +21,7 @@
 
 #include "common.h"
 #include "core/backend.h"
+#include "core/cpu/linear_kernels.h"
 #include "core/threadpool.h"
 #include "io/synth.h"
 #include "t3/t3.h"
@@ -119,6 +120,20 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_t3: %s\n", err);
             return 1;
         }
+        /* the same weights not packed (linear_pack), decoded in the same
+         * reps, when packing applies */
+        struct t3_model mu;
+        bool ab = false;
+        if (linear_pack_supported(m.tfmr.h[0].c_attn_w) || linear_is_packed(m.tfmr.h[0].c_attn_w->data)) {
+            linear_pack_enable = 0;
+            if (t3_load_gpt2(&mu, &src, types[ti], err) != CBX_OK) {
+                fprintf(stderr, "bench_t3: %s\n", err);
+                return 1;
+            }
+            linear_pack_enable = 1;
+            ab = true;
+        }
+        double *decu = calloc((size_t)opt.reps, sizeof *decu);
         double *pre = calloc((size_t)opt.reps, sizeof *pre), *dec = calloc((size_t)opt.reps, sizeof *dec);
         double *gbs = calloc((size_t)opt.reps, sizeof *gbs);
         double *gen = calloc((size_t)opt.reps, sizeof *gen), *genw = calloc((size_t)opt.reps, sizeof *genw);
@@ -126,7 +141,7 @@ int main(int argc, char **argv)
         double *fltp = calloc((size_t)opt.reps, sizeof *fltp), *deco = calloc((size_t)opt.reps, sizeof *deco);
         const enum dtype kv_own = m.tfmr.kv_type, kv_other = kv_own == TYPE_F16 ? TYPE_F32 : TYPE_F16;
         struct t3_workspace *ws = t3_workspace_create(cpu);
-        if (!pre || !dec || !gbs || !gen || !genw || !flt || !fltw || !fltp || !deco || !ws) {
+        if (!decu || !pre || !dec || !gbs || !gen || !genw || !flt || !fltw || !fltp || !deco || !ws) {
             fprintf(stderr, "bench_t3: out of memory\n");
             return 1;
         }
@@ -176,7 +191,20 @@ int main(int argc, char **argv)
                 free(tok);
             }
             m.tfmr.kv_type = kv_own;
+            struct step_clock scu = {0};
+            if (ab) {
+                int32_t *tok = NULL;
+                int64_t n = 0;
+                gp.ws = ws;
+                cbx_status rcu = t3_inference_turbo(&mu, cpu, &cond, text, L, &gp, on_step, &scu, &tok, &n, err);
+                free(tok);
+                if (rcu != CBX_OK) {
+                    fprintf(stderr, "bench_t3: %s\n", err);
+                    return 1;
+                }
+            }
             if (r < 0) continue;
+            decu[r] = scu.n > 1 ? (double)(scu.n - 1) / (scu.last - scu.first) : 0;
             deco[r] = sco.n > 1 ? (double)(sco.n - 1) / (sco.last - sco.first) : 0;
             gen[r] = tg[0];
             genw[r] = tg[1];
@@ -206,6 +234,20 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s %-5s decode %6.1f tok/s with a %s KV cache, %6.1f tok/s with %s (p10-p90 %.1f-%.1f, %.1f-%.1f)\n",
                 variant, dtype_name(types[ti]), sd.median, dtype_name(kv_own), so.median, dtype_name(kv_other),
                 sd.p10, sd.p90, so.p10, so.p90);
+        if (ab) {
+            /* per rep: packed / plain, the two decodes of that rep */
+            double *ratio = calloc((size_t)opt.reps, sizeof *ratio);
+            for (int r = 0; ratio && r < opt.reps; r++) ratio[r] = decu[r] > 0 ? dec[r] / decu[r] : 0;
+            struct bench_stats su = bench_stats(decu, opt.reps), sr = bench_stats(ratio ? ratio : decu, opt.reps);
+            bench_emit("t3_decode_plain", dtype_name(types[ti]), shape, 3, opt.threads, opt.reps, "tokens/s", su,
+                       NULL, 0);
+            fprintf(stderr, "%s %-5s decode %6.1f tok/s packed weights, %6.1f tok/s plain (same reps): "
+                    "x%.3f (p10-p90 x%.3f-x%.3f)\n",
+                    variant, dtype_name(types[ti]), sd.median, su.median, sr.median, sr.p10, sr.p90);
+            free(ratio);
+            t3_free(&mu);
+        }
+        free(decu);
         arena_free(a);
         t3_workspace_free(ws);
         free(pre); free(dec); free(gbs);

@@ -9,14 +9,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/mman.h>
+
 #include "core/backend.h"
+#include "core/cpu/linear_kernels.h"
 #include "core/quant.h"
+
+/* The linear weights of the decode step: 4 per block, then the head. */
+static const struct tensor **linear_weight(struct t3_model *m, int i)
+{
+    if (i == 4 * m->tfmr.n_layer) return &m->speech_head_w;
+    struct gpt2_layer *l = &m->tfmr.h[i / 4];
+    const struct tensor **f[4] = {&l->c_attn_w, &l->c_proj_w, &l->c_fc_w, &l->mlp_proj_w};
+    return f[i % 4];
+}
 
 void t3_free(struct t3_model *m)
 {
     if (!m) return;
+    for (int i = 0; m->tfmr.h && i <= 4 * m->tfmr.n_layer; i++) {
+        const struct tensor *w = *linear_weight(m, i);
+        if (w && w->data) linear_pack_forget(w->data);
+    }
     free(m->tfmr.h);
     free(m->owned);
+    free(m->packed);
     memset(m, 0, sizeof *m);
 }
 
@@ -61,6 +78,60 @@ static const struct tensor *converted(const struct tensor *w, enum dtype wtype, 
     (*desc)->name = w->name;
     *buf += (size_t)out * rs;
     return (*desc)++;
+}
+
+#define HUGE_PAGE ((size_t)2 << 20)
+
+/* The q4_0 / q8_0 linear weights repacked for the cpu decode GEMV
+ * (linear_pack; core/cpu/linear_kernels.h): the ones in owned memory in
+ * place; the ones borrowed from the weight source (a mapped GGUF) only
+ * when linear_pack_copies() (CBX_PACK=2: the copy's fresh pages cost load
+ * time) into m->packed (transparent huge pages asked for), each source
+ * then paged out (MADV_PAGEOUT: clean file pages are dropped, so resident
+ * memory does not grow; nothing is lost, a later read faults them in).
+ * desc: free descriptors for the copies; [own0, own1): the owned
+ * weights. Weights that cannot be packed, or all when memory runs out,
+ * stay as they are (the usual path). */
+static void pack_weights(struct t3_model *m, struct tensor *desc, const char *own0, const char *own1)
+{
+    const int n = 4 * m->tfmr.n_layer + 1;
+    const bool copies = linear_pack_copies();
+    size_t copy = 0;
+    for (int i = 0; copies && i < n; i++) {
+        const struct tensor *t = *linear_weight(m, i);
+        const char *p = t->data;
+        bool owned = p >= own0 && p < own1;
+        if (!owned && linear_pack_supported(t) && !linear_is_packed(p))
+            copy += (tensor_nbytes(t) + 63) & ~(size_t)63;
+    }
+    char *dst = NULL;
+    if (copy) {
+        size_t cap = (copy + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+        dst = m->packed = aligned_alloc(HUGE_PAGE, cap);
+#ifdef MADV_HUGEPAGE
+        if (dst) (void)madvise(dst, cap, MADV_HUGEPAGE);
+#endif
+    }
+    for (int i = 0; i < n; i++) {
+        const struct tensor **f = linear_weight(m, i), *t = *f;
+        const char *p = t->data;
+        if (!linear_pack_supported(t) || linear_is_packed(p)) continue;
+        if (p >= own0 && p < own1) {
+            (void)linear_pack(t, t->data);
+            continue;
+        }
+        if (!dst || !linear_pack(t, dst)) continue;
+        *desc = tensor_make(t->type, 2, t->ne, dst, NULL);
+        desc->name = t->name;
+        *f = desc++;
+        dst += (tensor_nbytes(t) + 63) & ~(size_t)63;
+#ifdef MADV_PAGEOUT
+        /* the whole pages inside the source only */
+        uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095;
+        uintptr_t e = ((uintptr_t)p + tensor_nbytes(t)) & ~(uintptr_t)4095;
+        if (e > a) (void)madvise((void *)a, e - a, MADV_PAGEOUT);
+#endif
+    }
 }
 
 cbx_status t3_load_gpt2(struct t3_model *m, const struct weights *w, enum dtype wtype, char *err)
@@ -126,8 +197,14 @@ cbx_status t3_load_gpt2(struct t3_model *m, const struct weights *w, enum dtype 
                                     dtype_row_size(wtype, 4 * D) * (size_t)D;
     size_t head = out_in ? 0 : dtype_row_size(wtype, D) * (size_t)m->speech_head_w->ne[0];
     size_t n_desc = 4 * (size_t)n_layer + 1;
-    m->owned = malloc(per_layer * (size_t)n_layer + head + sizeof(struct tensor) * n_desc +
-                      sizeof(float) * 4 * (size_t)D + 64);
+    /* huge-page aligned and asked for (the decode streams the weights) */
+    size_t own_bytes = per_layer * (size_t)n_layer + head + sizeof(struct tensor) * n_desc +
+                       sizeof(float) * 4 * (size_t)D + 64;
+    own_bytes = (own_bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    m->owned = aligned_alloc(HUGE_PAGE, own_bytes);
+#ifdef MADV_HUGEPAGE
+    if (m->owned && per_layer) (void)madvise(m->owned, own_bytes, MADV_HUGEPAGE);
+#endif
     if (!g->h || !m->owned) {
         t3_free(m);
         return err_setf(err, CBX_ERR_NOMEM, "T3: out of memory for %d layers", n_layer);
@@ -136,6 +213,7 @@ cbx_status t3_load_gpt2(struct t3_model *m, const struct weights *w, enum dtype 
     float *row = (float *)(desc + n_desc);
     char *buf = (char *)(row + 4 * D);
     buf += (64 - (uintptr_t)buf % 64) % 64;
+    char *const wbeg = buf;
     if (!out_in) m->speech_head_w = converted(m->speech_head_w, wtype, &buf, &desc, row);
     for (int i = 0; i < n_layer && rc == CBX_OK; i++) {
         struct gpt2_layer *l = &g->h[i];
@@ -168,6 +246,7 @@ cbx_status t3_load_gpt2(struct t3_model *m, const struct weights *w, enum dtype 
         l->mlp_proj_w = transposed(l->mlp_proj_w, wtype, &buf, &desc, row);
     }
     if (rc == CBX_OK) g->kv_type = gpt2_kv_type(g->h[0].c_attn_w->type);
+    if (rc == CBX_OK) pack_weights(m, desc, wbeg, buf);
     if (rc != CBX_OK) t3_free(m);
     return rc;
 }

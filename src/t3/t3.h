@@ -28,6 +28,7 @@ struct t3_model {
     const struct tensor *spkr_enc_w, *spkr_enc_b;     /* cond_enc.spkr_enc */
     struct gpt2 tfmr;
     void *owned;      /* transposed Conv1D weights and descriptors */
+    void *packed;     /* packed copies of weights used in place (t3_load_gpt2) */
 };
 
 /* The conditioning of T3Cond used by the GPT-2 variant. */

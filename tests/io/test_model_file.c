@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 
 #include "core/backend.h"
+#include "core/cpu/linear_kernels.h"
 #include "core/quant.h"
 #include "io/model_file.h"
 #include "io/quant_policy.h"
@@ -440,13 +441,16 @@ static void compare_t3(const struct model *dir, const struct model *f32, const s
     struct run ra, rb, rq;
     bool ok = run_t3(dir, be, &ra, &a) && run_t3(f32, be, &rb, &b) && run_t3(q8, be, &rq, &q);
     if (ok) {
-        /* in place: the loaded Conv1D weights and head are the mapping's */
+        /* in place: the loaded Conv1D weights and head are the mapping's
+         * (q4_0 / q8_0 ones: or their copy packed for the cpu GEMV, the
+         * mapping's pages then dropped, see t3.c pack_weights) */
         const struct tensor *ca = model_find(f32, MODEL_T3, "tfmr.h.1.attn.c_attn.weight");
         const struct tensor *hq = model_find(q8, MODEL_T3, "speech_head.weight");
         const struct tensor *fq = model_find(q8, MODEL_T3, "tfmr.h.0.mlp.c_fc.weight");
-        CHECK(b.tfmr.h[1].c_attn_w->data == ca->data && q.speech_head_w->data == hq->data &&
-                  q.tfmr.h[0].c_fc_w->data == fq->data && q.tfmr.h[0].c_fc_w->type == TYPE_Q8_0,
-              "GGUF Conv1D weights and head used in place (no copy, q8_0 kept)");
+        const void *hd = q.speech_head_w->data, *fd = q.tfmr.h[0].c_fc_w->data;
+        CHECK(b.tfmr.h[1].c_attn_w->data == ca->data && (hd == hq->data || linear_is_packed(hd)) &&
+                  (fd == fq->data || linear_is_packed(fd)) && q.tfmr.h[0].c_fc_w->type == TYPE_Q8_0,
+              "GGUF Conv1D weights and head used in place or packed (no other copy, q8_0 kept)");
         CHECK(a.tfmr.h[1].c_attn_w->data != model_find(dir, MODEL_T3, "tfmr.h.1.attn.c_attn.weight")->data,
               "directory Conv1D weights transposed into owned memory");
         bool same_tok = ra.n == rb.n && !memcmp(ra.tok, rb.tok, (size_t)ra.n * 4);

@@ -19,6 +19,12 @@
  *    the speed of the block-at-a-time kernels, four weight rows per call
  *    (x loads and the final reductions shared: 1.06-1.16x on one core,
  *    bench_kernels dotx), the remainder of a task's rows one at a time.
+ *  - q4_0/q8_0 weights packed at load (linear_pack: 16 rows interleaved,
+ *    see linear_kernels.h; recognised by their data address) take the
+ *    packed GEMV (16 rows per call, aligned contiguous loads, vector
+ *    scales: 1.2x the dotx decode on 2 cores, bench_t3) below
+ *    linear_qgemm_min_rows rows, else the quantised GEMM with tiles
+ *    unpacked from the packed groups, at any level.
  *  - more rows: OpenBLAS sgemm. F32 weights are used in place; other
  *    types are dequantised tile by tile (rows of W) into scratch,
  *    the pool's threads splitting each tile, then one sgemm per tile with
@@ -159,6 +165,103 @@ static const float *x_matrix(const struct tensor *x, int64_t *ld)
     return c;
 }
 
+/* ---- packed weights (linear_kernels.h) ---------------------------------
+ * The registry: the data addresses of packed tensors, under a rwlock (a
+ * lookup per op_linear on a q4_0 / q8_0 weight; a handful of models at
+ * most, so a plain array). */
+static pthread_rwlock_t pk_lock = PTHREAD_RWLOCK_INITIALIZER;
+static const void **pk_set;
+static size_t pk_n, pk_cap, pk_reserved; /* reserved: slots held by packs under way */
+
+bool linear_is_packed(const void *p)
+{
+    bool found = false;
+    if (!p) return false;
+    pthread_rwlock_rdlock(&pk_lock);
+    for (size_t i = 0; i < pk_n && !found; i++) found = pk_set[i] == p;
+    pthread_rwlock_unlock(&pk_lock);
+    return found;
+}
+
+void linear_pack_forget(const void *p)
+{
+    pthread_rwlock_wrlock(&pk_lock);
+    for (size_t i = 0; i < pk_n; i++)
+        if (pk_set[i] == p) {
+            pk_set[i] = pk_set[--pk_n];
+            break;
+        }
+    pthread_rwlock_unlock(&pk_lock);
+}
+
+int linear_pack_enable = 1;
+static int pk_env = 1; /* CBX_PACK: 0 none, 1 in place (default), 2 copies too */
+static pthread_once_t pk_env_once = PTHREAD_ONCE_INIT;
+
+static void pk_env_read(void)
+{
+    const char *e = getenv("CBX_PACK");
+    if (e && (!strcmp(e, "0") || !strcmp(e, "2"))) pk_env = e[0] - '0';
+}
+
+bool linear_pack_copies(void)
+{
+    pthread_once(&pk_env_once, pk_env_read);
+    return pk_env == 2;
+}
+
+bool linear_pack_supported(const struct tensor *w)
+{
+    pthread_once(&pk_env_once, pk_env_read);
+    if (!linear_pack_enable || pk_env == 0 || !w || w->ndim != 2) return false;
+    if (w->type != TYPE_Q4_0 && w->type != TYPE_Q8_0) return false;
+    if (cpu_level() < CPU_AVX512 || !linear_gemv16_avx512(w->type)) return false;
+    /* K <= 2^24: the packer gathers at 32-bit byte offsets of 15 rows */
+    return w->ne[1] > 0 && w->ne[1] % 64 == 0 && w->ne[1] <= (1 << 24) && w->ne[0] >= LINEAR_PK_ROWS &&
+           tensor_is_contiguous(w) && (uintptr_t)w->data % 64 == 0;
+}
+
+bool linear_pack(const struct tensor *w, void *dst)
+{
+    if (!linear_pack_supported(w) || !dst || (uintptr_t)dst % 64) return false;
+    const int64_t n = w->ne[0], nb = w->ne[1] / QK, groups = n / LINEAR_PK_ROWS;
+    const size_t rs = dtype_row_size(w->type, w->ne[1]), gbytes = LINEAR_PK_ROWS * rs;
+    const bool in_place = dst == w->data;
+    char *tmp = in_place ? malloc(gbytes) : NULL;
+    if (in_place && !tmp) return false;
+    /* room in the registry first: once packed, w must be registered */
+    pthread_rwlock_wrlock(&pk_lock);
+    if (pk_n + pk_reserved == pk_cap) {
+        size_t cap = pk_cap ? 2 * pk_cap : 256;
+        const void **s = realloc(pk_set, cap * sizeof *s);
+        if (s) {
+            pk_set = s;
+            pk_cap = cap;
+        }
+    }
+    bool room = pk_n + pk_reserved < pk_cap;
+    if (room) pk_reserved++;
+    pthread_rwlock_unlock(&pk_lock);
+    if (!room) {
+        free(tmp);
+        return false;
+    }
+    for (int64_t g = 0; g < groups; g++) {
+        const char *src = (const char *)w->data + (size_t)g * gbytes;
+        if (in_place) src = memcpy(tmp, src, gbytes);
+        linear_pk_pack_avx512(w->type, src, rs, nb, (uint8_t *)dst + (size_t)g * gbytes);
+    }
+    free(tmp);
+    if (!in_place && n > groups * LINEAR_PK_ROWS) /* the tail rows as they are */
+        memcpy((char *)dst + (size_t)groups * gbytes, (const char *)w->data + (size_t)groups * gbytes,
+               (size_t)(n - groups * LINEAR_PK_ROWS) * rs);
+    pthread_rwlock_wrlock(&pk_lock);
+    pk_reserved--;
+    pk_set[pk_n++] = dst; /* the slot reserved above */
+    pthread_rwlock_unlock(&pk_lock);
+    return true;
+}
+
 /* ---- dot path ---------------------------------------------------------- */
 
 void linear_xq_prepare(struct linear_xq *xq, int8_t *qs, float *d, float *ds, int64_t n)
@@ -218,8 +321,47 @@ static void dot_rows(void *ctx, int64_t n0, int64_t n1, int ith)
     }
 }
 
+/* Packed weights (linear_pack): groups of 16 rows per call, the rows
+ * past the last group one at a time with the dotx kernel. Items: the
+ * groups, then one for the tail rows. */
+struct pk_job {
+    linear_gemv16_fn gemv;
+    linear_dotx_fn dotx;
+    const struct linear_xq *xp;
+    const char *w;
+    size_t gbytes, rs;      /* bytes per group, per (tail) row */
+    int64_t groups, m, k, n;
+    const float *bias;
+    int64_t bias_stride;    /* bytes */
+    float *y;               /* [m, n] */
+};
+
+static void pk_rows(void *ctx, int64_t g0, int64_t g1, int ith)
+{
+    (void)ith;
+    const struct pk_job *j = ctx;
+    for (int64_t g = g0; g < g1; g++) {
+        int64_t r0 = g * LINEAR_PK_ROWS, r1 = g < j->groups ? r0 + LINEAR_PK_ROWS : j->n;
+        float bias[LINEAR_PK_ROWS];
+        for (int64_t i = r0; i < r1; i++)
+            bias[i - r0] = j->bias ? *(const float *)((const char *)j->bias + i * j->bias_stride) : 0.0f;
+        for (int64_t r = 0; r < j->m; r++) {
+            float *y = j->y + r * j->n + r0;
+            if (g < j->groups) {
+                float o[LINEAR_PK_ROWS];
+                j->gemv((const uint8_t *)j->w + (size_t)g * j->gbytes, j->xp + r, j->k / QK, o);
+                for (int i = 0; i < LINEAR_PK_ROWS; i++) y[i] = o[i] + bias[i];
+            } else {
+                for (int64_t i = r0; i < r1; i++)
+                    y[i - r0] = j->dotx(j->w + (size_t)i * j->rs, j->xp + r, j->k) + bias[i - r0];
+            }
+        }
+    }
+}
+
+/* packed: w was packed by linear_pack (then q4_0 / q8_0 at AVX-512) */
 static void linear_dot(struct arena *a, struct tensor *out, const struct tensor *x,
-                       const struct tensor *w, const struct tensor *b)
+                       const struct tensor *w, const struct tensor *b, bool packed)
 {
     const int64_t k = x->ne[x->ndim - 1], n = w->ne[0], m = tensor_nrows(x);
     struct dot_job j = {
@@ -228,7 +370,7 @@ static void linear_dot(struct arena *a, struct tensor *out, const struct tensor 
         .bias = b ? b->data : NULL, .bias_stride = b ? b->nb[0] : 0, .y = out->data,
     };
     int vt = quant_vec_dot_type(w->type);
-    linear_dotx_fn dotx = vt == TYPE_Q8_0 && cpu_level() >= CPU_AVX512
+    linear_dotx_fn dotx = vt == TYPE_Q8_0 && (packed || cpu_level() >= CPU_AVX512)
                               ? linear_dotx_avx512(w->type) : NULL;
     const int64_t nb = k / QK;
     size_t xq_stride = vt == TYPE_F32 ? 0 : dtype_row_size((enum dtype)vt, k);
@@ -261,8 +403,20 @@ static void linear_dot(struct arena *a, struct tensor *out, const struct tensor 
             j.xp = xp;
         }
     }
-    /* grain: enough rows that a chunk reads >= 16 KiB of weights */
     int64_t row_bytes = (int64_t)dtype_row_size(w->type, k);
+    if (packed && dotx) {
+        struct pk_job pj = {
+            .gemv = linear_gemv16_avx512(w->type), .dotx = dotx, .xp = j.xp, .w = w->data,
+            .gbytes = (size_t)row_bytes * LINEAR_PK_ROWS, .rs = (size_t)row_bytes,
+            .groups = n / LINEAR_PK_ROWS, .m = m, .k = k, .n = n, .bias = j.bias,
+            .bias_stride = j.bias_stride, .y = j.y,
+        };
+        int64_t items = pj.groups + (n % LINEAR_PK_ROWS ? 1 : 0);
+        int64_t gb = (int64_t)pj.gbytes, grain = (16384 + gb - 1) / gb;
+        tp_parallel_for(arena_backend(a)->tp, items, grain, pk_rows, &pj);
+        return;
+    }
+    /* grain: enough rows that a chunk reads >= 16 KiB of weights */
     int64_t grain = row_bytes > 0 ? (16384 + row_bytes - 1) / row_bytes : 1;
     tp_parallel_for(arena_backend(a)->tp, n, grain, dot_rows, &j);
 }
@@ -289,6 +443,9 @@ struct qg_job {
     int64_t bias_stride;    /* bytes */
     float *y;               /* [m, n] */
     uint8_t *xp;            /* groups * nb * LINEAR_QG_REC */
+    linear_pk_unpack_fn pk_unpack; /* packed w: rows below pk_rows, else NULL */
+    int64_t pk_rows;
+    size_t pk_gbytes;
     char *tmp;              /* per thread: tmp_bytes */
     size_t tmp_bytes;
 };
@@ -344,7 +501,11 @@ static void qg_tiles(void *ctx, int64_t t0, int64_t t1, int ith)
             int step = e - ti * maxw == maxw ? maxw : LINEAR_QG_MAXW;
             for (int64_t n0 = ti * maxw; n0 < e; n0 += step) {
                 int nw = (int)(e - n0 < step ? e - n0 : step);
-                j->g.unpack(j->w + n0 * j->w_stride, (size_t)j->w_stride, nw, nb, wq, wd);
+                if (n0 < j->pk_rows)
+                    j->pk_unpack((const uint8_t *)j->w + (size_t)(n0 / LINEAR_PK_ROWS) * j->pk_gbytes,
+                                 (int)(n0 % LINEAR_PK_ROWS), nw, nb, wq, wd);
+                else
+                    j->g.unpack(j->w + n0 * j->w_stride, (size_t)j->w_stride, nw, nb, wq, wd);
                 float bias[LINEAR_QG_MAXW_ANY];
                 for (int q = 0; q < nw; q++)
                     bias[q] = j->bias ? *(const float *)((const char *)j->bias + (n0 + q) * j->bias_stride)
@@ -363,7 +524,7 @@ static void qg_tiles(void *ctx, int64_t t0, int64_t t1, int ith)
 
 static void linear_qgemm(struct arena *a, struct tensor *out, const struct tensor *x,
                          const struct tensor *w, const struct tensor *b,
-                         const struct linear_qgemm *g)
+                         const struct linear_qgemm *g, bool packed)
 {
     struct threadpool *tp = arena_backend(a)->tp;
     const int64_t k = x->ne[x->ndim - 1], m = tensor_nrows(x), nb = k / QK;
@@ -373,6 +534,11 @@ static void linear_qgemm(struct arena *a, struct tensor *out, const struct tenso
         .bias = b ? b->data : NULL, .bias_stride = b ? b->nb[0] : 0, .y = out->data,
         .tmp_bytes = qg_tmp_bytes(k, nb),
     };
+    if (packed) { /* tiles are 8 or 16 rows from multiples of 8: inside a group or the tail */
+        j.pk_unpack = linear_pk_unpack_avx512(w->type);
+        j.pk_rows = j.n / LINEAR_PK_ROWS * LINEAR_PK_ROWS;
+        j.pk_gbytes = (size_t)w->nb[0] * LINEAR_PK_ROWS;
+    }
     int nt = tp_n_threads(tp);
     size_t xp_bytes = scr_round((size_t)(j.groups * nb) * LINEAR_QG_REC);
     if (!scratch_begin(a, xp_bytes + j.tmp_bytes * (size_t)nt)) return;
@@ -461,9 +627,19 @@ static void cpu_linear(struct arena *a, struct tensor *out, const struct tensor 
     const int64_t m = tensor_nrows(x);
     if (m == 0 || w->ne[0] == 0) return;
     struct linear_qgemm g;
+    /* packed weights take the packed paths whatever the level now (they
+     * were packed at AVX-512, which the CPU has) */
+    if ((w->type == TYPE_Q4_0 || w->type == TYPE_Q8_0) && linear_is_packed(w->data)) {
+        if (m >= linear_qgemm_min_rows &&
+            ((linear_qgemm_use_amx && linear_qgemm_amx(w->type, &g)) || linear_qgemm_avx512(w->type, &g)))
+            linear_qgemm(a, out, x, w, b, &g, true);
+        else
+            linear_dot(a, out, x, w, b, true);
+        return;
+    }
     if (x->ne[x->ndim - 1] > 0 && qgemm_for(w->type, m, cpu_level(), &g))
-        linear_qgemm(a, out, x, w, b, &g);
-    else if (m <= linear_dot_max_rows) linear_dot(a, out, x, w, b);
+        linear_qgemm(a, out, x, w, b, &g, false);
+    else if (m <= linear_dot_max_rows) linear_dot(a, out, x, w, b, false);
     else linear_gemm(a, out, x, w, b);
 }
 

@@ -446,3 +446,159 @@ bool linear_qgemm_avx512(enum dtype t, struct linear_qgemm *g)
     g->thread_begin = g->thread_end = NULL;
     return true;
 }
+
+/* ---- packed weights: 16 rows interleaved (see linear_kernels.h) -------
+ * One group of 16 weight rows against one prepared x: per block, the
+ * integer sums of all 16 rows come from eight vpdpbusd (each: one 64-byte
+ * vector of the 16 rows' dwords t times x dword t broadcast), so the
+ * loads are aligned and contiguous and the scales of the 16 rows are one
+ * vector (d_w d_x per row, vectorised; the offset correction off d_w d_x
+ * sum(q_x) likewise). Same per-block integers as the dotx kernels, so
+ * results differ from them only in float summation order. */
+
+#define PK_PREFETCH 3072 /* bytes ahead (bench: 2048..8192 alike, 512 worse) */
+
+TGT static void gemv16_q4_0(const uint8_t *pw, const struct linear_xq *x, int64_t nb, float *out)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const int32_t *xq = (const int32_t *)x->qs;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, corr = acc0;
+    for (int64_t b = 0; b < nb; b += 2, pw += LINEAR_PK_PAIR_Q4_0) {
+        for (int l = 0; l < LINEAR_PK_PAIR_Q4_0 / 64; l++)
+            _mm_prefetch((const char *)pw + PK_PREFETCH + 64 * l, _MM_HINT_T0);
+        __m512i sc = _mm512_load_si512(pw);
+        __m512 d[2] = {_mm512_cvtph_ps(_mm512_castsi512_si256(sc)),
+                       _mm512_cvtph_ps(_mm512_extracti64x4_epi64(sc, 1))};
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *q = pw + 64 + 256 * h;
+            const int32_t *xb = xq + 8 * (b + h);
+            __m512i s0 = _mm512_setzero_si512(), s1 = s0;
+            for (int t = 0; t < 4; t++) { /* low nibbles: elements 4t..; high: 16 + 4t.. */
+                __m512i v = _mm512_load_si512(q + 64 * t);
+                s0 = _mm512_dpbusd_epi32(s0, _mm512_and_si512(v, m4), _mm512_set1_epi32(xb[t]));
+                s1 = _mm512_dpbusd_epi32(s1, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
+                                         _mm512_set1_epi32(xb[4 + t]));
+            }
+            __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
+            __m512 s = _mm512_mul_ps(d[h], _mm512_set1_ps(x->d[b + h]));
+            if (h) acc1 = _mm512_fmadd_ps(f, s, acc1);
+            else acc0 = _mm512_fmadd_ps(f, s, acc0);
+            corr = _mm512_fmadd_ps(d[h], _mm512_set1_ps(x->ds[b + h]), corr);
+        }
+    }
+    _mm512_storeu_ps(out, _mm512_fnmadd_ps(corr, _mm512_set1_ps(8.0f), _mm512_add_ps(acc0, acc1)));
+}
+
+TGT static void gemv16_q8_0(const uint8_t *pw, const struct linear_xq *x, int64_t nb, float *out)
+{
+    const int32_t *xq = (const int32_t *)x->qs;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, corr = acc0;
+    for (int64_t b = 0; b < nb; b += 2, pw += LINEAR_PK_PAIR_Q8_0) {
+        for (int l = 0; l < LINEAR_PK_PAIR_Q8_0 / 64; l++)
+            _mm_prefetch((const char *)pw + PK_PREFETCH + 64 * l, _MM_HINT_T0);
+        __m512i sc = _mm512_load_si512(pw);
+        __m512 d[2] = {_mm512_cvtph_ps(_mm512_castsi512_si256(sc)),
+                       _mm512_cvtph_ps(_mm512_extracti64x4_epi64(sc, 1))};
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *q = pw + 64 + 512 * h;
+            const int32_t *xb = xq + 8 * (b + h);
+            __m512i s0 = _mm512_setzero_si512(), s1 = s0;
+            for (int t = 0; t < 4; t++) {
+                s0 = _mm512_dpbusd_epi32(s0, _mm512_load_si512(q + 64 * t), _mm512_set1_epi32(xb[t]));
+                s1 = _mm512_dpbusd_epi32(s1, _mm512_load_si512(q + 256 + 64 * t),
+                                         _mm512_set1_epi32(xb[4 + t]));
+            }
+            __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
+            __m512 s = _mm512_mul_ps(d[h], _mm512_set1_ps(x->d[b + h]));
+            if (h) acc1 = _mm512_fmadd_ps(f, s, acc1);
+            else acc0 = _mm512_fmadd_ps(f, s, acc0);
+            corr = _mm512_fmadd_ps(d[h], _mm512_set1_ps(x->ds[b + h]), corr);
+        }
+    }
+    _mm512_storeu_ps(out, _mm512_fnmadd_ps(corr, _mm512_set1_ps(128.0f), _mm512_add_ps(acc0, acc1)));
+}
+
+linear_gemv16_fn linear_gemv16_avx512(enum dtype t)
+{
+    switch (t) {
+    case TYPE_Q4_0: return gemv16_q4_0;
+    case TYPE_Q8_0: return gemv16_q8_0;
+    default: return NULL;
+    }
+}
+
+/* Packed group -> the quantised GEMM's unpacked tile (qg_unpack_*'s
+ * output) for nw rows from row r0 of the group. */
+TGT static void pk_unpack_q4_0(const uint8_t *pw, int r0, int nw, int64_t nb, int32_t *wq, float *wd)
+{
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *pr = pw + (b / 2) * LINEAR_PK_PAIR_Q4_0;
+        const uint16_t *sc = (const uint16_t *)pr + 16 * (b % 2);
+        const int32_t *q = (const int32_t *)(pr + 64 + 256 * (b % 2));
+        for (int j = 0; j < nw; j++) {
+            int r = r0 + j;
+            __m128i v = _mm_set_epi32(q[48 + r], q[32 + r], q[16 + r], q[r]);
+            int32_t *o = wq + (b * nw + j) * 8;
+            _mm_storeu_si128((__m128i *)o, _mm_and_si128(v, m4));
+            _mm_storeu_si128((__m128i *)(o + 4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+            wd[b * nw + j] = h2f(sc[r]);
+        }
+    }
+}
+
+TGT static void pk_unpack_q8_0(const uint8_t *pw, int r0, int nw, int64_t nb, int32_t *wq, float *wd)
+{
+    const __m256i idx = _mm256_set_epi32(112, 96, 80, 64, 48, 32, 16, 0);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *pr = pw + (b / 2) * LINEAR_PK_PAIR_Q8_0;
+        const uint16_t *sc = (const uint16_t *)pr + 16 * (b % 2);
+        const int32_t *q = (const int32_t *)(pr + 64 + 512 * (b % 2));
+        for (int j = 0; j < nw; j++) {
+            int r = r0 + j;
+            __m256i v = _mm256_i32gather_epi32((const int *)(q + r), idx, 4);
+            _mm256_storeu_si256((__m256i *)(wq + (b * nw + j) * 8), v);
+            wd[b * nw + j] = h2f(sc[r]);
+        }
+    }
+}
+
+linear_pk_unpack_fn linear_pk_unpack_avx512(enum dtype t)
+{
+    switch (t) {
+    case TYPE_Q4_0: return pk_unpack_q4_0;
+    case TYPE_Q8_0: return pk_unpack_q8_0;
+    default: return NULL;
+    }
+}
+
+/* 16 rows (src, rs bytes apart, 15 rs < 2^31) of nb blocks -> one packed
+ * group at dst: per block, dword gathers across the 16 rows (the scales
+ * as the low halves of dwords at each block's start). */
+TGT static void pk_pack(enum dtype t, const char *src, size_t rs, int64_t nb, uint8_t *dst)
+{
+    const __m512i r16 = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i rows = _mm512_mullo_epi32(r16, _mm512_set1_epi32((int)rs));
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    const bool q4 = t == TYPE_Q4_0;
+    const size_t bs = q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0);
+    const int nv = q4 ? 4 : 8;
+    for (int64_t b = 0; b < nb; b += 2) {
+        for (int h = 0; h < 2; h++) {
+            const char *blk = src + (size_t)(b + h) * bs;
+            __m512i d = _mm512_i32gather_epi32(rows, blk, 1);
+            _mm256_store_si256((__m256i *)(dst + 32 * h), _mm512_cvtepi32_epi16(d));
+            uint8_t *q = dst + 64 + (size_t)(64 * nv * h);
+            for (int v = 0; v < nv; v++) {
+                __m512i g = _mm512_i32gather_epi32(rows, blk + 2 + 4 * v, 1);
+                _mm512_store_si512(q + 64 * v, q4 ? g : _mm512_xor_si512(g, flip));
+            }
+        }
+        dst += q4 ? LINEAR_PK_PAIR_Q4_0 : LINEAR_PK_PAIR_Q8_0;
+    }
+}
+
+void linear_pk_pack_avx512(enum dtype t, const void *src, size_t rs, int64_t nb, uint8_t *dst)
+{
+    pk_pack(t, src, rs, nb, dst);
+}

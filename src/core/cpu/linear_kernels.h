@@ -33,6 +33,62 @@ typedef void (*linear_dotx4_fn)(const void *w, size_t stride, const struct linea
 /* AVX-512 VNNI four-row dotx kernel for t, or NULL. */
 linear_dotx4_fn linear_dotx4_avx512(enum dtype t);
 
+/* ---- packed weights: the decode GEMV layout (linear.c, linear_pack) ---
+ * A q4_0 / q8_0 weight [N, K] (K a multiple of 64) may be repacked once at
+ * load into groups of LINEAR_PK_ROWS rows: group g (rows 16g..16g+15)
+ * occupies the same bytes as those rows did (16 row sizes, from byte
+ * 16 g * row_size), as K / 64 records of two blocks b, b + 1:
+ *   bytes 0..63    32 fp16 scales: the 16 rows' d of block b, then of b + 1
+ *   then per block (b, then b + 1) LINEAR_PK_ROWS dword vectors:
+ *     q4_0: 4 vectors of 64 bytes; vector t holds dword t (bytes 4t..4t+3)
+ *           of each row's qs, row r at bytes 4r..4r+3: low nibbles are
+ *           elements 4t.., high nibbles 16 + 4t..
+ *     q8_0: 8 vectors; vector t holds elements 4t..4t+3 of each row, as
+ *           unsigned q + 128 (top bit flipped)
+ * so a record is 576 bytes (q4_0) or 1088 (q8_0), 64-byte multiples: with
+ * a 64-byte aligned tensor every vector load is aligned. Rows past the
+ * last full group (N % 16) stay in the ggml layout at their usual offset.
+ * op_linear on the cpu backend recognises such a tensor by its data
+ * address (linear_pack registers it) and multiplies it on the packed path
+ * at every row count; nothing else may read it (ref backend, casts). */
+#define LINEAR_PK_ROWS 16
+#define LINEAR_PK_PAIR_Q4_0 576
+#define LINEAR_PK_PAIR_Q8_0 1088
+/* out[0..15] = the 16 rows of the group at w . x (nb blocks). */
+typedef void (*linear_gemv16_fn)(const uint8_t *w, const struct linear_xq *x, int64_t nb, float *out);
+linear_gemv16_fn linear_gemv16_avx512(enum dtype t);
+/* rows r0..r0+nw-1 of the packed group at w -> the quantised GEMM's
+ * unpacked tile (struct linear_qgemm's unpack output). */
+typedef void (*linear_pk_unpack_fn)(const uint8_t *w, int r0, int nw, int64_t nb, int32_t *wq, float *wd);
+linear_pk_unpack_fn linear_pk_unpack_avx512(enum dtype t);
+/* 16 rows (src, rs bytes apart) of nb blocks of t -> one packed group at
+ * dst (64-byte aligned). */
+void linear_pk_pack_avx512(enum dtype t, const void *src, size_t rs, int64_t nb, uint8_t *dst);
+/* linear_pack_supported is false while this is 0 (default 1): a knob for
+ * benchmarks comparing packed with plain weights. The environment's
+ * CBX_PACK=0 turns packing off for the process. */
+extern int linear_pack_enable;
+/* Whether packing that needs new memory is wanted (a copy of weights
+ * borrowed from a mapped file, the file's pages dropped after): only with
+ * CBX_PACK=2. Packing in place costs no memory and is the default; a copy
+ * faults in fresh pages at load (176 MB for Turbo q4_0: 0.2-1.6 s measured
+ * on the 2-core VM, see t3.c pack_weights). */
+bool linear_pack_copies(void);
+/* Whether w (2-D, contiguous rows) can be packed here: q4_0 or q8_0, K a
+ * multiple of 64, at least one full group, data 64-byte aligned, and the
+ * cpu level AVX-512 (the packed kernels need VNNI). */
+bool linear_pack_supported(const struct tensor *w);
+/* Write w packed into dst (tensor_nbytes(w) bytes, 64-byte aligned; dst
+ * may be w->data: packed in place, a group at a time) and register dst,
+ * so that a tensor of w's type and shape whose data is dst is multiplied
+ * as packed. False (nothing written) when not supported or the registry
+ * is out of memory. */
+bool linear_pack(const struct tensor *w, void *dst);
+/* Forget the registration of packed data at p (before freeing it). */
+void linear_pack_forget(const void *p);
+/* Whether p is registered packed data. */
+bool linear_is_packed(const void *p);
+
 /* ---- quantised GEMM: many rows of x (linear.c, linear_qgemm) ----------
  * x is quantised to Q8_0 exactly as on the dot path, then packed in groups
  * of LINEAR_QG_LANES rows (the last group padded with zero rows): per
