@@ -59,6 +59,9 @@ struct kernels {
     /* ops_nn.c */
     void (*layer_norm)(struct arena *a, struct tensor *out, const struct tensor *x,
                        const struct tensor *g, const struct tensor *b, float eps);
+    void (*add_layer_norm)(struct arena *a, struct tensor *sum, struct tensor *out,
+                           const struct tensor *x, const struct tensor *r,
+                           const struct tensor *g, const struct tensor *b, float eps);
     void (*rms_norm)(struct arena *a, struct tensor *out, const struct tensor *x,
                      const struct tensor *g, float eps);
     void (*group_norm)(struct arena *a, struct tensor *out, const struct tensor *x,

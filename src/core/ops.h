@@ -144,6 +144,12 @@ struct tensor *op_lstm(struct arena *a, const struct tensor *x,
 /* Over the innermost dim; g, b [D] or NULL. */
 struct tensor *op_layer_norm(struct arena *a, const struct tensor *x,
                              const struct tensor *g, const struct tensor *b, float eps);
+/* Residual add and layer norm in one pass: *sum = x + r (a new contiguous
+ * tensor, the same floats as op_add) and the return value
+ * op_layer_norm(*sum, g, b, eps). x, r: F32 of one shape, any strides. */
+struct tensor *op_add_layer_norm(struct arena *a, const struct tensor *x, const struct tensor *r,
+                                 const struct tensor *g, const struct tensor *b, float eps,
+                                 struct tensor **sum);
 struct tensor *op_rms_norm(struct arena *a, const struct tensor *x,
                            const struct tensor *g, float eps);
 /* x[B, C, T] (or [C, T]); groups of C/G channels; g, b [C] or NULL. */

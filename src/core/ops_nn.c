@@ -58,6 +58,35 @@ struct tensor *op_layer_norm(struct arena *a, const struct tensor *x,
     return arena_status(a) == CBX_OK ? out : NULL;
 }
 
+struct tensor *op_add_layer_norm(struct arena *a, const struct tensor *x, const struct tensor *r,
+                                 const struct tensor *g, const struct tensor *b, float eps,
+                                 struct tensor **sum)
+{
+    if (sum) *sum = NULL;
+    if (!x || !r) return NULL;
+    KERNEL(a, add_layer_norm);
+    if (!is_f32(a, "op_add_layer_norm", "x", x) || !is_f32(a, "op_add_layer_norm", "r", r))
+        return NULL;
+    bool same = x->ndim >= 1 && x->ndim == r->ndim;
+    for (int d = 0; same && d < x->ndim; d++) same = x->ne[d] == r->ne[d];
+    if (!same) {
+        char sx[64], sr[64];
+        arena_fail(a, CBX_ERR_INTERNAL, "op_add_layer_norm: x %s and r %s, want one shape",
+                   tensor_shape_str(x, sx, sizeof sx), tensor_shape_str(r, sr, sizeof sr));
+        return NULL;
+    }
+    int64_t d = x->ne[x->ndim - 1];
+    if (!param_ok(a, "op_add_layer_norm", "weight", g, d) ||
+        !param_ok(a, "op_add_layer_norm", "bias", b, d))
+        return NULL;
+    struct tensor *s = arena_tensor(a, TYPE_F32, x->ndim, x->ne);
+    struct tensor *out = s ? arena_tensor(a, TYPE_F32, x->ndim, x->ne) : NULL;
+    if (out) be_->k.add_layer_norm(a, s, out, x, r, g, b, eps);
+    if (arena_status(a) != CBX_OK) return NULL;
+    if (sum) *sum = s;
+    return out;
+}
+
 struct tensor *op_rms_norm(struct arena *a, const struct tensor *x,
                            const struct tensor *g, float eps)
 {

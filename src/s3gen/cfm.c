@@ -447,26 +447,48 @@ static struct tensor *block1d(struct arena *a, const struct tensor *x, const str
 /* CausalResnetBlock1D: h = block1(x); h += mlp(t_emb) over time;
  * h = block2(h); out = h + res_conv(x). t_mish = Mish(t_emb) [B, 1024]
  * (mlp.0), shared by every block. */
-static struct tensor *resnet(struct arena *a, const struct tensor *x, const struct tensor *t_mish,
-                             const struct cfm_resnet *r)
+/* A sum x + r not yet formed (r NULL: just x): a residual add is left to
+ * the next unit, which fuses it with its layer norm (op_add_layer_norm). */
+struct resid {
+    const struct tensor *x, *r;
+};
+
+/* the sum as a tensor (NULL after a failure) */
+static struct tensor *resid_sum(struct arena *a, struct resid v)
 {
-    if (!x) return NULL;
+    if (!v.x) return NULL;
+    return v.r ? op_add(a, v.x, v.r) : (struct tensor *)v.x;
+}
+
+static struct resid resnet(struct arena *a, const struct tensor *x, const struct tensor *t_mish,
+                           const struct cfm_resnet *r)
+{
+    struct resid out = {NULL, NULL};
+    if (!x) return out;
     struct tensor *h = block1d(a, x, &r->block1);
     struct tensor *te = op_split_dim(a, op_linear(a, t_mish, r->mlp.w, r->mlp.b), 1, 1); /* [B, 1, Cout] */
     h = op_add(a, h, te);
     h = block1d(a, h, &r->block2);
-    return op_add(a, h, conv(a, x, &r->res_conv));
+    struct tensor *rc = conv(a, x, &r->res_conv);
+    if (h && rc) out = (struct resid){h, rc};
+    return out;
 }
 
 /* BasicTransformerBlock: h += attn1(norm1(h)); h += ff(norm3(h)).
- * h [B, T, C]. */
-static struct tensor *transformer(struct arena *a, const struct s3gen_estimator *e,
-                                  const struct tensor *h, const struct cfm_transformer *l)
+ * h [B, T, C], given as a pending sum; the block's last residual add is
+ * left pending too. */
+static struct resid transformer(struct arena *a, const struct s3gen_estimator *e,
+                                struct resid in, const struct cfm_transformer *l)
 {
-    if (!h) return NULL;
-    int64_t B = h->ne[0], T = h->ne[1], inner = (int64_t)e->n_heads * e->head_dim;
+    struct resid out = {NULL, NULL};
+    if (!in.x) return out;
+    int64_t B = in.x->ne[0], T = in.x->ne[1], inner = (int64_t)e->n_heads * e->head_dim;
     const int to_heads[4] = {0, 2, 1, 3}; /* [B, T, H, Dh] <-> [B, H, T, Dh] */
-    struct tensor *n = op_layer_norm(a, h, l->norm1_w, l->norm1_b, LN_EPS);
+    struct tensor *h = (struct tensor *)in.x, *n;
+    if (in.r)
+        n = op_add_layer_norm(a, in.x, in.r, l->norm1_w, l->norm1_b, LN_EPS, &h);
+    else
+        n = op_layer_norm(a, h, l->norm1_w, l->norm1_b, LN_EPS);
     /* q, k, v: column slices of one [B, T, 3 inner] GEMM, viewed as heads
      * (attention reads them with strides) */
     struct tensor *qkv = op_linear(a, n, l->qkv, NULL);
@@ -478,10 +500,13 @@ static struct tensor *transformer(struct arena *a, const struct s3gen_estimator 
     struct tensor *o = op_attention(a, q, k, v, NULL, &ap);           /* [B, H, T, Dh] */
     const int64_t merged[3] = {B, T, inner};
     o = op_reshape(a, op_cont(a, op_permute(a, o, to_heads)), 3, merged);
-    struct tensor *hs = op_add(a, h, op_linear(a, o, l->to_out.w, l->to_out.b));
-    n = op_layer_norm(a, hs, l->norm3_w, l->norm3_b, LN_EPS);
+    struct tensor *hs;
+    n = op_add_layer_norm(a, h, op_linear(a, o, l->to_out.w, l->to_out.b), l->norm3_w, l->norm3_b,
+                          LN_EPS, &hs);
     struct tensor *f = op_unary(a, op_linear(a, n, l->ff_proj.w, l->ff_proj.b), UN_GELU, 0, 0);
-    return op_add(a, hs, op_linear(a, f, l->ff_out.w, l->ff_out.b));
+    struct tensor *y = op_linear(a, f, l->ff_out.w, l->ff_out.b);
+    if (hs && y) out = (struct resid){hs, y};
+    return out;
 }
 
 /* resnet, then the transformer stack, each unit in the next scratch arena */
@@ -491,12 +516,12 @@ static struct tensor *stage(struct pingpong *p, const struct s3gen_estimator *e,
 {
     struct arena *a;
     if (!h || !(a = next(p))) return NULL;
-    struct tensor *x = resnet(a, h, t_mish, &s->resnet);
-    for (int i = 0; x && i < e->n_blocks; i++) {
+    struct resid x = resnet(a, h, t_mish, &s->resnet);
+    for (int i = 0; x.x && i < e->n_blocks; i++) {
         if (!(a = next(p))) return NULL;
         x = transformer(a, e, x, &s->tf[i]);
     }
-    return x;
+    return resid_sum(a, x);
 }
 
 /* SinusoidalPosEmb(320)(t) for B times -> host emb[B * 320], in float32

@@ -265,6 +265,33 @@ static void norms_vs_ref(const char *lvl)
             snprintf(w, sizeof w, "%s rms_norm [%lld,%lld,%lld]%s", lvl, (long long)ne[0],
                      (long long)ne[1], (long long)ne[2], strided ? " strided" : "");
             compare(w, op_rms_norm(ac, x.c, g.c, 1e-6f), op_rms_norm(ar, x.r, g.r, 1e-6f), 1e-6, 2e-6);
+
+            /* residual add + layer norm: the norm against ref, the sum
+             * exactly, and the cpu result the same bits as op_add then
+             * op_layer_norm on cpu (strided: x permuted, r contiguous) */
+            x = mk(3, ne, strided ? perm : NULL, -3, 5);
+            struct pair r = mk(3, ne, NULL, -2, 2);
+            g = mkvec(ne[2], s == 3 ? TYPE_F16 : TYPE_F32, 0.5f, 1.5f);
+            b = mkvec(ne[2], TYPE_F32, -1, 1);
+            struct tensor *sc = NULL, *sr = NULL;
+            struct tensor *yc = op_add_layer_norm(ac, x.c, r.c, g.c, b.c, 1e-5f, &sc);
+            struct tensor *yr = op_add_layer_norm(ar, x.r, r.r, g.r, b.r, 1e-5f, &sr);
+            struct tensor *yu = op_layer_norm(ac, op_add(ac, x.c, r.c), g.c, b.c, 1e-5f);
+            float *hc = down(ac, sc), *hr = down(ar, sr), *hu = down(ac, yu), *hy = down(ac, yc);
+            int64_t n = nel(3, ne);
+            snprintf(w, sizeof w, "%s add_layer_norm sum [%lld,%lld,%lld]%s", lvl, (long long)ne[0],
+                     (long long)ne[1], (long long)ne[2], strided ? " strided" : "");
+            cmp(w, hc, hr, sc && sr ? n : 0, 0, 0);
+            snprintf(w, sizeof w, "%s add_layer_norm vs unfused cpu [%lld,%lld,%lld]%s", lvl,
+                     (long long)ne[0], (long long)ne[1], (long long)ne[2], strided ? " strided" : "");
+            cmp(w, hy, hu, yc && yu ? n : 0, 0, 0);
+            free(hc);
+            free(hr);
+            free(hu);
+            free(hy);
+            snprintf(w, sizeof w, "%s add_layer_norm [%lld,%lld,%lld]%s", lvl, (long long)ne[0],
+                     (long long)ne[1], (long long)ne[2], strided ? " strided" : "");
+            compare(w, yc, yr, 1e-6, 2e-6);
         }
     }
     /* group norm: [B, C, T] and [C, T], contiguous and a transposed [B, T, C] */
@@ -609,6 +636,9 @@ static void errors(void)
     const int64_t nx[2] = {4, 6}, n5[1] = {5}, n6[1] = {6};
     expect_fail(a, op_layer_norm(a, Z(nx, 2), Z(n5, 1), NULL, 1e-5f), "layer_norm weight size");
     expect_fail(a, op_rms_norm(a, Z(nx, 2), Z(nx, 2), 1e-5f), "rms_norm 2-D weight");
+    expect_fail(a, op_add_layer_norm(a, Z(nx, 2), Z(n6, 1), NULL, NULL, 1e-5f, NULL), "add_layer_norm shapes");
+    expect_fail(a, op_add_layer_norm(a, Z(nx, 2), Z(nx, 2), Z(n5, 1), NULL, 1e-5f, NULL),
+                "add_layer_norm weight size");
     expect_fail(a, op_group_norm(a, Z(nx, 2), 3, NULL, NULL, 1e-5f), "group_norm C % G");
     expect_fail(a, op_group_norm(a, Z(nx, 2), 2, Z(n6, 1), NULL, 1e-5f), "group_norm weight size");
     expect_fail(a, op_channel_affine(a, Z(nx, 2), 2, Z(n6, 1), Z(n6, 1)), "channel_affine dim");

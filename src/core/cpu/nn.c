@@ -607,6 +607,43 @@ static void cpu_layer_norm(struct arena *a, struct tensor *out, const struct ten
     tp_parallel_for(pool(a), tensor_nrows(x), row_grain(x->ne[x->ndim - 1]), layer_norm_rows, &c);
 }
 
+/* op_add_layer_norm: per row, s = x + r (float adds, as op_add) written
+ * to sum, then layer_norm_rows' arithmetic on s while it is in cache. */
+struct add_ln_ctx {
+    const struct prims *P;
+    const struct tensor *x, *r;
+    struct tensor *sum, *out;
+    const float *g, *b;
+    float eps;
+};
+
+static void add_layer_norm_rows(void *c, int64_t r0, int64_t r1, int ith)
+{
+    (void)ith;
+    const struct add_ln_ctx *k = c;
+    const struct prims *P = k->P;
+    int64_t n = k->x->ne[k->x->ndim - 1];
+    for (int64_t r = r0; r < r1; r++) {
+        float *s = (float *)k->sum->data + r * n, *y = (float *)k->out->data + r * n;
+        const float *x = src_row(k->x, r, s);
+        const float *q = src_row(k->r, r, y);
+        for (int64_t i = 0; i < n; i++) s[i] = x[i] + q[i];
+        float mean = P->sum(s, n) / (float)n;
+        float var = P->sumsq_dev(s, n, mean) / (float)n;
+        P->norm(y, s, n, mean, 1.0f / sqrtf(var + k->eps), k->g, k->b);
+    }
+}
+
+static void cpu_add_layer_norm(struct arena *a, struct tensor *sum, struct tensor *out,
+                               const struct tensor *x, const struct tensor *r,
+                               const struct tensor *g, const struct tensor *b, float eps)
+{
+    struct add_ln_ctx c = {.P = prims_now(), .x = x, .r = r, .sum = sum, .out = out,
+                           .g = param_f32(a, g), .b = param_f32(a, b), .eps = eps};
+    if (arena_status(a) != CBX_OK) return;
+    tp_parallel_for(pool(a), tensor_nrows(x), row_grain(x->ne[x->ndim - 1]), add_layer_norm_rows, &c);
+}
+
 /* HF LlamaRMSNorm: x * rsqrt(mean(x^2) + eps), then weight * that. */
 static void rms_norm_rows(void *c, int64_t r0, int64_t r1, int ith)
 {
@@ -1390,6 +1427,7 @@ static void cpu_rope(struct arena *a, struct tensor *out, const struct tensor *x
 void cpu_register_nn(struct kernels *k)
 {
     k->layer_norm = cpu_layer_norm;
+    k->add_layer_norm = cpu_add_layer_norm;
     k->rms_norm = cpu_rms_norm;
     k->group_norm = cpu_group_norm;
     k->channel_affine = cpu_channel_affine;

@@ -68,6 +68,19 @@ static void ref_layer_norm(struct arena *a, struct tensor *out, const struct ten
     }
 }
 
+/* sum = x + r in float (as the ref add), then the layer norm of sum */
+static void ref_add_layer_norm(struct arena *a, struct tensor *sum, struct tensor *out,
+                               const struct tensor *x, const struct tensor *r,
+                               const struct tensor *g, const struct tensor *b, float eps)
+{
+    int64_t n = x->ne[x->ndim - 1], rows = tensor_nrows(x);
+    for (int64_t k = 0; k < rows; k++) {
+        float *s = orow(sum, k);
+        for (int64_t i = 0; i < n; i++) s[i] = xget(x, k, i) + xget(r, k, i);
+    }
+    ref_layer_norm(a, out, sum, g, b, eps);
+}
+
 static void ref_rms_norm(struct arena *a, struct tensor *out, const struct tensor *x,
                          const struct tensor *g, float eps)
 {
@@ -265,6 +278,7 @@ static void ref_rope(struct arena *a, struct tensor *out, const struct tensor *x
 void ref_register_nn(struct kernels *k)
 {
     k->layer_norm = ref_layer_norm;
+    k->add_layer_norm = ref_add_layer_norm;
     k->rms_norm = ref_rms_norm;
     k->group_norm = ref_group_norm;
     k->channel_affine = ref_channel_affine;
