@@ -358,8 +358,8 @@ static struct tensor *conformer_layer(struct arena *a, const struct s3gen_encode
                                       const struct tensor *pos)
 {
     struct tensor *h = op_layer_norm(a, x, l->norm_mha_w, l->norm_mha_b, 1e-12f);
-    x = op_add(a, x, rel_attn(a, e, l, h, pos));
-    h = op_layer_norm(a, x, l->norm_ff_w, l->norm_ff_b, 1e-12f);
+    /* the residual add and norm_ff in one pass */
+    h = op_add_layer_norm(a, x, rel_attn(a, e, l, h, pos), l->norm_ff_w, l->norm_ff_b, 1e-12f, &x);
     h = op_unary(a, op_linear(a, h, l->w_1_w, l->w_1_b), UN_SILU, 0, 0);
     return op_add(a, x, op_linear(a, h, l->w_2_w, l->w_2_b));
 }
