@@ -84,9 +84,9 @@ static const struct tensor *converted(const struct tensor *w, enum dtype wtype, 
 
 /* The q4_0 / q8_0 linear weights repacked for the cpu decode GEMV
  * (linear_pack; core/cpu/linear_kernels.h): the ones in owned memory in
- * place; the ones borrowed from the weight source (a mapped GGUF) only
- * when linear_pack_copies() (CBX_PACK=2: the copy's fresh pages cost load
- * time) into m->packed (transparent huge pages asked for), each source
+ * place; the ones borrowed from the weight source (a mapped GGUF), when
+ * linear_pack_copies() (not with CBX_PACK=1: the copy's fresh pages cost
+ * load time), into m->packed (transparent huge pages asked for), each source
  * then paged out (MADV_PAGEOUT: clean file pages are dropped, so resident
  * memory does not grow; nothing is lost, a later read faults them in).
  * desc: free descriptors for the copies; [own0, own1): the owned

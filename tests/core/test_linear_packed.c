@@ -104,15 +104,18 @@ static void packed_case(enum dtype wt, int64_t m, int64_t k, int64_t n, bool in_
     struct tensor bt = tensor_make(TYPE_F32, 1, bne, bb, NULL);
     run(&x, &w, bias ? &bt : NULL, yu, (size_t)(m * n)); /* plain weights first */
     struct tensor wpk = w;
+    bool packed;
     if (in_place) {
         memcpy(wp, w0, wbytes);
         wpk.data = wp;
-        CHECK(linear_pack(&wpk, wp), "linear_pack in place %s [%lld, %lld]", dtype_name(wt), (long long)n,
-              (long long)k);
+        packed = linear_pack(&wpk, wp);
     } else {
-        CHECK(linear_pack(&w, wp), "linear_pack %s [%lld, %lld]", dtype_name(wt), (long long)n, (long long)k);
+        packed = linear_pack(&w, wp);
         wpk.data = wp;
     }
+    CHECK(packed, "linear_pack%s %s [%lld, %lld]", in_place ? " in place" : "", dtype_name(wt), (long long)n,
+          (long long)k);
+    if (!packed) goto cleanup;
     CHECK(linear_is_packed(wp) && !linear_is_packed(w0), "registry: packed data known, plain not");
     CHECK(layout_matches(wt, w0, (const uint8_t *)wp, n, k), "packed %s [%lld, %lld] bytes follow the layout",
           dtype_name(wt), (long long)n, (long long)k);
@@ -198,6 +201,18 @@ int main(void)
         char buf[32 * 36] __attribute__((aligned(64)));
         struct tensor w = tensor_make(TYPE_Q8_0, 2, ne, buf, NULL);
         CHECK(!linear_pack_supported(&w), "no packing below AVX-512");
+        arena_free(ac);
+        backend_cpu_free(cpu);
+        return test_summary();
+    }
+    const char *env = getenv("CBX_PACK");
+    if (env && !strcmp(env, "0")) {
+        const int64_t ne[2] = {32, 64};
+        char *buf = aligned_alloc(64, 32 * 36);
+        struct tensor w = tensor_make(TYPE_Q8_0, 2, ne, buf, NULL);
+        printf("packed weights: CBX_PACK=0, packing off: skipped\n");
+        CHECK(buf && !linear_pack_supported(&w), "CBX_PACK=0 turns packing off");
+        free(buf);
         arena_free(ac);
         backend_cpu_free(cpu);
         return test_summary();

@@ -195,13 +195,13 @@ void linear_pack_forget(const void *p)
 }
 
 int linear_pack_enable = 1;
-static int pk_env = 1; /* CBX_PACK: 0 none, 1 in place (default), 2 copies too */
+static int pk_env = 2; /* CBX_PACK: 0 none, 1 in place only, 2 copies too (default) */
 static pthread_once_t pk_env_once = PTHREAD_ONCE_INIT;
 
 static void pk_env_read(void)
 {
     const char *e = getenv("CBX_PACK");
-    if (e && (!strcmp(e, "0") || !strcmp(e, "2"))) pk_env = e[0] - '0';
+    if (e && (!strcmp(e, "0") || !strcmp(e, "1"))) pk_env = e[0] - '0';
 }
 
 bool linear_pack_copies(void)

@@ -69,10 +69,11 @@ void linear_pk_pack_avx512(enum dtype t, const void *src, size_t rs, int64_t nb,
  * CBX_PACK=0 turns packing off for the process. */
 extern int linear_pack_enable;
 /* Whether packing that needs new memory is wanted (a copy of weights
- * borrowed from a mapped file, the file's pages dropped after): only with
- * CBX_PACK=2. Packing in place costs no memory and is the default; a copy
- * faults in fresh pages at load (176 MB for Turbo q4_0: 0.2-1.6 s measured
- * on the 2-core VM, see t3.c pack_weights). */
+ * borrowed from a mapped file, the file's pages dropped after): yes unless
+ * CBX_PACK=1 (in place only) or 0. The copy faults in fresh pages at load
+ * (176 MB for Turbo q4_0: bench_e2e load 0.38-0.42 s against 0.28-0.40 s
+ * without, at load average 3; 0.6-1.5 s of t3_load_gpt2 alone at load
+ * average 11), see t3.c pack_weights. */
 bool linear_pack_copies(void);
 /* Whether w (2-D, contiguous rows) can be packed here: q4_0 or q8_0, K a
  * multiple of 64, at least one full group, data 64-byte aligned, and the
