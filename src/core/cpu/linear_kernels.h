@@ -71,7 +71,7 @@ extern int linear_pack_enable;
 /* Whether packing that needs new memory is wanted (a copy of weights
  * borrowed from a mapped file, the file's pages dropped after): yes unless
  * CBX_PACK=1 (in place only) or 0. The copy faults in fresh pages at load
- * (176 MB for Turbo q4_0: bench_e2e load 0.38-0.42 s against 0.28-0.40 s
+ * (176 MB for Turbo q4_0: bench_e2e load 0.38-0.42 s, once 1.02 s, against 0.21-0.40 s
  * without, at load average 3; 0.6-1.5 s of t3_load_gpt2 alone at load
  * average 11), see t3.c pack_weights. */
 bool linear_pack_copies(void);
