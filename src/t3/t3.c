@@ -87,8 +87,10 @@ static const struct tensor *converted(const struct tensor *w, enum dtype wtype, 
  * place; the ones borrowed from the weight source (a mapped GGUF), when
  * linear_pack_copies() (not with CBX_PACK=1: the copy's fresh pages cost
  * load time), into m->packed (transparent huge pages asked for), each source
- * then paged out (MADV_PAGEOUT: clean file pages are dropped, so resident
- * memory does not grow; nothing is lost, a later read faults them in).
+ * then unmapped from this process (MADV_DONTNEED on the clean file pages:
+ * resident memory does not grow, while the pages stay in the page cache, so
+ * the next process to load the file still finds them there; MADV_PAGEOUT
+ * would evict them and make that load read the disk).
  * desc: free descriptors for the copies; [own0, own1): the owned
  * weights. Weights that cannot be packed, or all when memory runs out,
  * stay as they are (the usual path). */
@@ -125,12 +127,10 @@ static void pack_weights(struct t3_model *m, struct tensor *desc, const char *ow
         desc->name = t->name;
         *f = desc++;
         dst += (tensor_nbytes(t) + 63) & ~(size_t)63;
-#ifdef MADV_PAGEOUT
         /* the whole pages inside the source only */
         uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095;
         uintptr_t e = ((uintptr_t)p + tensor_nbytes(t)) & ~(uintptr_t)4095;
-        if (e > a) (void)madvise((void *)a, e - a, MADV_PAGEOUT);
-#endif
+        if (e > a) (void)madvise((void *)a, e - a, MADV_DONTNEED);
     }
 }
 
