@@ -86,7 +86,7 @@ static const struct tensor *converted(const struct tensor *w, enum dtype wtype, 
  * (linear_pack; core/cpu/linear_kernels.h): the ones in owned memory in
  * place; the ones borrowed from the weight source (a mapped GGUF), when
  * linear_pack_copies() (not with CBX_PACK=1: the copy's fresh pages cost
- * load time), into m->packed (transparent huge pages asked for), each source
+ * load time), into m->packed, each source
  * then unmapped from this process (MADV_DONTNEED on the clean file pages:
  * resident memory does not grow, while the pages stay in the page cache, so
  * the next process to load the file still finds them there; MADV_PAGEOUT
@@ -109,10 +109,12 @@ static void pack_weights(struct t3_model *m, struct tensor *desc, const char *ow
     char *dst = NULL;
     if (copy) {
         size_t cap = (copy + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+        /* no MADV_HUGEPAGE here: fresh huge pages made the first load in a
+         * process take 0.7-0.8 s instead of 0.3 s on this project's VM
+         * (zeroing never-touched memory), for no measurable decode gain
+         * (bench_e2e, alternating runs: T3 4.80/4.66 s with, 4.80/4.49 s
+         * without) */
         dst = m->packed = aligned_alloc(HUGE_PAGE, cap);
-#ifdef MADV_HUGEPAGE
-        if (dst) (void)madvise(dst, cap, MADV_HUGEPAGE);
-#endif
     }
     for (int i = 0; i < n; i++) {
         const struct tensor **f = linear_weight(m, i), *t = *f;
