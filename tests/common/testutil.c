@@ -173,6 +173,20 @@ bool test_read_audio(const char *name, int rate, struct audio *a)
     return rc == CBX_OK && a->sample_rate == rate;
 }
 
+float *test_host_copy(struct arena *a, const struct tensor *t)
+{
+    if (!t) {
+        printf("  op failed: %s\n", arena_errmsg(a));
+        return NULL;
+    }
+    float *h = malloc(tensor_nbytes(t) + 1);
+    if (h && tensor_to_host(t, h) != CBX_OK) {
+        free(h);
+        return NULL;
+    }
+    return h;
+}
+
 float *test_tensor_values(const char *what, const struct tensor *got, int64_t n)
 {
     if (!got || tensor_nelements(got) != n) {

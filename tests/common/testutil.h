@@ -81,6 +81,11 @@ bool test_read_audio(const char *name, int rate, struct audio *a);
  * number of values or cannot be read back. */
 float *test_tensor_values(const char *what, const struct tensor *got, int64_t n);
 
+/* A contiguous host copy of t (malloc'd), or NULL: when t is NULL (an op
+ * failed: prints the arena's message) or on failure. Counts no check. */
+struct arena;
+float *test_host_copy(struct arena *a, const struct tensor *t);
+
 int test_summary(void);
 
 #endif

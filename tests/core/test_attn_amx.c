@@ -180,19 +180,6 @@ static void ref_bf16(const struct acase *c, const float *q, const float *k, cons
     free(o);
 }
 
-static float *down(struct arena *a, const struct tensor *t)
-{
-    if (!t) {
-        printf("  op failed: %s\n", arena_errmsg(a));
-        return NULL;
-    }
-    float *h = malloc(tensor_nbytes(t) + 1);
-    if (h && tensor_to_host(t, h) != CBX_OK) {
-        free(h);
-        return NULL;
-    }
-    return h;
-}
 
 static void run_case(const struct acase *c)
 {
@@ -227,7 +214,7 @@ static void run_case(const struct acase *c)
         struct tensor *tk = mk(a, k, c->B, c->Hk, c->Tk, c->D, c->permuted);
         struct tensor *tv = mk(a, v, c->B, c->Hk, c->Tk, c->D, c->permuted);
         struct tensor *tb = bias ? bias_tensor(a, c, bias, bnd, bne) : NULL;
-        got[r] = down(a, op_attention(a, tq, tk, tv, tb, &p));
+        got[r] = test_host_copy(a, op_attention(a, tq, tk, tv, tb, &p));
         arena_reset(a);
     }
     arena_set_bf16(ac, false);

@@ -36,20 +36,6 @@ static struct tensor *up(struct arena *a, int ndim, const int64_t *ne, const flo
     return op_from_host(a, TYPE_F32, ndim, ne, host);
 }
 
-/* contiguous host copy of t (malloc'd), NULL on failure */
-static float *down(struct arena *a, const struct tensor *t)
-{
-    if (!t) {
-        printf("  op failed: %s\n", arena_errmsg(a));
-        return NULL;
-    }
-    float *h = malloc(tensor_nbytes(t) + 1);
-    if (h && tensor_to_host(t, h) != CBX_OK) {
-        free(h);
-        return NULL;
-    }
-    return h;
-}
 
 static int64_t nel(int ndim, const int64_t *ne)
 {
@@ -77,13 +63,13 @@ static void hand_cases(struct arena *a, const char *be)
     {
         const int64_t ne[1] = {2};
         const float x[2] = {0, logf(3)}, want[2] = {0.25f, 0.75f};
-        float *y = down(a, op_softmax(a, up(a, 1, ne, x), 1.0f));
+        float *y = test_host_copy(a, op_softmax(a, up(a, 1, ne, x), 1.0f));
         snprintf(what, sizeof what, "%s softmax [0, ln 3]", be);
         cmp(what, y, want, 2, 1e-7, 0);
         free(y);
         /* scale applies before the max: softmax(-2 * [0, ln 3]) */
         const float want2[2] = {0.9f, 0.1f};
-        y = down(a, op_softmax(a, up(a, 1, ne, x), -2.0f));
+        y = test_host_copy(a, op_softmax(a, up(a, 1, ne, x), -2.0f));
         snprintf(what, sizeof what, "%s softmax -2*[0, ln 3]", be);
         cmp(what, y, want2, 2, 1e-7, 0);
         free(y);
@@ -91,7 +77,7 @@ static void hand_cases(struct arena *a, const char *be)
     {
         const int64_t ne[2] = {2, 3};
         const float x[6] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, 0, -INFINITY};
-        float *y = down(a, op_softmax(a, up(a, 2, ne, x), 1.0f));
+        float *y = test_host_copy(a, op_softmax(a, up(a, 2, ne, x), 1.0f));
         CHECK(y && isnan(y[0]) && isnan(y[1]) && isnan(y[2]), "%s softmax all -inf row is NaN", be);
         CHECK(y && y[3] == 0 && y[4] == 1 && y[5] == 0, "%s softmax one finite entry", be);
         free(y);
@@ -101,7 +87,7 @@ static void hand_cases(struct arena *a, const char *be)
         float z[33] = {0};
         z[9] = NAN;
         z[11 + 3] = NAN;
-        y = down(a, op_softmax(a, up(a, 2, n11, z), 1.0f));
+        y = test_host_copy(a, op_softmax(a, up(a, 2, n11, z), 1.0f));
         int nans = 0;
         for (int i = 0; y && i < 22; i++) nans += isnan(y[i]) != 0;
         CHECK(nans == 22 && y && fabsf(y[22] - 1.0f / 11) < 1e-7f, "%s softmax NaN row is NaN", be);
@@ -113,7 +99,7 @@ static void hand_cases(struct arena *a, const char *be)
         /* mean 2, biased var 2/3: (x - 2) / sqrt(2/3 + eps) */
         double r = 1 / sqrt(2.0 / 3 + 1e-5);
         const float want[3] = {(float)(-r * 1 + 0.5), 0, (float)(r * 3 - 1)};
-        float *y = down(a, op_layer_norm(a, up(a, 1, ne, x), up(a, 1, n1, g), up(a, 1, n1, b), 1e-5f));
+        float *y = test_host_copy(a, op_layer_norm(a, up(a, 1, ne, x), up(a, 1, n1, g), up(a, 1, n1, b), 1e-5f));
         snprintf(what, sizeof what, "%s layer_norm [1, 2, 3]", be);
         cmp(what, y, want, 3, 1e-6, 0);
         free(y);
@@ -122,7 +108,7 @@ static void hand_cases(struct arena *a, const char *be)
         const float x2[2] = {3, 4}, g2[2] = {1, -2};
         double q = 1 / sqrt(12.5 + 1e-6);
         const float want2[2] = {(float)(3 * q), (float)(-8 * q)};
-        y = down(a, op_rms_norm(a, up(a, 1, n2, x2), up(a, 1, n2, g2), 1e-6f));
+        y = test_host_copy(a, op_rms_norm(a, up(a, 1, n2, x2), up(a, 1, n2, g2), 1e-6f));
         snprintf(what, sizeof what, "%s rms_norm [3, 4]", be);
         cmp(what, y, want2, 2, 1e-6, 0);
         free(y);
@@ -135,14 +121,14 @@ static void hand_cases(struct arena *a, const char *be)
         const float want[8] = {(float)(-3 * r0), (float)(-r0), (float)(r0), (float)(3 * r0),
                                (float)(2 * -r1 + 1), (float)(2 * -r1 + 1), (float)(2 * -r1 + 1),
                                (float)(2 * 3 * r1 + 1)};
-        float *y = down(a, op_group_norm(a, up(a, 2, ne, x), 2, up(a, 1, nc, g), up(a, 1, nc, b), 0));
+        float *y = test_host_copy(a, op_group_norm(a, up(a, 2, ne, x), 2, up(a, 1, nc, g), up(a, 1, nc, b), 0));
         snprintf(what, sizeof what, "%s group_norm [4, 2] / 2", be);
         cmp(what, y, want, 8, 1e-6, 0);
         free(y);
         /* channel affine over dim 0 of the same x */
         const float s[4] = {2, -1, 0, 0.5f}, t[4] = {1, 0, 3, -1};
         const float want2[8] = {3, 7, -5, -7, 3, 3, -1, 1};
-        y = down(a, op_channel_affine(a, up(a, 2, ne, x), 0, up(a, 1, nc, s), up(a, 1, nc, t)));
+        y = test_host_copy(a, op_channel_affine(a, up(a, 2, ne, x), 0, up(a, 1, nc, s), up(a, 1, nc, t)));
         snprintf(what, sizeof what, "%s channel_affine dim 0", be);
         cmp(what, y, want2, 8, 0, 0);
         free(y);
@@ -154,13 +140,13 @@ static void hand_cases(struct arena *a, const char *be)
         const int64_t nq[4] = {1, 1, 2, 1}, nk[4] = {1, 1, 2, 1};
         const float q[2] = {1, 1}, k[2] = {0, logf(3)}, v[2] = {10, 20};
         struct attn_params p = {1.0f, false};
-        float *y = down(a, op_attention(a, up(a, 4, nq, q), up(a, 4, nk, k), up(a, 4, nk, v), NULL, &p));
+        float *y = test_host_copy(a, op_attention(a, up(a, 4, nq, q), up(a, 4, nk, k), up(a, 4, nk, v), NULL, &p));
         const float want[2] = {17.5f, 17.5f};
         snprintf(what, sizeof what, "%s attention hand", be);
         cmp(what, y, want, 2, 1e-5, 0);
         free(y);
         p.causal = true;
-        y = down(a, op_attention(a, up(a, 4, nq, q), up(a, 4, nk, k), up(a, 4, nk, v), NULL, &p));
+        y = test_host_copy(a, op_attention(a, up(a, 4, nq, q), up(a, 4, nk, k), up(a, 4, nk, v), NULL, &p));
         const float want2[2] = {10, 17.5f};
         snprintf(what, sizeof what, "%s attention hand causal", be);
         cmp(what, y, want2, 2, 1e-5, 0);
@@ -169,7 +155,7 @@ static void hand_cases(struct arena *a, const char *be)
         const int64_t nb[2] = {2, 2};
         const float bias[4] = {-INFINITY, -INFINITY, 0, 0};
         p.causal = false;
-        y = down(a, op_attention(a, up(a, 4, nq, q), up(a, 4, nk, k), up(a, 4, nk, v),
+        y = test_host_copy(a, op_attention(a, up(a, 4, nq, q), up(a, 4, nk, k), up(a, 4, nk, v),
                                  up(a, 2, nb, bias), &p));
         const float want3[2] = {0, 17.5f};
         snprintf(what, sizeof what, "%s attention masked row -> 0", be);
@@ -230,7 +216,7 @@ static struct pair mkvec(int64_t n, enum dtype t, float lo, float hi)
 
 static void compare(const char *what, struct tensor *c, struct tensor *r, double atol, double rtol)
 {
-    float *yc = down(ac, c), *yr = down(ar, r);
+    float *yc = test_host_copy(ac, c), *yr = test_host_copy(ar, r);
     cmp(what, yc, yr, c ? tensor_nelements(c) : 0, atol, rtol);
     free(yc);
     free(yr);
@@ -277,7 +263,7 @@ static void norms_vs_ref(const char *lvl)
             struct tensor *yc = op_add_layer_norm(ac, x.c, r.c, g.c, b.c, 1e-5f, &sc);
             struct tensor *yr = op_add_layer_norm(ar, x.r, r.r, g.r, b.r, 1e-5f, &sr);
             struct tensor *yu = op_layer_norm(ac, op_add(ac, x.c, r.c), g.c, b.c, 1e-5f);
-            float *hc = down(ac, sc), *hr = down(ar, sr), *hu = down(ac, yu), *hy = down(ac, yc);
+            float *hc = test_host_copy(ac, sc), *hr = test_host_copy(ar, sr), *hu = test_host_copy(ac, yu), *hy = test_host_copy(ac, yc);
             int64_t n = nel(3, ne);
             snprintf(w, sizeof w, "%s add_layer_norm sum [%lld,%lld,%lld]%s", lvl, (long long)ne[0],
                      (long long)ne[1], (long long)ne[2], strided ? " strided" : "");
@@ -513,7 +499,7 @@ static void attention_composed(void)
                     s[((b * Hq + h) * Tq + i) * Tk + j] = j > Tk - Tq + i ? -INFINITY : sc;
                 }
     const int64_t ns[4] = {B, Hq, Tq, Tk};
-    pr = down(ar, op_softmax(ar, up(ar, 4, ns, s), 1.0f));
+    pr = test_host_copy(ar, op_softmax(ar, up(ar, 4, ns, s), 1.0f));
     if (!pr) goto done;
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < Hq; h++)
@@ -526,7 +512,7 @@ static void attention_composed(void)
                     want[((b * Hq + h) * Tq + i) * D + d] = (float)o;
                 }
     struct attn_params p = {scale, true};
-    got = down(ar, op_attention(ar, up(ar, 4, nq, q), up(ar, 4, nk, k), up(ar, 4, nk, v),
+    got = test_host_copy(ar, op_attention(ar, up(ar, 4, nq, q), up(ar, 4, nk, k), up(ar, 4, nk, v),
                                 up(ar, 4, nb, bias), &p));
     cmp("ref attention vs scores+softmax+PV", got, want, B * Hq * Tq * D, 1e-6, 1e-5);
 done:
@@ -556,11 +542,11 @@ static void rope_case(const char *lvl, const struct rope_params *p, int64_t D, b
     const int32_t pos[9] = {0, 1, 2, 7, 100, 255, 511, 1023, 2047};
     static const int perm[4] = {0, 2, 1, 3}; /* a [B, T, H, D] projection */
     struct pair x = mk(4, ne, strided ? perm : NULL, -1, 1);
-    float *xh = down(ar, op_cont(ar, x.r));
+    float *xh = test_host_copy(ar, op_cont(ar, x.r));
     const int64_t nt[1] = {T};
     struct tensor *pc = op_from_host(ac, TYPE_I32, 1, nt, pos);
     struct tensor *pr = op_from_host(ar, TYPE_I32, 1, nt, pos);
-    float *yc = down(ac, op_rope(ac, x.c, pc, p)), *yr = down(ar, op_rope(ar, x.r, pr, p));
+    float *yc = test_host_copy(ac, op_rope(ac, x.c, pc, p)), *yr = test_host_copy(ar, op_rope(ar, x.r, pr, p));
     float *want = malloc((size_t)(B * H * T * D) * sizeof *want);
     char w[128];
     if (xh && want) {
