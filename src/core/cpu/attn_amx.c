@@ -41,6 +41,7 @@
 #include "../arena.h"
 #include "../cpu_features.h"
 #include "../threadpool.h"
+#include "amx_tilecfg.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -49,17 +50,9 @@
 
 enum { QB = 32, MIN_TQ = 16 };
 
-struct tilecfg {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-};
-
 /* all eight tiles 16 rows x 64 bytes (A: 16 x 32 BF16, B: 16 pairs x 16,
- * C: 16 x 16 F32). A static object: GCC's _tile_loadconfig tells the
- * compiler it reads only 8 bytes, so a config built on the stack could lose
- * its other stores (as linear_amx.c). */
-static const struct tilecfg cfg __attribute__((aligned(64))) = {
+ * C: 16 x 16 F32); static, see amx_tilecfg.h */
+static const struct amx_tilecfg cfg __attribute__((aligned(64))) = {
     .palette = 1,
     .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
     .rows = {16, 16, 16, 16, 16, 16, 16, 16},

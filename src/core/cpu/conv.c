@@ -32,6 +32,7 @@
 #include "../backend.h"
 #include "../cpu_features.h"
 #include "../threadpool.h"
+#include "amx_tilecfg.h"
 #include "blas.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -708,24 +709,19 @@ TGTAMX static void ab_store(const float *tile, float *y, int64_t ldy, int64_t ys
     }
 }
 
-struct amx_cfg {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
+/* tiles 0-7 all 16 rows x 64 bytes; static, see amx_tilecfg.h (a config
+ * built on the stack could lose its stores) */
+static const struct amx_tilecfg ab_cfg __attribute__((aligned(64))) = {
+    .palette = 1,
+    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
 };
 
 /* Tasks: (phase, batch item, column block, group of out-channel blocks). */
 TGTAMX static void ab_run(void *ctx, int64_t i0, int64_t i1, int ith)
 {
     const struct ab_job *j = ctx;
-    struct amx_cfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int i = 0; i < 8; i++) {
-        cfg.rows[i] = 16;
-        cfg.colsb[i] = 64;
-    }
-    _tile_loadconfig(&cfg);
+    _tile_loadconfig(&ab_cfg);
     float tmp[4 * 256] __attribute__((aligned(64)));
     float *rows = j->rows + ith * 32 * j->lw;
     uint16_t *xw = j->xw + ith * j->ncb * j->lw * 32;

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amx_tilecfg.h"
 #include "linear_x86.h"
 
 #define TGT __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8")))
@@ -41,17 +42,9 @@ bool linear_amx_available(void)
     return amx_ok;
 }
 
-struct tilecfg {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-};
-
 /* tmm0, tmm3: C (16 x 16 int32); tmm1, tmm4: A (16 rows x 32 bytes);
- * tmm2, tmm5: B (8 rows x 64 bytes). A static object: GCC's
- * _tile_loadconfig tells the compiler it reads only 8 bytes, so a config
- * built on the stack could lose its other stores. */
-static const struct tilecfg amx_cfg __attribute__((aligned(64))) = {
+ * tmm2, tmm5: B (8 rows x 64 bytes); static, see amx_tilecfg.h */
+static const struct amx_tilecfg amx_cfg __attribute__((aligned(64))) = {
     .palette = 1,
     .colsb = {64, 32, 64, 64, 32, 64},
     .rows = {16, 16, 8, 16, 16, 8},
