@@ -583,38 +583,35 @@ AVX2_FN static inline __m256 v_nan_from(__m256 y, __m256 x)
     return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
-/* n = round(x / ln2), r = x - n ln2 in two parts (ln2 high part has 9
- * bits, so n * C1 is exact for |n| < 2^15). */
-AVX2_FN static inline __m256 v_reduce_ln2(__m256 x, __m256 *n)
-{
-    *n = _mm256_round_ps(_mm256_mul_ps(x, v_set(1.44269504088896341f)),
-                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(*n, v_set(0.693359375f), x);
-    return _mm256_fnmadd_ps(*n, v_set(-2.12194440e-4f), r);
-}
-
-/* (e^r - 1 - r) / r^2 on |r| <= ln2/2: 1/2! + r/3! + ... + r^5/7! */
-AVX2_FN static inline __m256 v_expm1_tail(__m256 r)
-{
-    __m256 q = v_set(1.0f / 5040);
-    q = _mm256_fmadd_ps(q, r, v_set(1.0f / 720));
-    q = _mm256_fmadd_ps(q, r, v_set(1.0f / 120));
-    q = _mm256_fmadd_ps(q, r, v_set(1.0f / 24));
-    q = _mm256_fmadd_ps(q, r, v_set(1.0f / 6));
-    return _mm256_fmadd_ps(q, r, v_set(0.5f));
-}
-
-AVX2_FN static inline __m256 v_exp(__m256 x)
-{
-    /* below -104 the result rounds to 0, above 89 to inf */
-    __m256 xc = _mm256_min_ps(_mm256_max_ps(x, v_set(-104.0f)), v_set(89.0f)), n;
-    __m256 r = v_reduce_ln2(xc, &n);
-    __m256 p = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(r, r), v_expm1_tail(r), r), v_set(1.0f));
-    /* 2^n as two factors so n down to -150 (subnormal results) works */
-    __m256i ni = _mm256_cvtps_epi32(n), n1 = _mm256_srai_epi32(ni, 1);
-    __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, v_pow2i(n1)), v_pow2i(_mm256_sub_epi32(ni, n1)));
-    return v_nan_from(y, x);
-}
+/* exp, erf, GELU, SiLU, sigmoid and Mish at 8 lanes (act_simd.inc) */
+#define AF AVX2_FN
+#define VF __m256
+#define VI __m256i
+#define VM __m256
+#define A_(name) v_##name
+#define VSET v_set
+#define VZERO _mm256_setzero_ps()
+#define VADD _mm256_add_ps
+#define VSUB _mm256_sub_ps
+#define VMUL _mm256_mul_ps
+#define VDIV _mm256_div_ps
+#define VMIN _mm256_min_ps
+#define VMAX _mm256_max_ps
+#define VFMA _mm256_fmadd_ps
+#define VFNMA _mm256_fnmadd_ps
+#define VRINT(x) _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define VCVT _mm256_cvtps_epi32
+#define VISUB _mm256_sub_epi32
+#define VISRA1(a) _mm256_srai_epi32(a, 1)
+#define VPOW2I v_pow2i
+#define VNANFROM v_nan_from
+#define VABS(x) _mm256_andnot_ps(v_set(-0.0f), x)
+#define VCOPYSIGN(r, x) _mm256_or_ps(r, _mm256_and_ps(x, v_set(-0.0f)))
+#define VLT(a, b) _mm256_cmp_ps(a, b, _CMP_LT_OQ)
+#define VGT(a, b) _mm256_cmp_ps(a, b, _CMP_GT_OQ)
+#define VSEL(m, a, b) _mm256_blendv_ps(a, b, m)
+#include "act_simd.inc"
+#include "act_simd_undef.inc"
 
 /* e^x - 1 without cancellation near 0; x clamped to [-30, 20] (callers
  * only need that range: the result is -1 below, and tanh saturates). */
@@ -675,35 +672,6 @@ AVX2_FN static inline bool v_sincos_ok(__m256 x)
     return _mm256_movemask_ps(_mm256_cmp_ps(a, v_set(8192.0f), _CMP_LE_OQ)) == 0xff;
 }
 
-/* erf: |x| < 1: x P(x^2); 1 <= |x| <= 4: 1 - e^(-x^2) Q(1/|x|) (erf is 1
- * in float beyond 3.9). P (degree 6) and Q (degree 10) are least-squares
- * fits of erf(x)/x and erfc(x) e^(x^2), made with numpy against Python's
- * math.erf/erfc; simulated in float: within 2.2e-7 relative. */
-AVX2_FN static inline __m256 v_erf(__m256 x)
-{
-    static const float P[7] = {1.128379226e+00f, -3.761262894e-01f, 1.128361225e-01f,
-                               -2.685480751e-02f, 5.190051626e-03f, -8.024335257e-04f,
-                               7.898139302e-05f};
-    static const float Q[11] = {2.596328886e-05f, 5.637192130e-01f, 3.015908645e-03f,
-                                -2.851888835e-01f, -6.925915927e-02f, 8.994634748e-01f,
-                                -1.524017572e+00f, 1.423965693e+00f, -8.105772734e-01f,
-                                2.646519840e-01f, -3.821574897e-02f};
-    const __m256 sign = v_set(-0.0f), one = v_set(1.0f);
-    __m256 a = _mm256_andnot_ps(sign, x);
-    __m256 z = _mm256_mul_ps(a, a);
-    __m256 p = v_set(P[6]);
-    for (int i = 5; i >= 0; i--) p = _mm256_fmadd_ps(p, z, v_set(P[i]));
-    __m256 small = _mm256_mul_ps(a, p);
-    __m256 ac = _mm256_min_ps(_mm256_max_ps(a, one), v_set(4.0f));
-    __m256 t = _mm256_div_ps(one, ac);
-    __m256 q = v_set(Q[10]);
-    for (int i = 9; i >= 0; i--) q = _mm256_fmadd_ps(q, t, v_set(Q[i]));
-    __m256 e = v_exp(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(ac, ac)));
-    __m256 big = _mm256_fnmadd_ps(e, q, one);
-    __m256 r = _mm256_blendv_ps(big, small, _mm256_cmp_ps(a, one, _CMP_LT_OQ));
-    return v_nan_from(_mm256_or_ps(r, _mm256_and_ps(x, sign)), x);
-}
-
 AVX2_FN static inline __m256i v_tail_mask(int64_t m)
 {
     const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -720,27 +688,16 @@ AVX2_FN static inline __m256 un8(enum unop op, __m256 v, __m256 p0, __m256 p1)
 {
     const __m256 one = v_set(1.0f), zero = _mm256_setzero_ps();
     switch (op) {
-    case UN_GELU: /* 0.5 x (1 + erf(x / sqrt 2)) in the scalar's order */
-        return _mm256_mul_ps(_mm256_mul_ps(v_set(0.5f), v),
-                             _mm256_add_ps(one, v_erf(_mm256_mul_ps(v, v_set((float)M_SQRT1_2)))));
+    case UN_GELU: return v_gelu(v);
     case UN_GELU_TANH: {
         /* same float order as the scalar: k * (v + ((kappa v) v) v) */
         __m256 c = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(v_set(0.044715f), v), v), v);
         __m256 in = _mm256_mul_ps(v_set((float)(M_SQRT2 * M_2_SQRTPI * 0.5)), _mm256_add_ps(v, c));
         return _mm256_mul_ps(_mm256_mul_ps(v_set(0.5f), v), _mm256_add_ps(one, v_tanh(in)));
     }
-    case UN_SILU:
-        return _mm256_div_ps(v, _mm256_add_ps(one, v_exp(_mm256_sub_ps(zero, v))));
-    case UN_SIGMOID:
-        return _mm256_div_ps(one, _mm256_add_ps(one, v_exp(_mm256_sub_ps(zero, v))));
-    case UN_MISH: {
-        /* tanh(log1p(u)) = u (u + 2) / (u (u + 2) + 2), u = e^x; x above
-         * 20 gives x (tanh rounds to 1), as in float torch */
-        __m256 u = v_exp(_mm256_min_ps(v, v_set(20.0f)));
-        __m256 w = _mm256_mul_ps(u, _mm256_add_ps(u, v_set(2.0f)));
-        __m256 t = _mm256_div_ps(w, _mm256_add_ps(w, v_set(2.0f)));
-        return _mm256_blendv_ps(_mm256_mul_ps(v, t), v, _mm256_cmp_ps(v, v_set(20.0f), _CMP_GT_OQ));
-    }
+    case UN_SILU: return v_silu(v);
+    case UN_SIGMOID: return v_sigmoid(v);
+    case UN_MISH: return v_mish(v);
     case UN_ELU:
         /* min(0, v) keeps a NaN v (minps returns its second operand) */
         return _mm256_blendv_ps(_mm256_mul_ps(p0, v_expm1(_mm256_min_ps(zero, v))), v,
@@ -833,52 +790,38 @@ AVX512_FN static inline __m512 w_nan_from(__m512 y, __m512 x)
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x);
 }
 
-AVX512_FN static inline __m512 w_exp(__m512 x)
-{
-    __m512 xc = _mm512_min_ps(_mm512_max_ps(x, w_set(-104.0f)), w_set(89.0f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, w_set(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, w_set(0.693359375f), xc);
-    r = _mm512_fnmadd_ps(n, w_set(-2.12194440e-4f), r);
-    __m512 q = w_set(1.0f / 5040);
-    q = _mm512_fmadd_ps(q, r, w_set(1.0f / 720));
-    q = _mm512_fmadd_ps(q, r, w_set(1.0f / 120));
-    q = _mm512_fmadd_ps(q, r, w_set(1.0f / 24));
-    q = _mm512_fmadd_ps(q, r, w_set(1.0f / 6));
-    q = _mm512_fmadd_ps(q, r, w_set(0.5f));
-    __m512 p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(r, r), q, r), w_set(1.0f));
-    __m512i ni = _mm512_cvtps_epi32(n), n1 = _mm512_srai_epi32(ni, 1);
-    __m512 y = _mm512_mul_ps(_mm512_mul_ps(p, w_pow2i(n1)), w_pow2i(_mm512_sub_epi32(ni, n1)));
-    return w_nan_from(y, x);
-}
-
-/* v_erf's polynomials (same coefficients, same order) */
-AVX512_FN static inline __m512 w_erf(__m512 x)
-{
-    static const float P[7] = {1.128379226e+00f, -3.761262894e-01f, 1.128361225e-01f,
-                               -2.685480751e-02f, 5.190051626e-03f, -8.024335257e-04f,
-                               7.898139302e-05f};
-    static const float Q[11] = {2.596328886e-05f, 5.637192130e-01f, 3.015908645e-03f,
-                                -2.851888835e-01f, -6.925915927e-02f, 8.994634748e-01f,
-                                -1.524017572e+00f, 1.423965693e+00f, -8.105772734e-01f,
-                                2.646519840e-01f, -3.821574897e-02f};
-    const __m512 one = w_set(1.0f);
-    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
-    __m512 a = _mm512_castsi512_ps(_mm512_andnot_si512(sign, _mm512_castps_si512(x)));
-    __m512 z = _mm512_mul_ps(a, a);
-    __m512 p = w_set(P[6]);
-    for (int i = 5; i >= 0; i--) p = _mm512_fmadd_ps(p, z, w_set(P[i]));
-    __m512 small = _mm512_mul_ps(a, p);
-    __m512 ac = _mm512_min_ps(_mm512_max_ps(a, one), w_set(4.0f));
-    __m512 t = _mm512_div_ps(one, ac);
-    __m512 q = w_set(Q[10]);
-    for (int i = 9; i >= 0; i--) q = _mm512_fmadd_ps(q, t, w_set(Q[i]));
-    __m512 e = w_exp(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(ac, ac)));
-    __m512 big = _mm512_fnmadd_ps(e, q, one);
-    __m512 r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, one, _CMP_LT_OQ), big, small);
-    __m512i s = _mm512_and_si512(_mm512_castps_si512(x), sign);
-    return w_nan_from(_mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), s)), x);
-}
+/* exp, erf, GELU, SiLU, sigmoid and Mish at 16 lanes (act_simd.inc) */
+#define AF AVX512_FN
+#define VF __m512
+#define VI __m512i
+#define VM __mmask16
+#define A_(name) w_##name
+#define VSET w_set
+#define VZERO _mm512_setzero_ps()
+#define VADD _mm512_add_ps
+#define VSUB _mm512_sub_ps
+#define VMUL _mm512_mul_ps
+#define VDIV _mm512_div_ps
+#define VMIN _mm512_min_ps
+#define VMAX _mm512_max_ps
+#define VFMA _mm512_fmadd_ps
+#define VFNMA _mm512_fnmadd_ps
+#define VRINT(x) _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define VCVT _mm512_cvtps_epi32
+#define VISUB _mm512_sub_epi32
+#define VISRA1(a) _mm512_srai_epi32(a, 1)
+#define VPOW2I w_pow2i
+#define VNANFROM w_nan_from
+#define W_SIGN _mm512_set1_epi32((int)0x80000000u)
+#define VABS(x) _mm512_castsi512_ps(_mm512_andnot_si512(W_SIGN, _mm512_castps_si512(x)))
+#define VCOPYSIGN(r, x) \
+    _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), _mm512_and_si512(_mm512_castps_si512(x), W_SIGN)))
+#define VLT(a, b) _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ)
+#define VGT(a, b) _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ)
+#define VSEL(m, a, b) _mm512_mask_blend_ps(m, a, b)
+#include "act_simd.inc"
+#include "act_simd_undef.inc"
+#undef W_SIGN
 
 static bool un_has_avx512(enum unop op)
 {
@@ -887,22 +830,11 @@ static bool un_has_avx512(enum unop op)
 
 AVX512_FN static inline __m512 un16(enum unop op, __m512 v)
 {
-    const __m512 one = w_set(1.0f), zero = _mm512_setzero_ps();
     switch (op) {
-    case UN_GELU:
-        return _mm512_mul_ps(_mm512_mul_ps(w_set(0.5f), v),
-                             _mm512_add_ps(one, w_erf(_mm512_mul_ps(v, w_set((float)M_SQRT1_2)))));
-    case UN_SILU:
-        return _mm512_div_ps(v, _mm512_add_ps(one, w_exp(_mm512_sub_ps(zero, v))));
-    case UN_SIGMOID:
-        return _mm512_div_ps(one, _mm512_add_ps(one, w_exp(_mm512_sub_ps(zero, v))));
-    case UN_MISH: {
-        __m512 u = w_exp(_mm512_min_ps(v, w_set(20.0f)));
-        __m512 w = _mm512_mul_ps(u, _mm512_add_ps(u, w_set(2.0f)));
-        __m512 t = _mm512_div_ps(w, _mm512_add_ps(w, w_set(2.0f)));
-        return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, w_set(20.0f), _CMP_GT_OQ),
-                                    _mm512_mul_ps(v, t), v);
-    }
+    case UN_GELU: return w_gelu(v);
+    case UN_SILU: return w_silu(v);
+    case UN_SIGMOID: return w_sigmoid(v);
+    case UN_MISH: return w_mish(v);
     default: return v; /* not reached: un_has_avx512 */
     }
 }
