@@ -913,6 +913,7 @@ cbx_status engine_synthesize(const struct engine_model *m, const struct backend 
     struct engine_params dp = engine_default_params();
     if (!p) p = &dp;
     if (!m || !be) return err_setf(err, CBX_ERR_INVALID_ARG, "no model or backend");
+    st->s3gen_bf16 = use_bf16(m, p);
     if (!text) return err_setf(err, CBX_ERR_INVALID_ARG, "no text given");
     if (p->max_tokens < 1 || p->max_tokens > 100000 || p->pause_ms < 0 || p->pause_ms > 60000 ||
         p->max_retries < 0 || p->max_retries > 16 || p->stream_prompt_tokens < 0 ||

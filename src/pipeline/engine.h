@@ -221,6 +221,8 @@ struct engine_stats {
     double t_t3_prefix;       /* building the voice prefix (part of t_t3;
                                * 0 when it came from the cache) */
     bool prefix_cached;       /* the voice prefix came from the cache */
+    bool s3gen_bf16;          /* S3Gen was asked for BF16 products
+                               * (engine_params.precision) */
 };
 
 /* Speak text with voice (NULL: the built-in voice) on backend be. *pcm

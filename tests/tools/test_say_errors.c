@@ -88,6 +88,9 @@ static void without_model(void)
     fails("bad number", "Hello. -o out.wav --model x --temperature hot", 2, "--temperature");
     fails("bad top-p", "Hello. -o out.wav --model x --top-p 1.5", 2, "--top-p");
     fails("bad stream-prompt", "Hello. -o out.wav --model x --stream-prompt -1", 2, "--stream-prompt");
+    fails("bad stream-first-prompt", "Hello. -o out.wav --model x --stream-first-prompt -3", 2,
+          "--stream-first-prompt");
+    fails("bad precision", "Hello. -o out.wav --model x --precision fp8", 2, "--precision: 'fp8'");
     fails("bad format", "Hello. -o out.wav --model x --format mp3", 2, "--format");
     fails("unknown extension", "Hello. -o out.ogg --model x", 2, "extension");
     fails("two texts", "Hello. World. -o out.wav --model x", 2, "more than one TEXT");
