@@ -124,7 +124,7 @@ int main(int argc, char **argv)
          * reps, when packing applies */
         struct t3_model mu;
         bool ab = false;
-        if (linear_pack_supported(m.tfmr.h[0].c_attn_w) || linear_is_packed(m.tfmr.h[0].c_attn_w->data)) {
+        if (linear_pack_supported(m.tfmr.h[0].c_attn_w) || m.tfmr.h[0].c_attn_w->packed) {
             linear_pack_enable = 0;
             if (t3_load_gpt2(&mu, &src, types[ti], err) != CBX_OK) {
                 fprintf(stderr, "bench_t3: %s\n", err);

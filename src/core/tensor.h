@@ -69,6 +69,9 @@ struct tensor {
     void *data;                  /* borrowed; see header comment */
     const struct backend *be;    /* memory that holds data (NULL = host) */
     const char *name;            /* upstream name or NULL; borrowed */
+    bool packed;                 /* q4_0 / q8_0 rows interleaved for the cpu
+                                  * GEMV (core/cpu/linear_kernels.h,
+                                  * linear_pack); only op_linear reads it */
 };
 
 /* A contiguous descriptor over data (which is borrowed). */

@@ -27,10 +27,6 @@ static const struct tensor **linear_weight(struct t3_model *m, int i)
 void t3_free(struct t3_model *m)
 {
     if (!m) return;
-    for (int i = 0; m->tfmr.h && i <= 4 * m->tfmr.n_layer; i++) {
-        const struct tensor *w = *linear_weight(m, i);
-        if (w && w->data) linear_pack_forget(w->data);
-    }
     free(m->tfmr.h);
     free(m->owned);
     free(m->packed);
@@ -103,7 +99,7 @@ static void pack_weights(struct t3_model *m, struct tensor *desc, const char *ow
         const struct tensor *t = *linear_weight(m, i);
         const char *p = t->data;
         bool owned = p >= own0 && p < own1;
-        if (!owned && linear_pack_supported(t) && !linear_is_packed(p))
+        if (!owned && linear_pack_supported(t))
             copy += (tensor_nbytes(t) + 63) & ~(size_t)63;
     }
     char *dst = NULL;
@@ -119,14 +115,13 @@ static void pack_weights(struct t3_model *m, struct tensor *desc, const char *ow
     for (int i = 0; i < n; i++) {
         const struct tensor **f = linear_weight(m, i), *t = *f;
         const char *p = t->data;
-        if (!linear_pack_supported(t) || linear_is_packed(p)) continue;
+        if (!linear_pack_supported(t)) continue;
         if (p >= own0 && p < own1) {
-            (void)linear_pack(t, t->data);
+            /* owned weights' descriptors live in m->owned too */
+            (void)linear_pack(t, t->data, (struct tensor *)t);
             continue;
         }
-        if (!dst || !linear_pack(t, dst)) continue;
-        *desc = tensor_make(t->type, 2, t->ne, dst, NULL);
-        desc->name = t->name;
+        if (!dst || !linear_pack(t, dst, desc)) continue;
         *f = desc++;
         dst += (tensor_nbytes(t) + 63) & ~(size_t)63;
         /* the whole pages inside the source only */

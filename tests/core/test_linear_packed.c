@@ -14,8 +14,8 @@
  * into another buffer, the packed bytes checked against the layout
  * spelled out here; the packed results are also compared with the
  * plain weights' (float summation order only). Also: what cannot be
- * packed is refused (K % 64, types, fewer than 16 rows, misaligned), and
- * the registry forgets. */
+ * packed is refused (K % 64, types, fewer than 16 rows, misaligned, already
+ * packed) and leaves the output descriptor as it was. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,15 +108,16 @@ static void packed_case(enum dtype wt, int64_t m, int64_t k, int64_t n, bool in_
     if (in_place) {
         memcpy(wp, w0, wbytes);
         wpk.data = wp;
-        packed = linear_pack(&wpk, wp);
+        packed = linear_pack(&wpk, wp, &wpk);
     } else {
-        packed = linear_pack(&w, wp);
-        wpk.data = wp;
+        packed = linear_pack(&w, wp, &wpk);
     }
     CHECK(packed, "linear_pack%s %s [%lld, %lld]", in_place ? " in place" : "", dtype_name(wt), (long long)n,
           (long long)k);
     if (!packed) goto cleanup;
-    CHECK(linear_is_packed(wp) && !linear_is_packed(w0), "registry: packed data known, plain not");
+    CHECK(wpk.packed && wpk.data == wp && wpk.type == wt && wpk.ne[0] == n && wpk.ne[1] == k && !w.packed,
+          "the packed descriptor: flag, data, type and shape; the plain one unflagged");
+    CHECK(!linear_pack_supported(&wpk), "a packed tensor is not packed again");
     CHECK(layout_matches(wt, w0, (const uint8_t *)wp, n, k), "packed %s [%lld, %lld] bytes follow the layout",
           dtype_name(wt), (long long)n, (long long)k);
     const int amx_runs = m >= linear_qgemm_min_rows && linear_amx_available() ? 2 : 1;
@@ -154,8 +155,6 @@ static void packed_case(enum dtype wt, int64_t m, int64_t k, int64_t n, bool in_
               dtype_name(wt), (long long)m, path, vs_plain);
     }
     linear_qgemm_use_amx = 1;
-    linear_pack_forget(wp);
-    CHECK(!linear_is_packed(wp), "registry forgets");
 cleanup:
     free(wf); free(wd); free(xc); free(xd); free(bb); free(yp); free(yu); free(xq); free(w0); free(wp);
 }
@@ -174,15 +173,16 @@ static void test_refused(void)
     struct tensor c = tensor_make(TYPE_Q4_1, 2, ok, buf, NULL);    /* type */
     struct tensor d = tensor_make(TYPE_Q4_0, 2, ok, buf + 4, NULL); /* misaligned */
     struct tensor e = tensor_make(TYPE_Q4_0, 2, ok, buf, NULL);
-    CHECK(!linear_pack_supported(&a) && !linear_pack(&a, buf), "K = 96 refused");
-    CHECK(!linear_pack_supported(&b) && !linear_pack(&b, buf), "15 rows refused");
-    CHECK(!linear_pack_supported(&c) && !linear_pack(&c, buf), "q4_1 refused");
-    CHECK(!linear_pack_supported(&d) && !linear_pack(&d, buf + 4), "misaligned data refused");
-    CHECK(!linear_pack(&e, buf + 4), "misaligned destination refused");
+    struct tensor out = e;
+    CHECK(!linear_pack_supported(&a) && !linear_pack(&a, buf, &out), "K = 96 refused");
+    CHECK(!linear_pack_supported(&b) && !linear_pack(&b, buf, &out), "15 rows refused");
+    CHECK(!linear_pack_supported(&c) && !linear_pack(&c, buf, &out), "q4_1 refused");
+    CHECK(!linear_pack_supported(&d) && !linear_pack(&d, buf + 4, &out), "misaligned data refused");
+    CHECK(!linear_pack(&e, buf + 4, &out), "misaligned destination refused");
     linear_pack_enable = 0;
     CHECK(!linear_pack_supported(&e), "linear_pack_enable = 0 refuses");
     linear_pack_enable = 1;
-    CHECK(!linear_is_packed(buf) && !linear_is_packed(buf + 4), "nothing registered");
+    CHECK(!out.packed && out.data == buf, "a refused pack leaves the output descriptor alone");
     free(buf);
 }
 

@@ -447,9 +447,9 @@ static void compare_t3(const struct model *dir, const struct model *f32, const s
         const struct tensor *ca = model_find(f32, MODEL_T3, "tfmr.h.1.attn.c_attn.weight");
         const struct tensor *hq = model_find(q8, MODEL_T3, "speech_head.weight");
         const struct tensor *fq = model_find(q8, MODEL_T3, "tfmr.h.0.mlp.c_fc.weight");
-        const void *hd = q.speech_head_w->data, *fd = q.tfmr.h[0].c_fc_w->data;
-        CHECK(b.tfmr.h[1].c_attn_w->data == ca->data && (hd == hq->data || linear_is_packed(hd)) &&
-                  (fd == fq->data || linear_is_packed(fd)) && q.tfmr.h[0].c_fc_w->type == TYPE_Q8_0,
+        const struct tensor *hw = q.speech_head_w, *fw = q.tfmr.h[0].c_fc_w;
+        CHECK(b.tfmr.h[1].c_attn_w->data == ca->data && (hw->data == hq->data || hw->packed) &&
+                  (fw->data == fq->data || fw->packed) && fw->type == TYPE_Q8_0,
               "GGUF Conv1D weights and head used in place or packed (no other copy, q8_0 kept)");
         CHECK(a.tfmr.h[1].c_attn_w->data != model_find(dir, MODEL_T3, "tfmr.h.1.attn.c_attn.weight")->data,
               "directory Conv1D weights transposed into owned memory");

@@ -20,7 +20,7 @@
  *    (x loads and the final reductions shared: 1.06-1.16x on one core,
  *    bench_kernels dotx), the remainder of a task's rows one at a time.
  *  - q4_0/q8_0 weights packed at load (linear_pack: 16 rows interleaved,
- *    see linear_kernels.h; recognised by their data address) take the
+ *    see linear_kernels.h; flagged tensor.packed) take the
  *    packed GEMV (16 rows per call, aligned contiguous loads, vector
  *    scales: 1.2x the dotx decode on 2 cores, bench_t3) below
  *    linear_qgemm_min_rows rows, else the quantised GEMM with tiles
@@ -165,34 +165,7 @@ static const float *x_matrix(const struct tensor *x, int64_t *ld)
     return c;
 }
 
-/* ---- packed weights (linear_kernels.h) ---------------------------------
- * The registry: the data addresses of packed tensors, under a rwlock (a
- * lookup per op_linear on a q4_0 / q8_0 weight; a handful of models at
- * most, so a plain array). */
-static pthread_rwlock_t pk_lock = PTHREAD_RWLOCK_INITIALIZER;
-static const void **pk_set;
-static size_t pk_n, pk_cap, pk_reserved; /* reserved: slots held by packs under way */
-
-bool linear_is_packed(const void *p)
-{
-    bool found = false;
-    if (!p) return false;
-    pthread_rwlock_rdlock(&pk_lock);
-    for (size_t i = 0; i < pk_n && !found; i++) found = pk_set[i] == p;
-    pthread_rwlock_unlock(&pk_lock);
-    return found;
-}
-
-void linear_pack_forget(const void *p)
-{
-    pthread_rwlock_wrlock(&pk_lock);
-    for (size_t i = 0; i < pk_n; i++)
-        if (pk_set[i] == p) {
-            pk_set[i] = pk_set[--pk_n];
-            break;
-        }
-    pthread_rwlock_unlock(&pk_lock);
-}
+/* ---- packed weights (linear_kernels.h) --------------------------------- */
 
 int linear_pack_enable = 1;
 static int pk_env = 2; /* CBX_PACK: 0 none, 1 in place only, 2 copies too (default) */
@@ -213,7 +186,7 @@ bool linear_pack_copies(void)
 bool linear_pack_supported(const struct tensor *w)
 {
     pthread_once(&pk_env_once, pk_env_read);
-    if (!linear_pack_enable || pk_env == 0 || !w || w->ndim != 2) return false;
+    if (!linear_pack_enable || pk_env == 0 || !w || w->packed || w->ndim != 2) return false;
     if (w->type != TYPE_Q4_0 && w->type != TYPE_Q8_0) return false;
     if (cpu_level() < CPU_AVX512 || !linear_gemv16_avx512(w->type)) return false;
     /* K <= 2^24: the packer gathers at 32-bit byte offsets of 15 rows */
@@ -221,7 +194,7 @@ bool linear_pack_supported(const struct tensor *w)
            tensor_is_contiguous(w) && (uintptr_t)w->data % 64 == 0;
 }
 
-bool linear_pack(const struct tensor *w, void *dst)
+bool linear_pack(const struct tensor *w, void *dst, struct tensor *out)
 {
     if (!linear_pack_supported(w) || !dst || (uintptr_t)dst % 64) return false;
     const int64_t n = w->ne[0], nb = w->ne[1] / QK, groups = n / LINEAR_PK_ROWS;
@@ -229,23 +202,6 @@ bool linear_pack(const struct tensor *w, void *dst)
     const bool in_place = dst == w->data;
     char *tmp = in_place ? malloc(gbytes) : NULL;
     if (in_place && !tmp) return false;
-    /* room in the registry first: once packed, w must be registered */
-    pthread_rwlock_wrlock(&pk_lock);
-    if (pk_n + pk_reserved == pk_cap) {
-        size_t cap = pk_cap ? 2 * pk_cap : 256;
-        const void **s = realloc(pk_set, cap * sizeof *s);
-        if (s) {
-            pk_set = s;
-            pk_cap = cap;
-        }
-    }
-    bool room = pk_n + pk_reserved < pk_cap;
-    if (room) pk_reserved++;
-    pthread_rwlock_unlock(&pk_lock);
-    if (!room) {
-        free(tmp);
-        return false;
-    }
     for (int64_t g = 0; g < groups; g++) {
         const char *src = (const char *)w->data + (size_t)g * gbytes;
         if (in_place) src = memcpy(tmp, src, gbytes);
@@ -255,10 +211,10 @@ bool linear_pack(const struct tensor *w, void *dst)
     if (!in_place && n > groups * LINEAR_PK_ROWS) /* the tail rows as they are */
         memcpy((char *)dst + (size_t)groups * gbytes, (const char *)w->data + (size_t)groups * gbytes,
                (size_t)(n - groups * LINEAR_PK_ROWS) * rs);
-    pthread_rwlock_wrlock(&pk_lock);
-    pk_reserved--;
-    pk_set[pk_n++] = dst; /* the slot reserved above */
-    pthread_rwlock_unlock(&pk_lock);
+    const char *name = w->name;
+    *out = tensor_make(w->type, 2, w->ne, dst, w->be);
+    out->name = name;
+    out->packed = true;
     return true;
 }
 
@@ -629,7 +585,7 @@ static void cpu_linear(struct arena *a, struct tensor *out, const struct tensor 
     struct linear_qgemm g;
     /* packed weights take the packed paths whatever the level now (they
      * were packed at AVX-512, which the CPU has) */
-    if ((w->type == TYPE_Q4_0 || w->type == TYPE_Q8_0) && linear_is_packed(w->data)) {
+    if (w->packed) {
         if (m >= linear_qgemm_min_rows &&
             ((linear_qgemm_use_amx && linear_qgemm_amx(w->type, &g)) || linear_qgemm_avx512(w->type, &g)))
             linear_qgemm(a, out, x, w, b, &g, true);

@@ -48,9 +48,9 @@ linear_dotx4_fn linear_dotx4_avx512(enum dtype t);
  * so a record is 576 bytes (q4_0) or 1088 (q8_0), 64-byte multiples: with
  * a 64-byte aligned tensor every vector load is aligned. Rows past the
  * last full group (N % 16) stay in the ggml layout at their usual offset.
- * op_linear on the cpu backend recognises such a tensor by its data
- * address (linear_pack registers it) and multiplies it on the packed path
- * at every row count; nothing else may read it (ref backend, casts). */
+ * Such a tensor carries tensor.packed (set by linear_pack); op_linear on
+ * the cpu backend multiplies it on the packed path at every row count;
+ * nothing else may read it (ref backend, casts). */
 #define LINEAR_PK_ROWS 16
 #define LINEAR_PK_PAIR_Q4_0 576
 #define LINEAR_PK_PAIR_Q8_0 1088
@@ -80,15 +80,11 @@ bool linear_pack_copies(void);
  * cpu level AVX-512 (the packed kernels need VNNI). */
 bool linear_pack_supported(const struct tensor *w);
 /* Write w packed into dst (tensor_nbytes(w) bytes, 64-byte aligned; dst
- * may be w->data: packed in place, a group at a time) and register dst,
- * so that a tensor of w's type and shape whose data is dst is multiplied
- * as packed. False (nothing written) when not supported or the registry
- * is out of memory. */
-bool linear_pack(const struct tensor *w, void *dst);
-/* Forget the registration of packed data at p (before freeing it). */
-void linear_pack_forget(const void *p);
-/* Whether p is registered packed data. */
-bool linear_is_packed(const void *p);
+ * may be w->data: packed in place, a group at a time) and make *out the
+ * descriptor of the result: w's type, shape and name over dst, packed
+ * (out may be w itself). False (nothing written) when not supported or
+ * out of memory. */
+bool linear_pack(const struct tensor *w, void *dst, struct tensor *out);
 
 /* ---- quantised GEMM: many rows of x (linear.c, linear_qgemm) ----------
  * x is quantised to Q8_0 exactly as on the dot path, then packed in groups
