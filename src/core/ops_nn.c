@@ -67,9 +67,7 @@ struct tensor *op_add_layer_norm(struct arena *a, const struct tensor *x, const 
     KERNEL(a, add_layer_norm);
     if (!is_f32(a, "op_add_layer_norm", "x", x) || !is_f32(a, "op_add_layer_norm", "r", r))
         return NULL;
-    bool same = x->ndim >= 1 && x->ndim == r->ndim;
-    for (int d = 0; same && d < x->ndim; d++) same = x->ne[d] == r->ne[d];
-    if (!same) {
+    if (x->ndim < 1 || !tensor_same_shape(x, r)) {
         char sx[64], sr[64];
         arena_fail(a, CBX_ERR_INTERNAL, "op_add_layer_norm: x %s and r %s, want one shape",
                    tensor_shape_str(x, sx, sizeof sx), tensor_shape_str(r, sr, sizeof sr));

@@ -583,18 +583,23 @@ struct rows_ctx {
     int dim, n_groups;
 };
 
+/* y = LayerNorm(x) of one row of n (g, b may be NULL) */
+static void layer_norm_row(const struct prims *P, float *y, const float *x, int64_t n, float eps,
+                           const float *g, const float *b)
+{
+    float mean = P->sum(x, n) / (float)n;
+    float var = P->sumsq_dev(x, n, mean) / (float)n;
+    P->norm(y, x, n, mean, 1.0f / sqrtf(var + eps), g, b);
+}
+
 static void layer_norm_rows(void *c, int64_t r0, int64_t r1, int ith)
 {
     (void)ith;
     const struct rows_ctx *k = c;
-    const struct prims *P = k->P;
     int64_t n = k->x->ne[k->x->ndim - 1];
     for (int64_t r = r0; r < r1; r++) {
         float *y = (float *)k->out->data + r * n;
-        const float *x = src_row(k->x, r, y);
-        float mean = P->sum(x, n) / (float)n;
-        float var = P->sumsq_dev(x, n, mean) / (float)n;
-        P->norm(y, x, n, mean, 1.0f / sqrtf(var + k->eps), k->g, k->b);
+        layer_norm_row(k->P, y, src_row(k->x, r, y), n, k->eps, k->g, k->b);
     }
 }
 
@@ -621,16 +626,13 @@ static void add_layer_norm_rows(void *c, int64_t r0, int64_t r1, int ith)
 {
     (void)ith;
     const struct add_ln_ctx *k = c;
-    const struct prims *P = k->P;
     int64_t n = k->x->ne[k->x->ndim - 1];
     for (int64_t r = r0; r < r1; r++) {
         float *s = (float *)k->sum->data + r * n, *y = (float *)k->out->data + r * n;
         const float *x = src_row(k->x, r, s);
         const float *q = src_row(k->r, r, y);
         for (int64_t i = 0; i < n; i++) s[i] = x[i] + q[i];
-        float mean = P->sum(s, n) / (float)n;
-        float var = P->sumsq_dev(s, n, mean) / (float)n;
-        P->norm(y, s, n, mean, 1.0f / sqrtf(var + k->eps), k->g, k->b);
+        layer_norm_row(k->P, y, s, n, k->eps, k->g, k->b);
     }
 }
 
