@@ -1,7 +1,11 @@
 /* linear.c - cpu kernels of the linear group: op_linear, op_matmul (see
  * ops.h).
  *
- * op_linear, y[M, N] = x[M, K] @ w[N, K]^T + b, has three paths:
+ * op_linear, y[M, N] = x[M, K] @ w[N, K]^T + b, has three paths, and a
+ * fourth when the arena asks for BF16 products (arena_bf16), AMX-BF16 is
+ * ready and x has linear_bf16_min_rows rows or more: bf16(x) @ bf16(w)^T
+ * with FP32 sums on AMX tiles for F32/F16/BF16/Q8_0/Q4_0 weights, packed
+ * too (linear_bf16.h, linear_amx_bf16.c). Otherwise:
  *  - quantised GEMM, q4_0/q8_0 weights at the AVX-512 level from
  *    linear_qgemm_min_rows rows up: x quantised to Q8_0 (the dot path's
  *    quantisation, bit for bit) and packed 16 rows to a group, weight rows
@@ -43,6 +47,7 @@
 #include "../backend.h"
 #include "../threadpool.h"
 #include "blas.h"
+#include "linear_bf16.h"
 #include "linear_kernels.h"
 
 /* Up to this many rows the dot path wins (bench_kernels linear_rows: it
@@ -577,11 +582,30 @@ static void linear_gemm(struct arena *a, struct tensor *out, const struct tensor
     }
 }
 
+/* ---- BF16 products (linear_bf16.h) -------------------------------------- */
+
+static void linear_bf16(struct arena *a, struct tensor *out, const struct tensor *x,
+                        const struct tensor *w, const struct tensor *b)
+{
+    struct threadpool *tp = arena_backend(a)->tp;
+    const int64_t k = x->ne[x->ndim - 1], m = tensor_nrows(x);
+    size_t xc = x_copy_bytes(x);
+    if (!scratch_begin(a, xc + linear_bf16_scratch_bytes(m, k, tp_n_threads(tp)))) return;
+    int64_t ldx;
+    const float *xm = x_matrix(x, &ldx);
+    void *s = scratch_take(linear_bf16_scratch_bytes(m, k, tp_n_threads(tp)));
+    linear_bf16_gemm(tp, xm, ldx, m, k, w, b ? b->data : NULL, b ? b->nb[0] : 0, out->data, s);
+}
+
 static void cpu_linear(struct arena *a, struct tensor *out, const struct tensor *x,
                        const struct tensor *w, const struct tensor *b)
 {
     const int64_t m = tensor_nrows(x);
     if (m == 0 || w->ne[0] == 0) return;
+    if (arena_bf16(a) && m >= linear_bf16_min_rows && x->ne[x->ndim - 1] > 0 && linear_bf16_supported(w)) {
+        linear_bf16(a, out, x, w, b);
+        return;
+    }
     struct linear_qgemm g;
     /* packed weights take the packed paths whatever the level now (they
      * were packed at AVX-512, which the CPU has) */

@@ -1,0 +1,40 @@
+/* linear_bf16.h - op_linear with BF16 products on AMX-BF16 (linear_amx_bf16.c).
+ *
+ * Taken by the cpu op_linear when the arena asks for BF16 products
+ * (arena_bf16), AMX-BF16 is ready and x has at least linear_bf16_min_rows
+ * rows: y[M, N] = bf16(x) @ bf16(w)^T + b, FP32 sums over the whole K,
+ * bf16() the round-to-nearest-even of the F32 value (of the dequantised
+ * value for q4_0 / q8_0 weights). */
+#ifndef CBX_CPU_LINEAR_BF16_H
+#define CBX_CPU_LINEAR_BF16_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../tensor.h"
+#include "../threadpool.h"
+
+/* Whether the CPU and OS have AMX-BF16 (with AVX-512 BF16 / BW) and the
+ * process was granted the tile state (cpu_amx_ready). */
+bool linear_bf16_available(void);
+/* Whether the path multiplies weights w: F32, F16, BF16, Q8_0 or Q4_0
+ * rows (contiguous inside, any row stride), or q4_0 / q8_0 packed by
+ * linear_pack; and linear_bf16_available(). */
+bool linear_bf16_supported(const struct tensor *w);
+/* op_linear takes the path from this many rows of x up (a tuning knob
+ * like linear_dot_max_rows; set it only while no linear runs). */
+extern int linear_bf16_min_rows;
+
+/* Scratch bytes linear_bf16_gemm needs (64-byte aligned) for m rows of k
+ * and a pool of nt threads. */
+size_t linear_bf16_scratch_bytes(int64_t m, int64_t k, int nt);
+/* y[m, n] (row stride n) = x[m, k] (row stride ldx floats) @ w^T + bias
+ * (bias: NULL or n floats bias_stride bytes apart), n = w->ne[0], with
+ * the pool's threads; w as linear_bf16_supported accepts it, scratch of
+ * linear_bf16_scratch_bytes(m, k, tp_n_threads(tp)) bytes. */
+void linear_bf16_gemm(struct threadpool *tp, const float *x, int64_t ldx, int64_t m, int64_t k,
+                      const struct tensor *w, const char *bias, int64_t bias_stride, float *y,
+                      void *scratch);
+
+#endif
