@@ -167,10 +167,11 @@ struct tensor *op_attention(struct arena *a, const struct tensor *q,
 {
     if (!q || !k || !v || !p) return NULL;
     KERNEL(a, attention);
-    /* k and v: both F32, or both F16 (a half-precision KV cache) */
+    /* k and v: both F32, both F16 (a half-precision KV cache), or both
+     * Q8_0 (an 8-bit KV cache; head dim a whole number of blocks) */
+    const bool kv_cache = k->type == v->type && (k->type == TYPE_F16 || k->type == TYPE_Q8_0);
     if (!is_f32(a, "op_attention", "q", q) ||
-        (!(k->type == TYPE_F16 && v->type == TYPE_F16) &&
-         (!is_f32(a, "op_attention", "k", k) || !is_f32(a, "op_attention", "v", v))) ||
+        (!kv_cache && (!is_f32(a, "op_attention", "k", k) || !is_f32(a, "op_attention", "v", v))) ||
         (bias && !is_f32(a, "op_attention", "bias", bias)))
         return NULL;
     char sq[64], sk[64], sv[64];
@@ -179,6 +180,11 @@ struct tensor *op_attention(struct arena *a, const struct tensor *q,
         if (k->ne[d] != v->ne[d]) ok = false;
     ok = ok && q->ne[0] == k->ne[0] && q->ne[3] == k->ne[3] && k->ne[1] > 0 &&
          q->ne[1] % k->ne[1] == 0;
+    if (ok && k->type == TYPE_Q8_0 && k->ne[3] % QK != 0) {
+        arena_fail(a, CBX_ERR_INTERNAL, "op_attention: q8_0 k and v with head dim %lld, want a multiple of %d",
+                   (long long)k->ne[3], QK);
+        return NULL;
+    }
     if (!ok) {
         arena_fail(a, CBX_ERR_INTERNAL,
                    "op_attention: q %s, k %s, v %s; want q[B, Hq, Tq, D], k and v "

@@ -26,6 +26,7 @@
 
 #include "../backend.h"
 #include "../cpu_features.h"
+#include "../quant.h"
 #include "../threadpool.h"
 #include "attn_amx.h"
 
@@ -783,6 +784,7 @@ struct attn_ctx {
     float *kt;          /* AVX-512 tiles: K packed transposed (attn_pack_kt) */
     int64_t nkb;        /* blocks of ZKB keys per kv head */
     bool kv16;          /* AVX-512 drivers: k and v are F16 (an F16 KV cache) */
+    bool kvq8;          /* AVX-512 rows driver: k and v are Q8_0 (a Q8_0 KV cache) */
 };
 
 static void attn_items(void *c, int64_t it0, int64_t it1, int ith)
@@ -856,10 +858,28 @@ static void attn_items(void *c, int64_t it0, int64_t it1, int ith)
     }
 }
 
+/* A Q8_0 t (rows contiguous by definition) dequantised to a contiguous F32
+ * copy, row by row (dequantize_row: d * q per element). */
+static const struct tensor *q8_rows_f32(struct arena *a, const struct tensor *t)
+{
+    struct tensor c = tensor_make(TYPE_F32, 4, t->ne, NULL, t->be);
+    c.data = arena_alloc(a, tensor_nbytes(&c) + 1);
+    if (!c.data) return NULL;
+    float *d = c.data;
+    for (int64_t i0 = 0; i0 < t->ne[0]; i0++)
+        for (int64_t i1 = 0; i1 < t->ne[1]; i1++)
+            for (int64_t i2 = 0; i2 < t->ne[2]; i2++, d += t->ne[3])
+                dequantize_row(TYPE_Q8_0, (const char *)t->data + i0 * t->nb[0] + i1 * t->nb[1] +
+                                              i2 * t->nb[2], d, t->ne[3]);
+    return arena_desc(a, &c);
+}
+
 /* A copy of t with unit innermost stride (t itself when it has one), of
- * t's type (F32 or F16), or converted to F32 when f32 is set. */
+ * t's type (F32 or F16), or converted to F32 when f32 is set. Q8_0 rows are
+ * returned as they are, or dequantised when f32 is set. */
 static const struct tensor *unit_rows(struct arena *a, const struct tensor *t, bool f32)
 {
+    if (t->type == TYPE_Q8_0) return f32 ? q8_rows_f32(a, t) : t;
     const bool h = t->type == TYPE_F16;
     const int64_t es = h ? 2 : 4;
     if (t->nb[3] == es && (!h || !f32)) return t;
@@ -895,7 +915,11 @@ static const struct tensor *unit_rows(struct arena *a, const struct tensor *t, b
  *    products are register tiles like a GEMM micro-kernel: S[6 rows, 64
  *    keys] = Q.Kt and O[6 rows, 64 columns] += P.V, 24 accumulators each,
  *    with the online softmax of the file header between them (invariant 1
- *    holds: a row whose max is still -inf gets P = 0 and keeps O = 0). */
+ *    holds: a row whose max is still -inf gets P = 0 and keeps O = 0).
+ * K and V are F32, F16 (converted on load) or Q8_0 (an 8-bit KV cache:
+ * the rows driver reads the blocks as stored, see dot16_q8 / pv_row_q8;
+ * the tiles and AMX drivers, and the AVX2 / portable path, get them
+ * dequantised to F32 once per call). */
 enum { ZR = 6, ZQB = 48, ZKB = 64, ZRB = 256, ROWS_MAX_TQ = 4 };
 
 /* 16 floats of a K or V row at p (F32, or F16 when h), lanes of m: a
@@ -1021,18 +1045,121 @@ pv_row(float *o, float corr, const float *p, const char *v0, int64_t vs, int64_t
     }
 }
 
+/* ---- Q8_0 keys and values (a Q8_0 KV cache; D a multiple of QK) -------
+ * A row is D / QK blocks {F16 d; int8 q[32]}, element x = d * q. A score
+ * is sum over blocks of d_b * (q[32b:32b+32] . k8_b) (the int8 codes
+ * converted to float, the block dot in float, then its scale); P.V folds
+ * the scale into the weight: o += (p_j * d_jb) * v8_jb. */
+#define Q8B ((int64_t)sizeof(struct block_q8_0))
+
+/* 16 int8 at p as floats */
+AVX512 static inline __m512 i8x16(const int8_t *p)
+{
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+}
+
+/* lane l = the scale of block bk of key l (row k0 + l*ks), l < nk; lanes
+ * >= nk read key 0. One gather of the 4 bytes at each block start (its
+ * F16 d and two codes, inside the row), the low halves converted. */
+AVX512 static inline __m512 scales16_q8(const char *k0, int64_t ks, int nk, int64_t bk)
+{
+    __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                     _mm512_set1_epi32((int)ks));
+    idx = _mm512_maskz_mov_epi32(mask16(nk), idx);
+    __m512i w = _mm512_i32gather_epi32(idx, k0 + bk * Q8B, 1);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(w));
+}
+
+/* dot16 for Q8_0 keys: per block, the 16 keys' scales, q's 32 floats in
+ * registers, each key's block dot scaled into its accumulator */
+AVX512 static inline __attribute__((always_inline)) __m512
+dot16_q8(const float *q, const char *k0, int64_t ks, int nk, int64_t D)
+{
+    __m512 a[16];
+    float d[16];
+    #pragma GCC unroll 16
+    for (int s = 0; s < 16; s++) a[s] = _mm512_setzero_ps();
+    for (int64_t bk = 0; bk < D / QK; bk++) {
+        _mm512_storeu_ps(d, scales16_q8(k0, ks, nk, bk));
+        __m512 x0 = _mm512_loadu_ps(q + bk * QK), x1 = _mm512_loadu_ps(q + bk * QK + 16);
+        #pragma GCC unroll 16
+        for (int s = 0; s < 16; s++) {
+            const int8_t *kq = ((const struct block_q8_0 *)(k0 + (red_perm[s] < nk ? red_perm[s] : 0) * ks +
+                                                           bk * Q8B))->qs;
+            __m512 t = _mm512_mul_ps(x0, i8x16(kq));
+            t = _mm512_fmadd_ps(x1, i8x16(kq + 16), t);
+            a[s] = _mm512_fmadd_ps(t, _mm512_set1_ps(d[red_perm[s]]), a[s]);
+        }
+    }
+    return reduce16(a);
+}
+
+/* columns [0, NB * QK) of o (NB = 1 or 2 blocks, the first at byte bo of
+ * each V row): o = o * corr + sum_j pd[b * ZRB + j] v8_j(block b), j < n;
+ * keys in pairs so 4 * NB FMA chains are in flight */
+AVX512 static inline __attribute__((always_inline)) void
+pv_q8_cols(float *o, __m512 cr, const float *pd, const char *v0, int64_t bo, int64_t vs, int64_t n,
+           const int NB)
+{
+    __m512 a[4], b[4];
+    #pragma GCC unroll 4
+    for (int c = 0; c < 2 * NB; c++) {
+        a[c] = _mm512_mul_ps(_mm512_loadu_ps(o + 16 * c), cr);
+        b[c] = _mm512_setzero_ps();
+    }
+    int64_t j = 0;
+    for (; j + 2 <= n; j += 2) {
+        #pragma GCC unroll 2
+        for (int bl = 0; bl < NB; bl++) {
+            const int8_t *qa = ((const struct block_q8_0 *)(v0 + j * vs + bo + bl * Q8B))->qs;
+            const int8_t *qb = ((const struct block_q8_0 *)(v0 + (j + 1) * vs + bo + bl * Q8B))->qs;
+            __m512 pa = _mm512_set1_ps(pd[bl * ZRB + j]), pb = _mm512_set1_ps(pd[bl * ZRB + j + 1]);
+            a[2 * bl] = _mm512_fmadd_ps(pa, i8x16(qa), a[2 * bl]);
+            a[2 * bl + 1] = _mm512_fmadd_ps(pa, i8x16(qa + 16), a[2 * bl + 1]);
+            b[2 * bl] = _mm512_fmadd_ps(pb, i8x16(qb), b[2 * bl]);
+            b[2 * bl + 1] = _mm512_fmadd_ps(pb, i8x16(qb + 16), b[2 * bl + 1]);
+        }
+    }
+    if (j < n) {
+        #pragma GCC unroll 2
+        for (int bl = 0; bl < NB; bl++) {
+            const int8_t *qa = ((const struct block_q8_0 *)(v0 + j * vs + bo + bl * Q8B))->qs;
+            __m512 pa = _mm512_set1_ps(pd[bl * ZRB + j]);
+            a[2 * bl] = _mm512_fmadd_ps(pa, i8x16(qa), a[2 * bl]);
+            a[2 * bl + 1] = _mm512_fmadd_ps(pa, i8x16(qa + 16), a[2 * bl + 1]);
+        }
+    }
+    #pragma GCC unroll 4
+    for (int c = 0; c < 2 * NB; c++) _mm512_storeu_ps(o + 16 * c, _mm512_add_ps(a[c], b[c]));
+}
+
+/* pv_row for Q8_0 values: pd[b * ZRB + j] = p_j * d_jb (scales folded) */
+AVX512 static void pv_row_q8(float *o, float corr, const float *pd, const char *v0, int64_t vs, int64_t n,
+                             int64_t D)
+{
+    const __m512 cr = _mm512_set1_ps(corr);
+    const int64_t nb = D / QK;
+    int64_t bk = 0;
+    for (; bk + 2 <= nb; bk += 2) pv_q8_cols(o + bk * QK, cr, pd + bk * ZRB, v0, bk * Q8B, vs, n, 2);
+    if (bk < nb) pv_q8_cols(o + bk * QK, cr, pd + bk * ZRB, v0, bk * Q8B, vs, n, 1);
+}
+
+enum { KV_F32, KV_F16, KV_Q8 };
+
 /* one item per query row: it = (b * Hq + h) * Tq + i. Keys in segments of
  * ZRB: the segment's scores (16 per dot16), then its exp against the
  * running max, then its P.V into the output row (rescaled when the max
- * grows), so K and V stream in turn, each read once. */
+ * grows), so K and V stream in turn, each read once. kind: KV_F32, KV_F16
+ * or KV_Q8 (then scratch also holds pd[D / QK][ZRB], the weights times
+ * each value block's scale). */
 AVX512 static inline __attribute__((always_inline)) void
-attn_rows(void *c, int64_t it0, int64_t it1, int ith, const bool f16)
+attn_rows(void *c, int64_t it0, int64_t it1, int ith, const int kind)
 {
     const struct attn_ctx *x = c;
     const struct tensor *q = x->q, *k = x->k, *v = x->v, *bias = x->bias;
     const int64_t D = x->D, Tq = x->Tq, Tk = x->Tk;
-    float *s = x->scratch + ith * x->per_thread; /* [ZRB] scores, then [D] output */
-    float *o = s + ZRB;
+    float *s = x->scratch + ith * x->per_thread; /* [ZRB] scores, [D] output, [D / QK][ZRB] pd */
+    float *o = s + ZRB, *pd = o + ((D + 15) & ~(int64_t)15);
     const __m512 sc = _mm512_set1_ps(x->p->scale), ninf = _mm512_set1_ps(-INFINITY);
     for (int64_t it = it0; it < it1; it++) {
         int64_t i = it % Tq, bh = it / Tq, h = bh % x->Hq, b = bh / x->Hq, hk = h / x->group;
@@ -1053,7 +1180,9 @@ attn_rows(void *c, int64_t it0, int64_t it1, int ith, const bool f16)
             for (int64_t j0 = 0; j0 < ns; j0 += 16) {
                 int nk = (int)(ns - j0 < 16 ? ns - j0 : 16);
                 __mmask16 km = mask16(nk);
-                __m512 t = _mm512_mul_ps(dot16(qr, kb + (s0 + j0) * k->nb[2], k->nb[2], nk, D, f16), sc);
+                const char *kj = kb + (s0 + j0) * k->nb[2];
+                __m512 t = _mm512_mul_ps(kind == KV_Q8 ? dot16_q8(qr, kj, k->nb[2], nk, D)
+                                                       : dot16(qr, kj, k->nb[2], nk, D, kind == KV_F16), sc);
                 if (br) t = _mm512_add_ps(t, bias16(br + (s0 + j0) * bias->nb[3], bias->nb[3], km));
                 t = _mm512_mask_blend_ps(km, ninf, t);
                 _mm512_storeu_ps(s + j0, t);
@@ -1071,7 +1200,18 @@ attn_rows(void *c, int64_t it0, int64_t it1, int ith, const bool f16)
             }
             l = l * corr + _mm512_reduce_add_ps(sum);
             m = mnew;
-            pv_row(o, corr, s, vb + s0 * v->nb[2], v->nb[2], ns, D, f16);
+            if (kind == KV_Q8) {
+                /* lanes past ns hold p = 0 (exp of -inf) */
+                for (int64_t bk = 0; bk < D / QK; bk++)
+                    for (int64_t j0 = 0; j0 < ns; j0 += 16) {
+                        int nk = (int)(ns - j0 < 16 ? ns - j0 : 16);
+                        __m512 d = scales16_q8(vb + (s0 + j0) * v->nb[2], v->nb[2], nk, bk);
+                        _mm512_storeu_ps(pd + bk * ZRB + j0, _mm512_mul_ps(_mm512_loadu_ps(s + j0), d));
+                    }
+                pv_row_q8(o, corr, pd, vb + s0 * v->nb[2], v->nb[2], ns, D);
+            } else {
+                pv_row(o, corr, s, vb + s0 * v->nb[2], v->nb[2], ns, D, kind == KV_F16);
+            }
         }
         if (l > 0) {
             float inv = 1.0f / l;
@@ -1083,11 +1223,15 @@ attn_rows(void *c, int64_t it0, int64_t it1, int ith, const bool f16)
 }
 AVX512 static void attn_rows_z(void *c, int64_t it0, int64_t it1, int ith)
 {
-    attn_rows(c, it0, it1, ith, false);
+    attn_rows(c, it0, it1, ith, KV_F32);
 }
 AVX512 static void attn_rows_z16(void *c, int64_t it0, int64_t it1, int ith)
 {
-    attn_rows(c, it0, it1, ith, true);
+    attn_rows(c, it0, it1, ith, KV_F16);
+}
+AVX512 static void attn_rows_zq8(void *c, int64_t it0, int64_t it1, int ith)
+{
+    attn_rows(c, it0, it1, ith, KV_Q8);
 }
 
 /* K of kv head (b, hk) transposed into blocks of ZKB keys: block kb holds
@@ -1299,10 +1443,11 @@ static void attention_z(struct arena *a, struct attn_ctx *c)
 {
     int nt = n_threads(a);
     if (c->Tq <= ROWS_MAX_TQ) {
-        c->per_thread = (ZRB + c->D + 15) & ~(int64_t)15;
+        c->per_thread = ZRB + ((c->D + 15) & ~(int64_t)15) + (c->kvq8 ? c->D / QK * ZRB : 0);
         c->scratch = arena_alloc_host(a, (size_t)(nt * c->per_thread) * sizeof(float));
         if (!c->scratch) return;
-        tp_parallel_for(pool(a), c->B * c->Hq * c->Tq, 1, c->kv16 ? attn_rows_z16 : attn_rows_z, c);
+        tp_parallel_for(pool(a), c->B * c->Hq * c->Tq, 1,
+                        c->kvq8 ? attn_rows_zq8 : c->kv16 ? attn_rows_z16 : attn_rows_z, c);
         return;
     }
     c->qb = ZQB;
@@ -1330,14 +1475,20 @@ static void cpu_attention(struct arena *a, struct tensor *out, const struct tens
 #ifdef NN_X86
     if (cpu_level() >= CPU_AVX512) { /* F16 k and v (both or neither) are read as stored */
         c.kv16 = k->type == TYPE_F16;
-        c.k = unit_rows(a, k, false);
-        c.v = unit_rows(a, v, false);
+        /* Q8_0 k and v (both or neither): read as stored by the rows
+         * driver (the decode step); longer queries (tiles, AMX) get them
+         * dequantised to F32 once per call */
+        c.kvq8 = k->type == TYPE_Q8_0 && c.Tq <= ROWS_MAX_TQ && 16 * k->nb[2] <= INT32_MAX &&
+                 16 * v->nb[2] <= INT32_MAX;
+        c.k = unit_rows(a, k, k->type == TYPE_Q8_0 && !c.kvq8);
+        c.v = unit_rows(a, v, v->type == TYPE_Q8_0 && !c.kvq8);
         /* long queries with the BF16 hint: AMX-BF16 products (attn_amx.c) */
         if (arena_status(a) == CBX_OK && !attn_amx(a, out, c.q, c.k, c.v, bias, p)) attention_z(a, &c);
         return;
     }
 #endif
-    /* the AVX2 / scalar primitives take F32 rows: F16 k, v are converted */
+    /* the AVX2 / scalar primitives take F32 rows: F16 and Q8_0 k, v are
+     * converted (the whole of k and v, each call) */
     c.k = unit_rows(a, k, true);
     c.v = unit_rows(a, v, true);
     if (arena_status(a) != CBX_OK) return;

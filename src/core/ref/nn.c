@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "../backend.h"
+#include "../quant.h"
 
 /* element i of a per-channel parameter vector (F32/F16/BF16) */
 static float pget(const struct tensor *v, int64_t i)
@@ -182,9 +183,16 @@ static void ref_softmax(struct arena *a, struct tensor *out, const struct tensor
 }
 
 /* element of a 4-D F32 or F16 tensor (an F16 KV cache) */
+/* element of an F32, F16 or Q8_0 (k, v of a KV cache) 4-D tensor; Q8_0
+ * rows are contiguous blocks, element = d * q as dequantize_row */
 static float at4(const struct tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3)
 {
-    const char *p = (const char *)t->data + i0 * t->nb[0] + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3];
+    const char *r = (const char *)t->data + i0 * t->nb[0] + i1 * t->nb[1] + i2 * t->nb[2];
+    if (t->type == TYPE_Q8_0) {
+        const struct block_q8_0 *b = (const struct block_q8_0 *)r + i3 / QK;
+        return (float)b->qs[i3 % QK] * fp16_to_f32(b->d);
+    }
+    const char *p = r + i3 * t->nb[3];
     return t->type == TYPE_F16 ? fp16_to_f32(*(const uint16_t *)p) : *(const float *)p;
 }
 
