@@ -45,6 +45,16 @@
  *                AMX-BF16 ready, also with the arena's BF16 hint (the
  *                AMX-BF16 path, "bf16:amx": operands rounded to bf16) and
  *                its speed-up over the F32 direct kernel in the same run.
+ *   linear_bf16  op_linear at the S3Gen estimator's shapes (M = 1000 rows
+ *                = 2 x 500 frames; qkv 256->1536, attention out 512->256,
+ *                feed-forward 256->1024 and 1024->256, k3 convs 768->256
+ *                and 960->256) and at M = 8..128 for 256->1024, q4_0 and
+ *                q8_0 weights, and at T3 Turbo's prefill (409 rows;
+ *                [3072|1024|4096, 1024], [1024, 4096], packed as T3
+ *                packs them): the arena's BF16 hint on (the AMX-BF16
+ *                path, linear_bf16.h) against off (the quantised GEMM,
+ *                AMX-INT8 where there), alternating rep by rep; GFLOP/s
+ *                and the speed-up. Places linear_bf16_min_rows.
  * Every figure is the median over --reps timed repetitions after one
  * untimed warm-up; p10/p90 are of the same samples. */
 #include <immintrin.h>
@@ -54,6 +64,7 @@
 
 #include "common.h"
 #include "core/backend.h"
+#include "core/cpu/linear_bf16.h"
 #include "core/cpu/linear_kernels.h"
 #include "core/cpu_features.h"
 #include "core/quant.h"
@@ -477,6 +488,74 @@ static void bench_conv1d(void)
     }
 }
 
+/* ---- BF16 products vs the quantised GEMM ---------------------------------- */
+
+static void bench_linear_bf16(void)
+{
+    static const int64_t shapes[][4] = { /* M, K, N, packed */
+        {1000, 256, 1536, 0}, {1000, 512, 256, 0}, {1000, 256, 1024, 0}, {1000, 1024, 256, 0},
+        {1000, 768, 256, 0},  {1000, 960, 256, 0}, {8, 256, 1024, 0},    {16, 256, 1024, 0},
+        {24, 256, 1024, 0},   {32, 256, 1024, 0},  {48, 256, 1024, 0},   {64, 256, 1024, 0},
+        {128, 256, 1024, 0},
+        /* T3 Turbo prefill (409 positions), weights packed as T3 loads them */
+        {409, 1024, 3072, 1}, {409, 1024, 1024, 1}, {409, 1024, 4096, 1}, {409, 4096, 1024, 1},
+    };
+    const enum dtype types[] = {TYPE_Q4_0, TYPE_Q8_0};
+    if (!linear_bf16_available()) {
+        if (bench_selected(&opt, "linear_bf16"))
+            fprintf(stderr, "linear_bf16: AMX-BF16 not usable here, skipped\n");
+        return;
+    }
+    const int saved = linear_bf16_min_rows;
+    linear_bf16_min_rows = 1;
+    for (size_t ti = 0; ti < 2; ti++) {
+        enum dtype t = types[ti];
+        char sel[64];
+        snprintf(sel, sizeof sel, "linear_bf16/%s", dtype_name(t));
+        if (!bench_selected(&opt, sel)) continue;
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            int64_t m = shapes[si][0], k = shapes[si][1], n = shapes[si][2];
+            bool packed = shapes[si][3];
+            size_t wbytes;
+            char *w = make_weights(t, n, k, 1, &wbytes);
+            float *xv = malloc((size_t)(m * k) * sizeof *xv);
+            double *v = calloc(2 * (size_t)opt.reps, sizeof *v);
+            if (!w || !xv || !v) { free(w); free(xv); free(v); break; }
+            fill_random(xv, (size_t)(m * k), 11);
+            int64_t xne[2] = {m, k}, wne[2] = {n, k};
+            struct tensor x = tensor_make(TYPE_F32, 2, xne, xv, NULL), wt = tensor_make(t, 2, wne, w, NULL);
+            if (packed && !linear_pack(&wt, w, &wt)) packed = false;
+            double flops = 2.0 * (double)(m * n * k), gf[2];
+            /* the two paths alternate rep by rep, so both see the same load */
+            for (int r = -1; r < opt.reps; r++)
+                for (int path = 0; path < 2; path++) {
+                    arena_reset(ar);
+                    arena_set_bf16(ar, path == 1);
+                    double t0 = bench_now();
+                    if (!op_linear(ar, &x, &wt, NULL)) fprintf(stderr, "op_linear: %s\n", arena_errmsg(ar));
+                    if (r >= 0) v[path * opt.reps + r] = flops / (bench_now() - t0) * 1e-9;
+                }
+            arena_set_bf16(ar, false);
+            static const char *const names[2] = {"qgemm", "bf16:amx"};
+            for (int path = 0; path < 2; path++) {
+                char ty[32];
+                snprintf(ty, sizeof ty, "%s%s:%s", dtype_name(t), packed ? "-packed" : "", names[path]);
+                struct bench_stats s = bench_stats(v + path * opt.reps, opt.reps);
+                gf[path] = s.median;
+                int64_t shape[3] = {m, k, n};
+                bench_emit("linear_bf16", ty, shape, 3, opt.threads, opt.reps, "GFLOP/s", s,
+                           path ? "qgemm" : NULL, path ? gf[0] : 0);
+            }
+            fprintf(stderr, "linear_bf16 %-5s%s M=%-5lld K=%-5lld N=%-5lld GFLOP/s median: qgemm%s %7.1f, "
+                    "bf16 amx %7.1f: %.2fx\n", dtype_name(t), packed ? " packed" : "", (long long)m, (long long)k, (long long)n,
+                    linear_qgemm_use_amx && linear_amx_available() ? " (amx-int8)" : "", gf[0], gf[1],
+                    gf[0] > 0 ? gf[1] / gf[0] : 0);
+            free(w); free(xv); free(v);
+        }
+    }
+    linear_bf16_min_rows = saved;
+}
+
 int main(int argc, char **argv)
 {
     if (!bench_parse(argc, argv, &opt, 20)) return 2;
@@ -496,6 +575,7 @@ int main(int argc, char **argv)
     bench_sgemm();
     bench_dotx();
     bench_conv1d();
+    bench_linear_bf16();
     arena_free(ar);
     backend_cpu_free(cpu);
     return 0;

@@ -43,16 +43,18 @@ static float bf(float v) { return bf16_to_f32(f32_to_bf16(v)); }
 /* One case: weights of type wt ([n, k], packed when asked), x [m, k]
  * (rows ldx >= k floats apart), bias or not. */
 static void check_case(enum dtype wt, bool packed, int64_t m, int64_t n, int64_t k, bool bias,
-                       int64_t ldx, uint64_t seed)
+                       int64_t ldx, bool transposed, uint64_t seed)
 {
     char what[160];
     snprintf(what, sizeof what, "%s%s m=%lld n=%lld k=%lld%s%s", dtype_name(wt), packed ? " packed" : "",
-             (long long)m, (long long)n, (long long)k, bias ? " bias" : "", ldx > k ? " strided x" : "");
+             (long long)m, (long long)n, (long long)k, bias ? " bias" : "",
+             transposed ? " transposed x" : ldx > k ? " strided x" : "");
     const size_t wrow = dtype_row_size(wt, k), wbytes = (wrow * (size_t)n + 63) & ~(size_t)63;
     float *wf = malloc((size_t)(n * k) * sizeof *wf), *wd = malloc((size_t)(n * k) * sizeof *wd);
     float *xs = malloc((size_t)(m * ldx) * sizeof *xs), *bb = malloc((size_t)n * sizeof *bb);
     float *y = malloc((size_t)(m * n) * sizeof *y), *yf = malloc((size_t)(m * n) * sizeof *yf);
     char *w0 = aligned_alloc(64, wbytes), *wp = aligned_alloc(64, wbytes);
+    float *xt = NULL;
     if (!wf || !wd || !xs || !bb || !y || !yf || !w0 || !wp) {
         CHECK(0, "%s: out of memory", what);
         goto out;
@@ -68,6 +70,17 @@ static void check_case(enum dtype wt, bool packed, int64_t m, int64_t n, int64_t
     const int64_t wne[2] = {n, k}, xne[2] = {m, k}, bne[1] = {n};
     struct tensor w = tensor_make(wt, 2, wne, w0, NULL), x = tensor_make(TYPE_F32, 2, xne, xs, NULL);
     x.nb[0] = ldx * 4;
+    if (transposed) { /* x's elements m floats apart */
+        if (!(xt = malloc((size_t)(m * k) * sizeof *xt))) {
+            CHECK(0, "%s: out of memory", what);
+            goto out;
+        }
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t i = 0; i < k; i++) xt[i * m + r] = xs[r * ldx + i];
+        x.data = xt;
+        x.nb[0] = 4;
+        x.nb[1] = m * 4;
+    }
     struct tensor bt = tensor_make(TYPE_F32, 1, bne, bb, NULL);
     if (packed) {
         bool ok = linear_pack(&w, wp, &w);
@@ -136,6 +149,7 @@ static void check_case(enum dtype wt, bool packed, int64_t m, int64_t n, int64_t
         CHECK(ro <= 1.0, "%s: vs f32 op_linear err/bound %.3f > 1", what, ro);
     }
 out:
+    free(xt);
     free(wf); free(wd); free(xs); free(bb); free(y); free(yf); free(w0); free(wp);
 }
 
@@ -165,13 +179,14 @@ int main(void)
         enum dtype t = types[ti < 5 ? ti : ti - 2];
         bool packed = ti >= 5, quant = t == TYPE_Q8_0 || t == TYPE_Q4_0;
         for (int i = 0; i < 8; i++) /* row tails, N tail of 16, bias on odd */
-            check_case(t, packed, rows[i], 80, 256, i % 2, 256, seed += 3);
-        check_case(t, packed, 1000, 80, 256, true, 256, seed += 3);
-        check_case(t, packed, 33, 1043, 1024, true, 1024, seed += 3); /* N tail 16 + 3 */
+            check_case(t, packed, rows[i], 80, 256, i % 2, 256, false, seed += 3);
+        check_case(t, packed, 1000, 80, 256, true, 256, false, seed += 3);
+        check_case(t, packed, 33, 1043, 1024, true, 1024, false, seed += 3); /* N tail 16 + 3 */
         check_case(t, packed, 17, 1000, quant ? (packed ? 128 : 96) : 1000, false,
-                   quant ? (packed ? 128 : 96) : 1000, seed += 3); /* K tail / odd blocks */
-        check_case(t, packed, 100, 1043, quant ? 64 : 80, true, quant ? 64 : 80, seed += 3);
-        check_case(t, packed, 50, 200, 256, true, 256 + 7, seed += 3); /* strided x */
+                   quant ? (packed ? 128 : 96) : 1000, false, seed += 3); /* K tail / odd blocks */
+        check_case(t, packed, 100, 1043, quant ? 64 : 80, true, quant ? 64 : 80, false, seed += 3);
+        check_case(t, packed, 50, 200, 256, true, 256 + 7, false, seed += 3); /* strided rows */
+        check_case(t, packed, 40, 48, quant ? 64 : 72, true, quant ? 64 : 72, true, seed += 3);
     }
     printf("worst err/bound: bf16-operand ref %.3f, f32 ref %.3f, f32 op_linear (float weights) %.3f\n",
            worst_tight, worst_loose, worst_f32op);

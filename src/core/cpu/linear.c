@@ -588,13 +588,9 @@ static void linear_bf16(struct arena *a, struct tensor *out, const struct tensor
                         const struct tensor *w, const struct tensor *b)
 {
     struct threadpool *tp = arena_backend(a)->tp;
-    const int64_t k = x->ne[x->ndim - 1], m = tensor_nrows(x);
-    size_t xc = x_copy_bytes(x);
-    if (!scratch_begin(a, xc + linear_bf16_scratch_bytes(m, k, tp_n_threads(tp)))) return;
-    int64_t ldx;
-    const float *xm = x_matrix(x, &ldx);
-    void *s = scratch_take(linear_bf16_scratch_bytes(m, k, tp_n_threads(tp)));
-    linear_bf16_gemm(tp, xm, ldx, m, k, w, b ? b->data : NULL, b ? b->nb[0] : 0, out->data, s);
+    size_t need = linear_bf16_scratch_bytes(tensor_nrows(x), x->ne[x->ndim - 1], tp_n_threads(tp));
+    if (!scratch_begin(a, need)) return;
+    linear_bf16_gemm(tp, x, w, b ? b->data : NULL, b ? b->nb[0] : 0, out->data, scratch_take(need));
 }
 
 static void cpu_linear(struct arena *a, struct tensor *out, const struct tensor *x,

@@ -29,12 +29,12 @@ extern int linear_bf16_min_rows;
 /* Scratch bytes linear_bf16_gemm needs (64-byte aligned) for m rows of k
  * and a pool of nt threads. */
 size_t linear_bf16_scratch_bytes(int64_t m, int64_t k, int nt);
-/* y[m, n] (row stride n) = x[m, k] (row stride ldx floats) @ w^T + bias
- * (bias: NULL or n floats bias_stride bytes apart), n = w->ne[0], with
- * the pool's threads; w as linear_bf16_supported accepts it, scratch of
+/* y[m, n] (row stride n) = x @ w^T + bias, x an F32 tensor of any
+ * strides, m = tensor_nrows(x) rows of k = its last dim (bias: NULL or n
+ * floats bias_stride bytes apart), n = w->ne[0], with the pool's threads;
+ * w as linear_bf16_supported accepts it, scratch of
  * linear_bf16_scratch_bytes(m, k, tp_n_threads(tp)) bytes. */
-void linear_bf16_gemm(struct threadpool *tp, const float *x, int64_t ldx, int64_t m, int64_t k,
-                      const struct tensor *w, const char *bias, int64_t bias_stride, float *y,
-                      void *scratch);
+void linear_bf16_gemm(struct threadpool *tp, const struct tensor *x, const struct tensor *w,
+                      const char *bias, int64_t bias_stride, float *y, void *scratch);
 
 #endif
