@@ -65,6 +65,14 @@ typedef struct cbx_model_params {
      * "q4_0", ...; NULL: as stored (f32 for a Hugging Face directory, the
      * converted file's type for a .gguf). */
     const char *weight_type;
+    /* A directory where each voice's T3 prefix (the keys and values of its
+     * speaker and reference-prompt positions, ~0.5 s to compute on a
+     * 2-core CPU, ~37 MB for Turbo) is kept between processes, so the
+     * first utterance in a voice is as fast as later ones; created when
+     * missing, at most 16 files, least recently used removed. NULL (the
+     * default): prefixes are kept in memory only. `chatterbox say` uses
+     * ~/.cache/chatterbox/prefixes. */
+    const char *prefix_cache_dir;
 } cbx_model_params;
 
 /* Defaults of every field (fields are only ever appended).

@@ -22,6 +22,7 @@
 #include "default_model.h"
 #include "core/backend.h"
 #include "io/audio.h"
+#include "io/hf_download.h"
 #include "pipeline/engine.h"
 
 #define PROG "chatterbox say"
@@ -72,6 +73,13 @@ static void usage(FILE *f)
             "  --precision P             S3Gen arithmetic: auto (default: bf16 for\n"
             "                            quantised models, else f32), f32 or bf16\n"
             "                            (BF16 products on CPUs with AMX, else f32)\n"
+            "  --prefix-cache DIR        keep each voice's T3 prefix (its keys and values,\n"
+            "                            ~0.5 s to compute) in DIR for later runs\n"
+            "                            (default $CHATTERBOX_PREFIX_CACHE, else\n"
+            "                            $XDG_CACHE_HOME/chatterbox/prefixes or\n"
+            "                            ~/.cache/chatterbox/prefixes; 16 files of\n"
+            "                            ~37 MB at most)\n"
+            "  --no-prefix-cache         compute the voice prefix in this run only\n"
             "  --lines                   live mode: speak each line of standard input\n"
             "                            as it arrives (streamed), for piping from\n"
             "                            another program; ends at end of input\n"
@@ -298,7 +306,8 @@ int cmd_say(int argc, char **argv)
     const char *model_path = NULL, *text_arg = NULL, *text_file = NULL,
                *voice_path = NULL, *out_path = NULL, *format = NULL;
     struct engine_params ep = engine_default_params();
-    int threads = 0, quiet = 0, verbose = 0, lines = 0;
+    int threads = 0, quiet = 0, verbose = 0, lines = 0, no_prefix_cache = 0;
+    const char *prefix_cache = NULL;
     double v;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
@@ -306,6 +315,7 @@ int cmd_say(int argc, char **argv)
         if (!strcmp(o, "--quiet") || !strcmp(o, "-q")) { quiet = 1; continue; }
         if (!strcmp(o, "--verbose") || !strcmp(o, "-v")) { verbose = 1; continue; }
         if (!strcmp(o, "--no-split")) { ep.split = false; continue; }
+        if (!strcmp(o, "--no-prefix-cache")) { no_prefix_cache = 1; continue; }
         if (!strcmp(o, "--stream")) { ep.stream = true; continue; }
         if (!strcmp(o, "--lines")) { lines = 1; ep.stream = true; continue; }
         if (!strcmp(o, "-")) { text_file = "-"; continue; } /* stdin, as --text-file - */
@@ -324,7 +334,7 @@ int cmd_say(int argc, char **argv)
         static const char *const with_value[] = {
             "-o", "--output", "--format", "--text-file", "--model", "--voice", "--seed", "--temperature",
             "--top-k", "--top-p", "--repetition-penalty", "--max-tokens", "--cfm-steps", "--threads",
-            "--pause-ms", "--stream-prompt", "--stream-first-prompt", "--precision", "-t"};
+            "--pause-ms", "--stream-prompt", "--stream-first-prompt", "--precision", "--prefix-cache", "-t"};
         int known = 0;
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(o, with_value[k]);
         if (!known) return usage_error("unknown option '%s'", o);
@@ -334,6 +344,7 @@ int cmd_say(int argc, char **argv)
         else if (!strcmp(o, "--format")) format = val;
         else if (!strcmp(o, "--text-file")) text_file = val;
         else if (!strcmp(o, "--model")) model_path = val;
+        else if (!strcmp(o, "--prefix-cache")) prefix_cache = val;
         else if (!strcmp(o, "--voice")) voice_path = val;
         else if (!strcmp(o, "--seed")) { if (!cli_parse_u64("say", o, val, &ep.seed)) return 2; }
         else if (!strcmp(o, "--temperature")) { if (!parse_num(o, val, 1e-6, 100, &ep.s.temperature)) return 2; }
@@ -425,7 +436,19 @@ int cmd_say(int argc, char **argv)
     /* a closed stdout shows up as EPIPE from fwrite, reported in one line */
     signal(SIGPIPE, SIG_IGN);
 
-    if ((rc = engine_model_load(model_path, NULL, &m, err)) != CBX_OK) goto fail;
+    /* the voice prefix store: --prefix-cache, $CHATTERBOX_PREFIX_CACHE
+     * ("" turns it off), else <cache root>/prefixes */
+    struct engine_load_params lp = engine_load_default_params();
+    char pdir[4096];
+    if (!no_prefix_cache) {
+        if (!prefix_cache) prefix_cache = getenv("CHATTERBOX_PREFIX_CACHE");
+        if (!prefix_cache && hf_cache_root(pdir, sizeof pdir - 16) == CBX_OK) {
+            strcat(pdir, "/prefixes");
+            prefix_cache = pdir;
+        }
+        lp.prefix_dir = prefix_cache;
+    }
+    if ((rc = engine_model_load(model_path, &lp, &m, err)) != CBX_OK) goto fail;
     if (interrupted) goto fail;
     if (s.verbose)
         fprintf(stderr, "say: model %s (%s) loaded in %.2f s\n", model_path,
@@ -462,6 +485,11 @@ int cmd_say(int argc, char **argv)
                 st.t_t3, st.t_t3 > 0 ? (double)st.n_t3_steps / st.t_t3 : 0.0, st.t_s3gen, st.s3gen_bf16 ? "bf16" : "f32",
                 st.t_total,
                 st.audio_seconds, st.audio_seconds > 0 ? gen / st.audio_seconds : 0.0);
+        static const char *const from[] = {"built", "in memory", "loaded"};
+        if (st.prefix_source >= 0 && st.prefix_source < 3)
+            fprintf(stderr, "say: voice prefix %s (%.3f s)%s%s\n", from[st.prefix_source], st.t_t3_prefix,
+                    st.prefix_saved ? ", saved in " : "", st.prefix_saved ? lp.prefix_dir : "");
+        if (st.prefix_note[0]) fprintf(stderr, "say: voice prefix store: %s\n", st.prefix_note);
         if (ep.stream && !lines)
             fprintf(stderr, "say: stream: first audio after %.0f ms, %d chunks\n", 1000 * st.t_first_audio,
                     st.n_chunks);

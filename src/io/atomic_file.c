@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 cbx_status atomic_file_open(struct atomic_file *af, const char *path, char *err)
@@ -61,4 +62,24 @@ void atomic_file_abort(struct atomic_file *af)
     free(af->tmp);
     free(af->path);
     memset(af, 0, sizeof *af);
+}
+
+cbx_status io_mkdir_p(const char *path, char *err)
+{
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p)
+        return err_setf(err, CBX_ERR_INVALID_ARG, "directory name too long: %s", path);
+    for (char *s = p + 1;; s++) {
+        if (*s != '/' && *s) continue;
+        char c = *s;
+        *s = 0;
+        if (mkdir(p, 0777) && errno != EEXIST)
+            return err_setf(err, CBX_ERR_IO, "cannot create directory %s: %s", p, strerror(errno));
+        *s = c;
+        if (!c) break;
+    }
+    struct stat st;
+    if (stat(path, &st) || !S_ISDIR(st.st_mode))
+        return err_setf(err, CBX_ERR_IO, "%s is not a directory", path);
+    return CBX_OK;
 }

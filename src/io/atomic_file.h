@@ -24,4 +24,9 @@ cbx_status atomic_file_open(struct atomic_file *af, const char *path, char *err)
 cbx_status atomic_file_commit(struct atomic_file *af, char *err);
 void atomic_file_abort(struct atomic_file *af);
 
+/* mkdir -p: create path and its missing parents (mode 0777 & umask);
+ * CBX_ERR_IO naming the directory that could not be made, or when path
+ * exists but is not a directory. */
+cbx_status io_mkdir_p(const char *path, char *err);
+
 #endif

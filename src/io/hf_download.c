@@ -4,6 +4,7 @@
  * each upstream from_pretrained fetches, restricted to what our loaders
  * read). */
 #include "io/hf_download.h"
+#include "io/atomic_file.h"
 
 #include <curl/curl.h>
 #include <cjson/cJSON.h>
@@ -78,40 +79,30 @@ void hf_download_default_params(struct hf_download_params *p)
 
 /* ---- paths ---------------------------------------------------------------- */
 
-cbx_status hf_cache_model_dir(const char *variant, char *buf, size_t n)
+cbx_status hf_cache_root(char *buf, size_t n)
 {
-    const struct hf_variant *v = find_variant(variant);
-    if (!v || !buf || !n) return CBX_ERR_INVALID_ARG;
+    if (!buf || !n) return CBX_ERR_INVALID_ARG;
     /* XDG base directory spec: a relative $XDG_CACHE_HOME is ignored */
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     int k;
     if (xdg && xdg[0] == '/')
-        k = snprintf(buf, n, "%s/chatterbox/%s", xdg, v->subdir);
+        k = snprintf(buf, n, "%s/chatterbox", xdg);
     else if (home && home[0])
-        k = snprintf(buf, n, "%s/.cache/chatterbox/%s", home, v->subdir);
+        k = snprintf(buf, n, "%s/.cache/chatterbox", home);
     else
         return CBX_ERR_NOT_FOUND;
     return k < 0 || (size_t)k >= n ? CBX_ERR_INVALID_ARG : CBX_OK;
 }
 
-static cbx_status mkdir_p(const char *path, char *err)
+cbx_status hf_cache_model_dir(const char *variant, char *buf, size_t n)
 {
-    char p[4096];
-    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p)
-        return err_setf(err, CBX_ERR_INVALID_ARG, "directory name too long: %s", path);
-    for (char *s = p + 1;; s++) {
-        if (*s != '/' && *s) continue;
-        char c = *s;
-        *s = 0;
-        if (mkdir(p, 0777) && errno != EEXIST)
-            return err_setf(err, CBX_ERR_IO, "cannot create directory %s: %s", p, strerror(errno));
-        *s = c;
-        if (!c) break;
-    }
-    struct stat st;
-    if (stat(path, &st) || !S_ISDIR(st.st_mode))
-        return err_setf(err, CBX_ERR_IO, "%s is not a directory", path);
-    return CBX_OK;
+    const struct hf_variant *v = find_variant(variant);
+    if (!v || !buf || !n) return CBX_ERR_INVALID_ARG;
+    cbx_status rc = hf_cache_root(buf, n);
+    if (rc != CBX_OK) return rc;
+    size_t l = strlen(buf);
+    int k = snprintf(buf + l, n - l, "/%s", v->subdir);
+    return k < 0 || (size_t)k >= n - l ? CBX_ERR_INVALID_ARG : CBX_OK;
 }
 
 static int64_t file_size(const char *path)
@@ -711,7 +702,7 @@ cbx_status hf_download_snapshot(const char *variant, const char *dir, const stru
             return err_setf(err, c, "no cache directory: set XDG_CACHE_HOME or HOME, or give a directory");
         dir = cache;
     }
-    if ((rc = mkdir_p(dir, err)) != CBX_OK) return rc;
+    if ((rc = io_mkdir_p(dir, err)) != CBX_OK) return rc;
 
     /* invariant 4 */
     dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);

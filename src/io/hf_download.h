@@ -89,6 +89,12 @@ void hf_download_default_params(struct hf_download_params *p);
  * "multilingual"/"mtl-v2"), or NULL when unknown. Thread safety: any thread. */
 const char *hf_variant_repo(const char *variant);
 
+/* chatterbox's cache directory: $XDG_CACHE_HOME/chatterbox (when absolute),
+ * else ~/.cache/chatterbox; need not exist. CBX_ERR_NOT_FOUND when neither
+ * is set, CBX_ERR_INVALID_ARG when buf is too small. Snapshots live in it
+ * (below), and `say` keeps its voice prefixes in <root>/prefixes. */
+cbx_status hf_cache_root(char *buf, size_t n);
+
 /* The cache directory of a variant's snapshot (the table above), written
  * into buf (n bytes); the directory need not exist. Returns CBX_OK,
  * CBX_ERR_INVALID_ARG (unknown variant, or buf too small) or

@@ -564,26 +564,6 @@ bool synth_data_dir(char *buf, size_t n, char *err)
     return false;
 }
 
-static cbx_status mkdir_p(const char *dir, char *err)
-{
-    char p[4096];
-    if (!set_dir(p, sizeof p, dir)) return err_setf(err, CBX_ERR_INVALID_ARG, "path too long");
-    for (char *s = p + 1;; s++) {
-        if (*s == '/' || *s == 0) {
-            char c = *s;
-            *s = 0;
-            if (mkdir(p, 0777) != 0 && errno != EEXIST)
-                return err_setf(err, CBX_ERR_IO, "cannot create %s: %s", p, strerror(errno));
-            *s = c;
-            if (!c) break;
-        }
-    }
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return err_setf(err, CBX_ERR_IO, "%s: not a directory", dir);
-    return CBX_OK;
-}
-
 static const char *resolve_data_dir(const struct synth_options *opt, char *buf, size_t n,
                                     char *err)
 {
@@ -824,7 +804,7 @@ cbx_status synth_write_variant(enum model_variant v, const char *dir,
     const char *data = resolve_data_dir(&o, dbuf, sizeof dbuf, err);
     if (!data) return CBX_ERR_NOT_FOUND;
     o.data_dir = data;
-    cbx_status rc = mkdir_p(dir, err);
+    cbx_status rc = io_mkdir_p(dir, err);
     if (rc != CBX_OK) return rc;
 
     /* synth.py order: voice encoder, T3, S3Gen. */

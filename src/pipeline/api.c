@@ -36,7 +36,7 @@ static void put_err(char *buf, size_t len, const char *msg)
 
 cbx_model_params cbx_model_default_params(void)
 {
-    cbx_model_params p = {NULL};
+    cbx_model_params p = {NULL, NULL};
     return p;
 }
 
@@ -65,6 +65,7 @@ cbx_status cbx_model_load(const char *path, const cbx_model_params *params, cbx_
             return CBX_ERR_INVALID_ARG;
         }
     }
+    if (params) lp.prefix_dir = params->prefix_cache_dir;
     cbx_model *h = calloc(1, sizeof *h);
     if (!h) {
         put_err(errbuf, errlen, "out of memory");

@@ -17,6 +17,7 @@
 #include "core/tensor.h"
 #include "io/gguf.h"
 #include "io/model_file.h"
+#include "pipeline/prefix_store.h"
 #include "pipeline/stream.h"
 #include "s3gen/s3gen.h"
 #include "t3/t3.h"
@@ -48,6 +49,13 @@ struct engine_model {
     struct prefix_ent **prefix;
     int n_prefix;
     uint64_t tick;
+    /* prefixes on disk (prefix_store.h): the directory or NULL; the model
+     * id is computed at the first use, under store_mu, which also
+     * serialises saves (the temporary file name is per process) */
+    char *prefix_dir;
+    pthread_mutex_t store_mu;
+    bool have_id;
+    uint8_t prefix_id[PREFIX_STORE_ID_SIZE];
     /* memory kept between calls, each for one caller at a time and the
      * backend it was made for: T3's t3_workspace and S3Gen's arena; under mu */
     struct ws_slot t3ws, s3ws;
@@ -59,6 +67,7 @@ struct prefix_ent {
     int refs;        /* calls using it */
     uint64_t used;   /* tick of the last use (least recently used goes) */
     bool in_table;
+    bool unsaved;    /* built here, not yet written to the prefix store */
 };
 
 static void *t3ws_make(const struct backend *be) { return t3_workspace_create(be); }
@@ -77,7 +86,7 @@ static double now(void)
 
 struct engine_load_params engine_load_default_params(void)
 {
-    struct engine_load_params p = {-1, 0};
+    struct engine_load_params p = {-1, 0, NULL};
     return p;
 }
 
@@ -110,12 +119,13 @@ cbx_status engine_model_load(const char *path, const struct engine_load_params *
     struct engine_model *m = calloc(1, sizeof *m);
     if (!m) return err_setf(err, CBX_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&m->mu, NULL);
+    pthread_mutex_init(&m->store_mu, NULL);
     m->t3ws = (struct ws_slot){NULL, NULL, false, t3ws_make, t3ws_drop};
     m->s3ws = (struct ws_slot){NULL, NULL, false, s3ws_make, s3ws_drop};
     m->n_prefix = p->voice_cache == 0 ? ENGINE_VOICE_CACHE_DEFAULT : p->voice_cache < 0 ? 0 : p->voice_cache;
-    if (m->n_prefix > 0 && !(m->prefix = calloc((size_t)m->n_prefix, sizeof *m->prefix))) {
-        pthread_mutex_destroy(&m->mu);
-        free(m);
+    if ((m->n_prefix > 0 && !(m->prefix = calloc((size_t)m->n_prefix, sizeof *m->prefix))) ||
+        (p->prefix_dir && *p->prefix_dir && !(m->prefix_dir = strdup(p->prefix_dir)))) {
+        engine_model_free(m);
         return err_setf(err, CBX_ERR_NOMEM, "out of memory");
     }
     cbx_status rc = model_open(path, &m->file, err);
@@ -152,6 +162,8 @@ void engine_model_free(struct engine_model *m)
         free(m->prefix[i]);
     }
     free(m->prefix);
+    free(m->prefix_dir);
+    pthread_mutex_destroy(&m->store_mu);
     if (m->t3ws.p) m->t3ws.drop(m->t3ws.p);
     if (m->s3ws.p) m->s3ws.drop(m->s3ws.p);
     pthread_mutex_destroy(&m->mu);
@@ -257,17 +269,34 @@ cbx_status engine_voice_load(const struct engine_model *m, const struct backend 
 
 /* ---- voice prefix cache -------------------------------------------------- */
 
-/* The entry for voice: from the cache, or built (and cached when the cache
- * is on). *built: seconds spent building (0 on a hit). Release with
- * prefix_release. The model's mutable part is only this cache. */
+/* The model id of the prefix store, computed once. */
+static const uint8_t *store_id(struct engine_model *m)
+{
+    pthread_mutex_lock(&m->store_mu);
+    if (!m->have_id) {
+        prefix_store_model_id(&m->t3, m->prefix_id);
+        m->have_id = true;
+    }
+    pthread_mutex_unlock(&m->store_mu);
+    return m->prefix_id;
+}
+
+/* The entry for voice: from the in-memory cache, else from the prefix
+ * store on disk (when on), else built (and cached when the cache is on;
+ * marked unsaved for prefix_persist). *src: ENGINE_PREFIX_*; *t: seconds
+ * spent loading or building (0 on a hit); note: why a file in the store
+ * could not be used ("" when none). Release with prefix_release. The
+ * model's mutable part is only this cache. */
 static cbx_status prefix_acquire(const struct engine_model *cm, const struct backend *be,
-                                 const struct conds *voice, struct prefix_ent **out, double *built,
-                                 char *err)
+                                 const struct conds *voice, struct prefix_ent **out, int *src,
+                                 double *t, char *note, char *err)
 {
     struct engine_model *m = (struct engine_model *)cm;
     const struct t3_cond c = {voice->speaker_emb, voice->cond_prompt_tokens, voice->n_cond_prompt};
     *out = NULL;
-    *built = 0;
+    *t = 0;
+    *src = ENGINE_PREFIX_MEMORY;
+    note[0] = 0;
     pthread_mutex_lock(&m->mu);
     for (int i = 0; i < m->n_prefix; i++) {
         struct prefix_ent *e = m->prefix[i];
@@ -281,19 +310,23 @@ static cbx_status prefix_acquire(const struct engine_model *cm, const struct bac
     pthread_mutex_unlock(&m->mu);
     if (*out) return CBX_OK;
 
-    /* build outside the lock; a concurrent call may build the same one */
+    /* load or build outside the lock; a concurrent call may do the same */
     const double t0 = now();
     struct t3_prefix *p = NULL;
-    cbx_status rc = t3_prefix_build(&m->t3, be, &c, &p, err);
-    if (rc != CBX_OK) return rc;
+    cbx_status rc = CBX_OK;
+    if (m->prefix_dir && prefix_store_load(m->prefix_dir, store_id(m), &m->t3, &c, &p, note) != CBX_OK)
+        p = NULL; /* unusable file: note says why; built and saved over below */
+    *src = p ? ENGINE_PREFIX_DISK : ENGINE_PREFIX_BUILT;
+    if (!p && (rc = t3_prefix_build(&m->t3, be, &c, &p, err)) != CBX_OK) return rc;
     struct prefix_ent *e = calloc(1, sizeof *e);
     if (!e) {
         t3_prefix_free(p);
         return err_setf(err, CBX_ERR_NOMEM, "out of memory");
     }
-    *built = now() - t0;
+    *t = now() - t0;
     e->p = p;
     e->refs = 1;
+    e->unsaved = m->prefix_dir && *src == ENGINE_PREFIX_BUILT;
     pthread_mutex_lock(&m->mu);
     e->used = ++m->tick;
     int slot = -1; /* an empty slot, else the least recently used */
@@ -329,6 +362,26 @@ static cbx_status prefix_acquire(const struct engine_model *cm, const struct bac
     pthread_mutex_unlock(&m->mu);
     *out = e;
     return CBX_OK;
+}
+
+/* Write a prefix built by this process into the store (once per entry;
+ * the caller holds a reference). Called after the audio is out, so the
+ * write is off the first-audio path. A failure is not the call's: it
+ * lands in note. Returns whether a file was written. */
+static bool prefix_persist(const struct engine_model *cm, struct prefix_ent *e, char *note)
+{
+    struct engine_model *m = (struct engine_model *)cm;
+    if (!e || !m->prefix_dir) return false;
+    pthread_mutex_lock(&m->mu);
+    bool todo = e->unsaved;
+    e->unsaved = false;
+    pthread_mutex_unlock(&m->mu);
+    if (!todo) return false;
+    const uint8_t *id = store_id(m);
+    pthread_mutex_lock(&m->store_mu);
+    cbx_status rc = prefix_store_save(m->prefix_dir, id, e->p, note);
+    pthread_mutex_unlock(&m->store_mu);
+    return rc == CBX_OK;
 }
 
 static void prefix_release(const struct engine_model *cm, struct prefix_ent *e)
@@ -380,7 +433,10 @@ cbx_status engine_prepare_voice(const struct engine_model *m, const struct backe
     if (rc != CBX_OK || m->n_prefix == 0) return rc;
     struct prefix_ent *e = NULL;
     double t = 0;
-    rc = prefix_acquire(m, be, voice, &e, &t, err);
+    int src;
+    char note[ERR_MAX];
+    rc = prefix_acquire(m, be, voice, &e, &src, &t, note, err);
+    if (rc == CBX_OK) prefix_persist(m, e, note);
     prefix_release(m, e);
     return rc;
 }
@@ -953,8 +1009,9 @@ cbx_status engine_synthesize(const struct engine_model *m, const struct backend 
         goto cleanup;
     }
     st->n_segments = S.n;
-    if ((rc = prefix_acquire(m, be, voice, &pe, &st->t_t3_prefix, err)) != CBX_OK) goto cleanup;
-    st->prefix_cached = st->t_t3_prefix == 0;
+    rc = prefix_acquire(m, be, voice, &pe, &st->prefix_source, &st->t_t3_prefix, st->prefix_note, err);
+    if (rc != CBX_OK) goto cleanup;
+    st->prefix_cached = st->prefix_source == ENGINE_PREFIX_MEMORY;
     st->t_t3 += st->t_t3_prefix;
     struct run r = {progress, user, {ENGINE_STAGE_T3, 0, S.n, 0, 0, p->max_tokens, 0}, 0, NULL, CBX_OK, ""};
     const int64_t pause = (int64_t)p->pause_ms * ENGINE_SAMPLE_RATE / 1000;
@@ -1025,6 +1082,7 @@ cleanup:
     free(wav);
     free(speech);
     free(all);
+    if (rc == CBX_OK) st->prefix_saved = prefix_persist(m, pe, st->prefix_note);
     prefix_release(m, pe);
     engine_segments_free(&S);
     return rc;

@@ -65,7 +65,11 @@
  * API program speaking many texts, streaming). Voices are matched by
  * content (speaker embedding and prompt tokens), not by address. A cached
  * prefix gives bit-identical tokens to a freshly built one, so the output
- * never depends on what was spoken before.
+ * never depends on what was spoken before. With engine_load_params
+ * .prefix_dir the prefixes are also kept on disk (prefix_store.h): a miss
+ * in memory looks there before building, and a prefix built by a call is
+ * written there after the call's audio is out, so later processes (each
+ * `say`) start as warm as a later call in the same process.
  *
  * Thread safety: an engine_model is read-only after loading (apart from the
  * voice prefix cache, which has its own lock) and may serve any number of
@@ -89,12 +93,18 @@ struct engine_model; /* opaque: model file, tokenizer, T3, S3Gen, built-in voice
 #define ENGINE_S3GEN_SIL 4299 /* tts_turbo.py S3GEN_SIL */
 #define ENGINE_N_SIL 3        /* silence tokens appended before S3Gen */
 
+/* Where a call's T3 voice prefix came from (engine_stats.prefix_source). */
+enum { ENGINE_PREFIX_BUILT, ENGINE_PREFIX_MEMORY, ENGINE_PREFIX_DISK };
+
 struct engine_load_params {
     int wtype; /* enum dtype of the linear weights; < 0: as stored (F32 for a
                 * directory, the file's quantisation for a GGUF) */
     int voice_cache; /* T3 voice prefixes kept between calls (see "Voice
                       * prefix cache" below): 0 = the default, 2; < 0 = none
                       * (a call still shares one among its segments) */
+    const char *prefix_dir; /* a directory keeping voice prefixes between
+                             * processes (prefix_store.h), copied; NULL or
+                             * "": none */
 };
 struct engine_load_params engine_load_default_params(void);
 
@@ -218,9 +228,13 @@ struct engine_stats {
     double audio_seconds;
     double t_first_audio;     /* seconds from the call to the first chunk */
     int n_chunks;             /* chunks delivered (pauses not counted) */
-    double t_t3_prefix;       /* building the voice prefix (part of t_t3;
-                               * 0 when it came from the cache) */
+    double t_t3_prefix;       /* building or loading the voice prefix (part
+                               * of t_t3; 0 when it came from the cache) */
     bool prefix_cached;       /* the voice prefix came from the cache */
+    int prefix_source;        /* ENGINE_PREFIX_*: where it came from */
+    bool prefix_saved;        /* this call wrote it to the prefix store */
+    char prefix_note[ERR_MAX];/* why the store's file was not used or not
+                               * written ("" when nothing went wrong) */
     bool s3gen_bf16;          /* S3Gen was asked for BF16 products
                                * (engine_params.precision) */
 };

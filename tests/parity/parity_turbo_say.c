@@ -50,16 +50,18 @@ static void compare(const char *what, const float *got, int64_t n, const struct 
     if (n == nw) check_close(what, got, want->data, (size_t)n, 0, TOL);
 }
 
-/* `chatterbox say` with the fixture settings into a float wav. */
+/* `chatterbox say` with the fixture settings into a float wav; extra
+ * options (default --quiet), stderr into log (n bytes) when given. */
 static void say_cli(const char *what, const char *model, const char *voice, const char *text_file,
-                    const char *dir, const struct npy *want)
+                    const char *dir, const struct npy *want, const char *extra, char *log, size_t n)
 {
-    char out[700], cmd[3000], err[ERR_MAX] = "";
+    char out[700], cmd[3000], err[ERR_MAX] = "", logf[720];
     snprintf(out, sizeof out, "%s/say.wav", dir);
+    snprintf(logf, sizeof logf, "%s/say.log", dir);
     snprintf(cmd, sizeof cmd,
              "'%s/chatterbox' say --text-file '%s' --model '%s' --voice '%s' --seed 42 --top-k 1 "
-             "--max-tokens 64 --format wav-float -o '%s' --quiet",
-             CBX_BINARY_DIR, text_file, model, voice, out);
+             "--max-tokens 64 --format wav-float -o '%s' %s 2>'%s'",
+             CBX_BINARY_DIR, text_file, model, voice, out, extra ? extra : "--quiet", logf);
     int st = system(cmd);
     int rc = st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     CHECK(rc == 0, "%s: exit %d", what, rc);
@@ -72,6 +74,7 @@ static void say_cli(const char *what, const char *model, const char *voice, cons
     }
     io_audio_free(&a);
     remove(out);
+    if (log) test_slurp(logf, log, n);
 }
 
 int main(void)
@@ -108,7 +111,19 @@ int main(void)
 
     /* 1. the command line, Hugging Face directory */
     say_cli("parity_turbo_say (chatterbox say, HF dir, seed 42, greedy, 64 tokens)", model, voice, text_file, dir,
-            &want);
+            &want, NULL, NULL, 0);
+
+    /* 1b. twice with a fresh voice prefix store: built and saved, then
+     * loaded by the second process, the audio within the same tolerance
+     * (the prefix store's own test checks that it is bit-identical) */
+    char opt[900], log[8192];
+    snprintf(opt, sizeof opt, "-v --prefix-cache '%s/prefixes'", dir);
+    say_cli("parity_turbo_say_store1 (prefix built)", model, voice, text_file, dir, &want, opt, log, sizeof log);
+    printf("%s", strstr(log, "say: voice prefix") ? strstr(log, "say: voice prefix") : log);
+    CHECK(strstr(log, "voice prefix built") && strstr(log, "saved in"), "first run builds and saves the prefix");
+    say_cli("parity_turbo_say_store2 (prefix loaded)", model, voice, text_file, dir, &want, opt, log, sizeof log);
+    printf("%s", strstr(log, "say: voice prefix") ? strstr(log, "say: voice prefix") : log);
+    CHECK(strstr(log, "voice prefix loaded") != NULL, "second run loads the prefix");
 
     /* 2. the C API, Hugging Face directory; chunks add up to the audio */
     cbx_model *m = NULL;
@@ -141,7 +156,8 @@ int main(void)
     rc = model_convert(model, gguf_path, &prm, err);
     CHECK(rc == CBX_OK, "convert %s -> %s: %s", model, gguf_path, err);
     if (rc == CBX_OK)
-        say_cli("parity_turbo_say_gguf (chatterbox say, F32 gguf)", gguf_path, voice, text_file, dir, &want);
+        say_cli("parity_turbo_say_gguf (chatterbox say, F32 gguf)", gguf_path, voice, text_file, dir, &want, NULL,
+                NULL, 0);
 
     io_npy_free(&want);
     return test_summary();

@@ -1,0 +1,329 @@
+/* prefix_store.c - T3 voice prefixes on disk (see prefix_store.h). */
+#include "prefix_store.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "chatterbox.h"
+#include "core/cpu_features.h"
+#include "core/quant.h"
+#include "io/atomic_file.h"
+#include "io/sha256.h"
+
+#ifndef CBX_GIT_COMMIT
+#define CBX_GIT_COMMIT ""
+#endif
+
+static const char magic[8] = {'C', 'B', 'X', 'P', 'F', 'X', '1', '\n'};
+#define BOM 0x01020304u
+#define SUFFIX ".cbxpfx"
+
+/* The file's header; host byte order (the byte-order mark refuses others). */
+struct header {
+    char magic[8];
+    uint32_t bom;
+    uint32_t header_bytes;            /* sizeof(struct header) */
+    uint8_t id[PREFIX_STORE_ID_SIZE]; /* the model id */
+    uint32_t n;                       /* positions: 1 + n_prompt */
+    uint32_t n_layer, d_model;
+    uint32_t n_speaker;               /* speaker_embed_size */
+    int64_t n_prompt;
+    uint32_t kv_type;                 /* enum dtype of the stored values */
+    uint32_t reserved;
+    uint64_t payload_bytes;           /* everything after the header */
+    uint64_t checksum;                /* payload_hash of the payload */
+};
+
+/* 64-bit hash of the payload, eight bytes a step (a torn or corrupted file
+ * is what it guards against, not an adversary: the file is the user's own) */
+static uint64_t payload_hash(const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    uint64_t h = 0x9E3779B97F4A7C15u ^ n;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = (h ^ (w * 0xC2B2AE3D27D4EB4Fu)) * 0x9E3779B185EBCA87u;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++) h = (h ^ p[i]) * 0x100000001B3u;
+    return h ^ (h >> 32);
+}
+
+/* ---- model id ---------------------------------------------------------- */
+
+static void hash_u64(struct sha256 *s, uint64_t v) { sha256_update(s, &v, sizeof v); }
+
+/* name, type, shape and up to 8 spans of 2 KiB of t (all of it when small) */
+static void hash_tensor(struct sha256 *s, const char *what, const struct tensor *t)
+{
+    sha256_update(s, what, strlen(what) + 1);
+    if (!t) {
+        hash_u64(s, UINT64_MAX);
+        return;
+    }
+    hash_u64(s, (uint64_t)t->type);
+    hash_u64(s, (uint64_t)t->ndim);
+    for (int d = 0; d < t->ndim; d++) hash_u64(s, (uint64_t)t->ne[d]);
+    hash_u64(s, t->packed);
+    const size_t nb = tensor_nbytes(t), span = 2048, spans = 8;
+    if (!t->data) return;
+    if (nb <= span * spans) {
+        sha256_update(s, t->data, nb);
+        return;
+    }
+    for (size_t i = 0; i < spans; i++) {
+        size_t off = (nb - span) / (spans - 1) * i;
+        sha256_update(s, (const char *)t->data + off, span);
+    }
+}
+
+void prefix_store_model_id(const struct t3_model *m, uint8_t id[PREFIX_STORE_ID_SIZE])
+{
+    struct sha256 s;
+    sha256_init(&s);
+    static const char tag[] = "chatterbox.c T3 voice prefix " CBX_VERSION_STRING " " CBX_GIT_COMMIT;
+    sha256_update(&s, tag, sizeof tag);
+    /* the kernels that computed it: results differ between CPU families */
+    hash_u64(&s, (uint64_t)cpu_level());
+    hash_u64(&s, cpu_amx_ready());
+    const struct gpt2 *g = &m->tfmr;
+    hash_u64(&s, (uint64_t)g->kv_type);
+    hash_u64(&s, (uint64_t)g->n_layer);
+    hash_u64(&s, (uint64_t)g->n_head);
+    hash_u64(&s, (uint64_t)g->d_model);
+    hash_u64(&s, (uint64_t)m->hp.speaker_embed_size);
+    hash_tensor(&s, "speech_emb", m->speech_emb);
+    hash_tensor(&s, "spkr_enc_w", m->spkr_enc_w);
+    hash_tensor(&s, "spkr_enc_b", m->spkr_enc_b);
+    hash_tensor(&s, "wpe", g->wpe);
+    for (int i = 0; i < g->n_layer; i++) {
+        const struct gpt2_layer *l = &g->h[i];
+        const struct tensor *ts[12] = {l->ln_1_w, l->ln_1_b, l->c_attn_w, l->c_attn_b,
+                                       l->c_proj_w, l->c_proj_b, l->ln_2_w, l->ln_2_b,
+                                       l->c_fc_w, l->c_fc_b, l->mlp_proj_w, l->mlp_proj_b};
+        for (int j = 0; j < 12; j++) hash_tensor(&s, "layer", ts[j]);
+    }
+    sha256_final(&s, id);
+}
+
+cbx_status prefix_store_path(const char *dir, const uint8_t id[PREFIX_STORE_ID_SIZE],
+                             const struct t3_model *m, const struct t3_cond *c, char *buf,
+                             size_t n)
+{
+    struct sha256 s;
+    uint8_t d[SHA256_DIGEST_SIZE];
+    char hex[65];
+    sha256_init(&s);
+    sha256_update(&s, id, PREFIX_STORE_ID_SIZE);
+    sha256_update(&s, c->speaker_emb, sizeof(float) * (size_t)m->hp.speaker_embed_size);
+    hash_u64(&s, (uint64_t)c->n_prompt);
+    if (c->n_prompt > 0) sha256_update(&s, c->prompt_tokens, sizeof(int32_t) * (size_t)c->n_prompt);
+    sha256_final(&s, d);
+    sha256_hex(d, hex);
+    int k = snprintf(buf, n, "%s/%s" SUFFIX, dir, hex);
+    return k < 0 || (size_t)k >= n ? CBX_ERR_INVALID_ARG : CBX_OK;
+}
+
+/* ---- reading ------------------------------------------------------------ */
+
+static cbx_status bad(char *err, const char *why)
+{
+    return err_setf(err, CBX_ERR_FORMAT, "voice prefix file: %s", why);
+}
+
+cbx_status prefix_store_parse(const void *data, size_t n, const uint8_t id[PREFIX_STORE_ID_SIZE],
+                              const struct t3_model *m, const struct t3_cond *c,
+                              struct t3_prefix **out, char *err)
+{
+    *out = NULL;
+    struct header h;
+    if (n < sizeof h) return bad(err, "shorter than its header");
+    memcpy(&h, data, sizeof h);
+    if (memcmp(h.magic, magic, sizeof magic)) return bad(err, "not a prefix file (bad magic)");
+    if (h.bom != BOM || h.header_bytes != sizeof h) return bad(err, "written by another build or byte order");
+    if (memcmp(h.id, id, PREFIX_STORE_ID_SIZE)) return bad(err, "made with another model or build");
+    const struct gpt2 *g = &m->tfmr;
+    const int64_t ns = m->hp.speaker_embed_size;
+    if (h.n_layer != (uint32_t)g->n_layer || h.d_model != (uint32_t)g->d_model ||
+        h.n_speaker != (uint64_t)ns || h.n_prompt != c->n_prompt || (int64_t)h.n != 1 + c->n_prompt)
+        return bad(err, "sizes differ from the model's or the voice's");
+    const enum dtype st = (enum dtype)h.kv_type;
+    if (st != TYPE_F32 && st != g->kv_type) return bad(err, "values in an unexpected type");
+    const size_t nf = gpt2_kv_floats(g, (int)h.n);
+    const size_t kvb = dtype_row_size(st, (int64_t)nf);
+    if (!kvb) return bad(err, "values in an unexpected type");
+    const size_t want = sizeof(float) * (size_t)ns + sizeof(int32_t) * (size_t)h.n_prompt + kvb;
+    if (h.payload_bytes != want || n - sizeof h != want) return bad(err, "truncated or of the wrong size");
+    const char *pl = (const char *)data + sizeof h;
+    if (payload_hash(pl, want) != h.checksum) return bad(err, "checksum mismatch (corrupt)");
+    if (memcmp(pl, c->speaker_emb, sizeof(float) * (size_t)ns) ||
+        (c->n_prompt > 0 && memcmp(pl + sizeof(float) * (size_t)ns, c->prompt_tokens,
+                                   sizeof(int32_t) * (size_t)c->n_prompt)))
+        return bad(err, "made for another voice");
+
+    struct t3_prefix *p = calloc(1, sizeof *p);
+    if (p) {
+        p->kv = malloc(sizeof(float) * nf);
+        p->speaker_emb = malloc(sizeof(float) * (size_t)ns);
+        p->prompt_tokens = malloc(sizeof(int32_t) * (size_t)(c->n_prompt > 0 ? c->n_prompt : 1));
+    }
+    if (!p || !p->kv || !p->speaker_emb || !p->prompt_tokens) {
+        t3_prefix_free(p);
+        return err_setf(err, CBX_ERR_NOMEM, "out of memory for a voice prefix of %u positions", h.n);
+    }
+    p->m = m;
+    p->n = (int)h.n;
+    p->n_prompt = c->n_prompt;
+    memcpy(p->speaker_emb, c->speaker_emb, sizeof(float) * (size_t)ns);
+    if (c->n_prompt > 0) memcpy(p->prompt_tokens, c->prompt_tokens, sizeof(int32_t) * (size_t)c->n_prompt);
+    dequantize_row(st, pl + want - kvb, p->kv, (int64_t)nf);
+    p->bytes = sizeof *p + sizeof(float) * (nf + (size_t)ns) + sizeof(int32_t) * (size_t)c->n_prompt;
+    *out = p;
+    return CBX_OK;
+}
+
+cbx_status prefix_store_load(const char *dir, const uint8_t id[PREFIX_STORE_ID_SIZE],
+                             const struct t3_model *m, const struct t3_cond *c,
+                             struct t3_prefix **out, char *err)
+{
+    *out = NULL;
+    char path[4096];
+    if (prefix_store_path(dir, id, m, c, path, sizeof path) != CBX_OK)
+        return err_setf(err, CBX_ERR_INVALID_ARG, "voice prefix directory name too long: %s", dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) return CBX_OK;
+        return err_setf(err, CBX_ERR_IO, "%s: %s", path, strerror(errno));
+    }
+    struct stat sb;
+    cbx_status rc = CBX_OK;
+    if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
+        rc = err_setf(err, CBX_ERR_IO, "%s: not a regular file", path);
+    } else if (sb.st_size == 0) {
+        rc = err_setf(err, CBX_ERR_FORMAT, "%s: voice prefix file: empty", path);
+    } else {
+        void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (map == MAP_FAILED) {
+            rc = err_setf(err, CBX_ERR_IO, "%s: %s", path, strerror(errno));
+        } else {
+            char e[ERR_MAX];
+            rc = prefix_store_parse(map, (size_t)sb.st_size, id, m, c, out, e);
+            if (rc != CBX_OK) err_setf(err, rc, "%s: %s", path, e);
+            munmap(map, (size_t)sb.st_size);
+        }
+    }
+    close(fd);
+    if (rc == CBX_OK) (void)utimensat(AT_FDCWD, path, NULL, 0); /* recently used */
+    return rc;
+}
+
+/* ---- writing ------------------------------------------------------------ */
+
+/* Remove the least recently modified *.cbxpfx files of dir beyond max. */
+static void trim(const char *dir, int max)
+{
+    for (;;) {
+        DIR *d = opendir(dir);
+        if (!d) return;
+        int count = 0;
+        char oldest[512] = "";
+        struct timespec ot = {0, 0};
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            size_t l = strlen(e->d_name), sl = strlen(SUFFIX);
+            if (l <= sl || strcmp(e->d_name + l - sl, SUFFIX) || l >= sizeof oldest) continue;
+            struct stat sb;
+            if (fstatat(dirfd(d), e->d_name, &sb, 0) || !S_ISREG(sb.st_mode)) continue;
+            count++;
+            if (!oldest[0] || sb.st_mtim.tv_sec < ot.tv_sec ||
+                (sb.st_mtim.tv_sec == ot.tv_sec && sb.st_mtim.tv_nsec < ot.tv_nsec)) {
+                memcpy(oldest, e->d_name, l + 1);
+                ot = sb.st_mtim;
+            }
+        }
+        int removed = count > max && !unlinkat(dirfd(d), oldest, 0);
+        closedir(d);
+        if (!removed) return;
+    }
+}
+
+cbx_status prefix_store_save(const char *dir, const uint8_t id[PREFIX_STORE_ID_SIZE],
+                             const struct t3_prefix *p, char *err)
+{
+    const struct t3_model *m = p->m;
+    const struct t3_cond c = {p->speaker_emb, p->prompt_tokens, p->n_prompt};
+    char path[4096];
+    if (prefix_store_path(dir, id, m, &c, path, sizeof path) != CBX_OK)
+        return err_setf(err, CBX_ERR_INVALID_ARG, "voice prefix directory name too long: %s", dir);
+    cbx_status rc = io_mkdir_p(dir, err);
+    if (rc != CBX_OK) return rc;
+
+    /* the values in the cache's type when that round trip is exact */
+    const size_t nf = gpt2_kv_floats(&m->tfmr, p->n), ns = (size_t)m->hp.speaker_embed_size;
+    enum dtype st = m->tfmr.kv_type;
+    size_t kvb = st != TYPE_F32 ? dtype_row_size(st, (int64_t)nf) : 0;
+    void *conv = kvb ? malloc(kvb) : NULL;
+    float *back = conv ? malloc(sizeof(float) * nf) : NULL;
+    if (conv && back) {
+        quantize_row(st, p->kv, conv, (int64_t)nf);
+        dequantize_row(st, conv, back, (int64_t)nf);
+        if (memcmp(back, p->kv, sizeof(float) * nf)) kvb = 0;
+    } else {
+        kvb = 0;
+    }
+    free(back);
+    if (!kvb) {
+        st = TYPE_F32;
+        kvb = sizeof(float) * nf;
+    }
+    const void *kv = st == TYPE_F32 ? (const void *)p->kv : conv;
+
+    struct header h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, magic, sizeof magic);
+    h.bom = BOM;
+    h.header_bytes = sizeof h;
+    memcpy(h.id, id, PREFIX_STORE_ID_SIZE);
+    h.n = (uint32_t)p->n;
+    h.n_layer = (uint32_t)m->tfmr.n_layer;
+    h.d_model = (uint32_t)m->tfmr.d_model;
+    h.n_speaker = (uint32_t)ns;
+    h.n_prompt = p->n_prompt;
+    h.kv_type = (uint32_t)st;
+    const size_t sb = sizeof(float) * ns, pb = sizeof(int32_t) * (size_t)p->n_prompt;
+    h.payload_bytes = sb + pb + kvb;
+    /* the checksum covers the three parts as one run of bytes */
+    char *pl = malloc(h.payload_bytes);
+    if (!pl) {
+        free(conv);
+        return err_setf(err, CBX_ERR_NOMEM, "out of memory writing %s", path);
+    }
+    memcpy(pl, p->speaker_emb, sb);
+    if (pb) memcpy(pl + sb, p->prompt_tokens, pb);
+    memcpy(pl + sb + pb, kv, kvb);
+    free(conv);
+    h.checksum = payload_hash(pl, h.payload_bytes);
+
+    struct atomic_file af;
+    rc = atomic_file_open(&af, path, err);
+    if (rc == CBX_OK) {
+        if (fwrite(&h, sizeof h, 1, af.f) != 1 || fwrite(pl, 1, h.payload_bytes, af.f) != h.payload_bytes) {
+            rc = err_setf(err, CBX_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+            atomic_file_abort(&af);
+        } else {
+            rc = atomic_file_commit(&af, err);
+        }
+    }
+    free(pl);
+    if (rc == CBX_OK) trim(dir, PREFIX_STORE_MAX);
+    return rc;
+}
