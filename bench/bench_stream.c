@@ -20,16 +20,21 @@
  * empties the model's voice prefix cache and runs the stream twice: cold
  * (T3 first computes the voice prefix: speaker + prompt positions) and
  * warm (the second utterance in the voice: the prefix comes from the
- * cache); then the whole-utterance baseline (warm). "first call" is the
+ * cache); then "stored": the cache emptied again, the prefix comes from
+ * the engine's prefix store on disk (engine_load_params.prefix_dir, a
+ * temporary directory emptied before each cold run, as a later `say`
+ * process finds it); then the whole-utterance baseline (warm). "first call" is the
  * untimed-for-medians warm-up right after loading (12 tokens, streamed):
  * cold prefix plus first touch of every weight page and buffer.
  * First-audio latency is measured from the engine_synthesize call to the
  * first chunk's callback; its parts: T3 prefill (call -> first token,
  * including the prefix when cold), the first chunk's tokens (-> token K),
  * and S3Gen's first chunk (-> first audio). */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "core/backend.h"
@@ -66,7 +71,7 @@ static int on_chunk(void *user, const float *pcm, int64_t n, int sr)
 struct first { double first, prefill, tokens, s3first, prefix; };
 
 struct result {
-    struct first cold, warm, call1;
+    struct first cold, warm, stored, call1;
     double total, rtf, whole, whole_rtf, audio;
     int chunks;
     int64_t speech;
@@ -91,19 +96,35 @@ static struct first medians(double **v, int R)
     return f;
 }
 
+/* remove every file of dir (the prefix store) */
+static void empty_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (e->d_name[0] != '.') unlinkat(dirfd(d), e->d_name, 0);
+    if (d) closedir(d);
+}
+
 static int run_type(const char *path, int wtype, int N, int K, int P, int FP, const struct bench_opts *o,
                     struct backend *be, struct result *res)
 {
     char err[ERR_MAX] = "";
     struct engine_model *m = NULL;
     const int R = o->reps;
-    double *v[2 * NV_FIRST + 3];
-    for (int i = 0; i < 2 * NV_FIRST + 3; i++) v[i] = calloc((size_t)R, sizeof(double));
-    double **vc = v, **vw = v + NV_FIRST, *tot = v[2 * NV_FIRST], *whole = v[2 * NV_FIRST + 1],
-           *waud = v[2 * NV_FIRST + 2];
+    double *v[3 * NV_FIRST + 3];
+    for (int i = 0; i < 3 * NV_FIRST + 3; i++) v[i] = calloc((size_t)R, sizeof(double));
+    double **vc = v, **vw = v + NV_FIRST, **vs = v + 2 * NV_FIRST, *tot = v[3 * NV_FIRST],
+           *whole = v[3 * NV_FIRST + 1], *waud = v[3 * NV_FIRST + 2];
     int ok = 0;
+    char store[] = "/tmp/bench_stream_prefix_XXXXXX";
+    if (!mkdtemp(store)) {
+        snprintf(err, sizeof err, "cannot make a temporary directory");
+        goto done;
+    }
     struct engine_load_params lp = engine_load_default_params();
     lp.wtype = wtype;
+    lp.prefix_dir = store;
     if (engine_model_load(path, &lp, &m, err) != CBX_OK) goto done;
     struct engine_params p = engine_default_params();
     p.split = false;
@@ -111,19 +132,22 @@ static int run_type(const char *path, int wtype, int N, int K, int P, int FP, co
     p.stream_prompt_tokens = P;
     if (FP >= 0) p.stream_first_prompt_tokens = FP;
     for (int r = -1; r < R; r++) {
-        for (int warm = 0; warm < 2; warm++) {
+        /* warm: 0 cold, 1 from the cache, 2 from the store */
+        for (int warm = 0; warm < 3; warm++) {
             if (r < 0 && warm) break;
             struct probe b = {0, 0, 0, 0, p.stream_first_tokens};
             struct engine_stats st;
             p.stream = true;
             p.max_tokens = r < 0 ? 12 : N;
-            if (!warm) engine_voice_cache_clear(m);
+            if (warm != 1) engine_voice_cache_clear(m);
+            if (!warm) empty_dir(store);
             b.t0 = bench_now();
             if (engine_synthesize(m, be, NULL, TEXT, &p, on_chunk, on_progress, &b, NULL, NULL, &st, err) != CBX_OK)
                 goto done;
-            if (st.prefix_cached != (warm != 0)) {
-                snprintf(err, sizeof err, "voice prefix %s on the %s run", st.prefix_cached ? "cached" : "not cached",
-                         warm ? "warm" : "cold");
+            static const int want[3] = {ENGINE_PREFIX_BUILT, ENGINE_PREFIX_MEMORY, ENGINE_PREFIX_DISK};
+            if (st.prefix_source != want[warm]) {
+                snprintf(err, sizeof err, "voice prefix from source %d on the %s run (%.200s)", st.prefix_source,
+                         warm == 2 ? "stored" : warm ? "warm" : "cold", st.prefix_note);
                 goto done;
             }
             if (r < 0) {
@@ -131,8 +155,8 @@ static int run_type(const char *path, int wtype, int N, int K, int P, int FP, co
                                             st.t_t3_prefix};
                 continue;
             }
-            put(warm ? vw : vc, r, &b, &st);
-            if (!warm) continue;
+            put(warm == 2 ? vs : warm ? vw : vc, r, &b, &st);
+            if (warm != 1) continue;
             tot[r] = st.t_total;
             res->chunks = st.n_chunks;
             res->speech = st.n_speech_tokens;
@@ -149,6 +173,7 @@ static int run_type(const char *path, int wtype, int N, int K, int P, int FP, co
     }
     res->cold = medians(vc, R);
     res->warm = medians(vw, R);
+    res->stored = medians(vs, R);
     res->total = bench_stats(tot, R).median;
     res->whole = bench_stats(whole, R).median;
     res->rtf = res->audio > 0 ? res->total / res->audio : 0;
@@ -158,7 +183,9 @@ static int run_type(const char *path, int wtype, int N, int K, int P, int FP, co
 done:
     if (!ok) fprintf(stderr, "bench_stream: %s\n", err);
     engine_model_free(m);
-    for (int i = 0; i < 2 * NV_FIRST + 3; i++) free(v[i]);
+    empty_dir(store);
+    rmdir(store);
+    for (int i = 0; i < 3 * NV_FIRST + 3; i++) free(v[i]);
     return ok;
 }
 
@@ -190,15 +217,16 @@ int main(int argc, char **argv)
         }
         bench_emit1("stream_first_audio", name, N, &opt, "s", r.warm.first, "whole_utterance", r.whole);
         bench_emit1("stream_first_audio_cold", name, N, &opt, "s", r.cold.first, "warm", r.warm.first);
+        bench_emit1("stream_first_audio_stored", name, N, &opt, "s", r.stored.first, "cold", r.cold.first);
         bench_emit1("stream_first_audio_first_call", name, N, &opt, "s", r.call1.first, NULL, 0);
         bench_emit1("stream_t3_prefill", name, N, &opt, "s", r.warm.prefill, "cold", r.cold.prefill);
         bench_emit1("stream_t3_prefix_build", name, N, &opt, "s", r.cold.prefix, NULL, 0);
         bench_emit1("stream_first_tokens", name, N, &opt, "s", r.warm.tokens, NULL, 0);
         bench_emit1("stream_s3gen_first_chunk", name, N, &opt, "s", r.warm.s3first, NULL, 0);
         bench_emit1("stream_rtf", name, N, &opt, "x", r.rtf, "whole_rtf", r.whole_rtf);
-        const struct first *f[3] = {&r.call1, &r.cold, &r.warm};
-        static const char *const what[3] = {"first call", "cold", "warm"};
-        for (int k = 0; k < 3; k++)
+        const struct first *f[4] = {&r.call1, &r.cold, &r.stored, &r.warm};
+        static const char *const what[4] = {"first call", "cold", "stored", "warm"};
+        for (int k = 0; k < 4; k++)
             fprintf(stderr,
                     "stream %-5s %-10s first audio %5.0f ms = prefill %5.0f (voice prefix %4.0f) + %d tokens %4.0f + "
                     "s3gen chunk %5.0f\n",
