@@ -12,12 +12,20 @@
  *               calls, and of the batched prefill; decode tokens/s with the
  *               model's KV cache type (F16 for quantised weights, else F32)
  *               and with the other one, same weights, same run.
+ *   t3_decode_long  the GPT-2 backbone alone (no head, no sampler) at a
+ *               long context: the prompt prefilled (409 positions), then
+ *               LONG_STEPS single-position steps (context 409 -> 659), with
+ *               an F16, a Q8_0 and an F32 KV cache in turn in every rep:
+ *               tokens/s per cache type, and per rep the ratio to F16.
  * Weights are the synthetic checkpoint generated in memory from the
- * manifest (no files); --variant nano selects the small model. */
+ * manifest (no files); --variant nano selects the small model; --part
+ * long runs t3_decode_long alone. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #include "common.h"
 #include "core/backend.h"
@@ -68,6 +76,110 @@ static double step_bytes(const struct t3_model *m)
     return b + (double)tensor_nbytes(m->speech_head_w);
 }
 
+enum { LONG_STEPS = 250 };
+
+static double cpu_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Backbone decode tokens/s of m with a kt KV cache: x (the prompt's input
+ * embeddings [1, T, D]) prefilled, then LONG_STEPS steps, each fed one row
+ * of x (the values do not change the work). */
+static double long_decode(const struct t3_model *m0, struct backend *cpu, enum dtype kt, const struct tensor *x,
+                          double *cpu_ms)
+{
+    struct t3_model m = *m0;
+    m.tfmr.kv_type = kt;
+    const int64_t T = x->ne[1];
+    struct arena *cache = arena_create(cpu, 0), *a = arena_create(cpu, 0);
+    struct arena *s0 = arena_create(cpu, 0), *s1 = arena_create(cpu, 0);
+    double tps = -1;
+    struct gpt2_kv kv;
+    if (cache && a && s0 && s1 && gpt2_kv_init(&kv, &m.tfmr, cache, (int)T + LONG_STEPS) == CBX_OK) {
+        kv.scratch[0] = s0;
+        kv.scratch[1] = s1;
+        bool ok = gpt2_forward(a, &m.tfmr, &kv, x) != NULL;
+        double t0 = bench_now(), c0 = cpu_now();
+        for (int i = 0; ok && i < LONG_STEPS; i++) {
+            arena_reset(a);
+            ok = gpt2_forward(a, &m.tfmr, &kv, op_slice(a, x, 1, (i * 7) % T, 1)) != NULL;
+        }
+        double dt = bench_now() - t0;
+        *cpu_ms = (cpu_now() - c0) * 1e3 / LONG_STEPS;
+        if (ok) tps = LONG_STEPS / dt;
+        else fprintf(stderr, "bench_t3: %s\n", arena_errmsg(a));
+    }
+    arena_free(cache);
+    arena_free(a);
+    arena_free(s0);
+    arena_free(s1);
+    return tps;
+}
+
+/* The t3_decode_long figures of m (weights of type wt): long_decode with
+ * each cache type in turn in every rep (the first rep untimed); wall-clock
+ * tokens/s and, per rep, the ratio to F16; and CPU seconds per step (the
+ * process's: spinning pool threads count, so with --threads 1 it is the
+ * work itself, which other processes taking the cores do not inflate).
+ * False after a message when a run failed. */
+static bool long_context(const struct t3_model *m, struct backend *cpu, const struct t3_cond *cond,
+                         const int32_t *text, int64_t L, const struct bench_opts *o, const char *variant,
+                         enum dtype wt)
+{
+    static const enum dtype kvt[3] = {TYPE_F16, TYPE_Q8_0, TYPE_F32};
+    double *lt[3], *lr[3], *lc[3], *lcr[3];
+    struct arena *xa = arena_create(cpu, 0);
+    struct tensor *x = xa ? t3_prepare_input_embeds(xa, m, cond, text, L) : NULL;
+    bool ok = x != NULL;
+    for (int k = 0; k < 3; k++) {
+        lt[k] = calloc((size_t)o->reps, sizeof *lt[k]);
+        lr[k] = calloc((size_t)o->reps, sizeof *lr[k]);
+        lc[k] = calloc((size_t)o->reps, sizeof *lc[k]);
+        lcr[k] = calloc((size_t)o->reps, sizeof *lcr[k]);
+        ok = ok && lt[k] && lr[k] && lc[k] && lcr[k];
+    }
+    for (int r = -1; ok && r < o->reps; r++)
+        for (int k = 0; ok && k < 3; k++) {
+            double c = 0, v = long_decode(m, cpu, kvt[k], x, &c);
+            ok = v > 0;
+            if (r >= 0) lt[k][r] = v, lc[k][r] = c;
+        }
+    if (ok) {
+        for (int r = 0; r < o->reps; r++)
+            for (int k = 0; k < 3; k++) lr[k][r] = lt[k][r] / lt[0][r], lcr[k][r] = lc[k][r] / lc[0][r];
+        const int64_t shape[3] = {m->tfmr.n_layer, m->tfmr.d_model, x->ne[1] + LONG_STEPS};
+        struct bench_stats st[3], sr[3], sc[3], scr[3];
+        for (int k = 0; k < 3; k++) {
+            st[k] = bench_stats(lt[k], o->reps);
+            sr[k] = bench_stats(lr[k], o->reps);
+            sc[k] = bench_stats(lc[k], o->reps);
+            scr[k] = bench_stats(lcr[k], o->reps);
+            char name[64];
+            snprintf(name, sizeof name, "%s_kv_%s", dtype_name(wt), dtype_name(kvt[k]));
+            bench_emit("t3_decode_long", name, shape, 3, o->threads, o->reps, "tokens/s", st[k],
+                       k ? "kv_f16" : NULL, st[0].median);
+            bench_emit("t3_decode_long_cpu", name, shape, 3, o->threads, o->reps, "ms/step", sc[k],
+                       k ? "kv_f16" : NULL, sc[0].median);
+        }
+        fprintf(stderr, "%s %-5s backbone decode at context %lld-%lld: f16 KV %6.1f tok/s, q8_0 %6.1f "
+                "(x%.3f, p10-p90 x%.3f-x%.3f), f32 %6.1f (x%.3f, p10-p90 x%.3f-x%.3f); ratios per rep\n",
+                variant, dtype_name(wt), (long long)x->ne[1], (long long)(x->ne[1] + LONG_STEPS), st[0].median,
+                st[1].median, sr[1].median, sr[1].p10, sr[1].p90, st[2].median, sr[2].median, sr[2].p10, sr[2].p90);
+        fprintf(stderr, "%s %-5s   CPU time per step: f16 KV %.2f ms, q8_0 %.2f ms (x%.3f, p10-p90 x%.3f-x%.3f), "
+                "f32 %.2f ms (x%.3f, p10-p90 x%.3f-x%.3f); ratios per rep\n",
+                variant, dtype_name(wt), sc[0].median, sc[1].median, scr[1].median, scr[1].p10, scr[1].p90,
+                sc[2].median, scr[2].median, scr[2].p10, scr[2].p90);
+    } else {
+        fprintf(stderr, "bench_t3: long-context decode failed\n");
+    }
+    for (int k = 0; k < 3; k++) free(lt[k]), free(lr[k]), free(lc[k]), free(lcr[k]);
+    arena_free(xa);
+    return ok;
+}
+
 int main(int argc, char **argv)
 {
     const char *variant = "turbo";
@@ -79,6 +191,7 @@ int main(int argc, char **argv)
             argc -= 2;
             break;
         }
+    const bool long_only = !strcmp(bench_take_opt_or(&argc, argv, "--part", "all"), "long");
     struct bench_opts opt;
     if (!bench_parse(argc, argv, &opt, 3)) return 2;
     const char *file = !strcmp(variant, "nano") ? "t3_nano_v1.safetensors" : "t3_turbo_v1.safetensors";
@@ -119,6 +232,12 @@ int main(int argc, char **argv)
         if (t3_load_gpt2(&m, &src, types[ti], err) != CBX_OK) {
             fprintf(stderr, "bench_t3: %s\n", err);
             return 1;
+        }
+        if (long_only) {
+            bool ok = long_context(&m, cpu, &cond, text, L, &opt, variant, types[ti]);
+            t3_free(&m);
+            if (!ok) return 1;
+            continue;
         }
         /* the same weights not packed (linear_pack), decoded in the same
          * reps, when packing applies */
@@ -234,6 +353,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s %-5s decode %6.1f tok/s with a %s KV cache, %6.1f tok/s with %s (p10-p90 %.1f-%.1f, %.1f-%.1f)\n",
                 variant, dtype_name(types[ti]), sd.median, dtype_name(kv_own), so.median, dtype_name(kv_other),
                 sd.p10, sd.p90, so.p10, so.p90);
+        if (!long_context(&m, cpu, &cond, text, L, &opt, variant, types[ti])) return 1;
         if (ab) {
             /* per rep: packed / plain, the two decodes of that rep */
             double *ratio = calloc((size_t)opt.reps, sizeof *ratio);

@@ -22,9 +22,11 @@ struct gpt2_layer {
 struct gpt2 {
     int n_layer, n_head, d_model, n_ctx; /* n_ctx = rows of wpe */
     float eps;                           /* layer_norm_epsilon, 1e-5 */
-    enum dtype kv_type;                  /* KV cache: F32, or F16 (halves the
-                                          * cache bytes a decode step reads);
-                                          * see gpt2_kv_type */
+    enum dtype kv_type;                  /* KV cache: F32, F16 (halves the
+                                          * cache bytes a decode step reads)
+                                          * or Q8_0 (34 bytes per 32 values:
+                                          * 47% fewer than F16; head dim a
+                                          * multiple of 32); see gpt2_kv_type */
     const struct tensor *wpe;            /* [n_ctx, D] */
     const struct tensor *ln_f_w, *ln_f_b;
     struct gpt2_layer *h;                /* n_layer entries, owned */
@@ -71,6 +73,12 @@ cbx_status gpt2_prefill_kv(struct arena *a, const struct gpt2 *g, struct gpt2_kv
 /* Host copies of cache positions [0, n): per layer the keys, then the
  * values, each [H, n, Dh] floats (F32 whatever the cache type; an F16
  * cache restores them exactly); gpt2_kv_floats(g, n) floats in all.
+ * A Q8_0 cache saves its dequantised values (d * q); restore quantises
+ * them again, which gives back the same values (the block's largest
+ * magnitude is 127 d, so its scale comes out as d, and every q * d / d
+ * rounds to q; a block whose scale underflowed F16 to 0 holds zeros
+ * either way), so save -> restore -> save is exact and a restored cache
+ * decodes as the original (parity_turbo_t3_kvq8 checks both).
  * Both use the scratch arena a and reset it (per layer). */
 size_t gpt2_kv_floats(const struct gpt2 *g, int n);
 cbx_status gpt2_kv_save(struct arena *a, const struct gpt2 *g, const struct gpt2_kv *kv, int n,
