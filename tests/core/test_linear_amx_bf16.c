@@ -2,11 +2,12 @@
  * taken on the cpu backend when the arena asks for BF16 products.
  *
  * Weights F32, F16, BF16, Q8_0, Q4_0 and q4_0 / q8_0 packed by linear_pack;
- * rows of x 1..3, 15, 16, 17, 33, 100, 1000 (linear_bf16_min_rows set to 1
- * so every row count takes the path); N with tails (80, 1043 = 1024 + 16 +
- * 3, 1000), K with tails (80, 96, 1000) and without (256, 1024), bias or
- * not, x contiguous or a view with a row stride past K. Per output, with
- * x^ and w^ the F32 operands (w^ the dequantised weight) and bf() the
+ * rows of x 1..3, 15, 16, 17, 33, 40, 50, 70, 100, 1000 (linear_bf16_min_rows
+ * set to 1 so every row count takes the path); N with tails (5, 17, 80,
+ * 1043 = 1024 + 16 + 3, 1000), K with tails (40, 72, 80, 96, 1000) and
+ * without (64, 128, 256, 1024), bias or not, x contiguous, a view with a row
+ * stride past K, or transposed (its elements M floats apart). Per output,
+ * with x^ and w^ the F32 operands (w^ the dequantised weight) and bf() the
  * round-to-nearest-even to BF16 (f32_to_bf16):
  *  1. against sum bf(x^) bf(w^) + b in double: only the FP32 summation
  *     differs, |err| <= 1e-5 S + 1e-6 |b| with S = sum |bf(x^) bf(w^)|;
@@ -187,6 +188,8 @@ int main(void)
         check_case(t, packed, 100, 1043, quant ? 64 : 80, true, quant ? 64 : 80, false, seed += 3);
         check_case(t, packed, 50, 200, 256, true, 256 + 7, false, seed += 3); /* strided rows */
         check_case(t, packed, 40, 48, quant ? 64 : 72, true, quant ? 64 : 72, true, seed += 3);
+        check_case(t, packed, 70, packed ? 17 : 5, quant ? 64 : 40, true, quant ? 64 : 40, false,
+                   seed += 3); /* one column block, or one packed group + a row */
     }
     printf("worst err/bound: bf16-operand ref %.3f, f32 ref %.3f, f32 op_linear (float weights) %.3f\n",
            worst_tight, worst_loose, worst_f32op);
@@ -198,7 +201,8 @@ int main(void)
         if (wv && xv) {
             fill_uniform(wv, (size_t)(n * k), -1, 1, 5);
             fill_uniform(xv, (size_t)(m * k), -1, 1, 6);
-            struct tensor w = tensor_make(TYPE_F32, 2, wne, wv, NULL), x = tensor_make(TYPE_F32, 2, xne, xv, NULL);
+            struct tensor w = tensor_make(TYPE_F32, 2, wne, wv, NULL);
+            struct tensor x = tensor_make(TYPE_F32, 2, xne, xv, NULL);
             arena_reset(ab);
             arena_reset(af);
             struct tensor *y1 = op_linear(ab, &x, &w, NULL), *y2 = op_linear(af, &x, &w, NULL);
