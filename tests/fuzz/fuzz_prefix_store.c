@@ -36,8 +36,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!p || p->m != &m || p->n != 3 || p->n_prompt != 2 || memcmp(p->speaker_emb, spk, sizeof spk) ||
         memcmp(p->prompt_tokens, prompt, sizeof prompt))
         __builtin_trap();
-    volatile float s = 0;
-    for (size_t i = 0; i < gpt2_kv_floats(&m.tfmr, 3); i++) s += p->kv[i]; /* all readable */
+    /* every value readable (the sanitizers check the reads) */
+    uint32_t x = 0;
+    for (size_t i = 0; i < gpt2_kv_floats(&m.tfmr, 3); i++) {
+        uint32_t u;
+        memcpy(&u, &p->kv[i], sizeof u);
+        x ^= u;
+    }
+    if (p->bytes == 0 && x == 0) __builtin_trap(); /* bytes is always set */
     t3_prefix_free(p);
     return 0;
 }

@@ -32,6 +32,7 @@
  * compared with the fixture waveform's: mean |difference| in nats. */
 #define BF16_MEL_TOL 1e-2
 #define BF16_LOGMEL_MEAN 0.3
+#define Q4_BF16_EXTRA 0.05
 
 /* Mean |log-mel(got) - log-mel(want)| over all bins; -1 on failure. */
 static double logmel_distance(const struct backend *be, const float *got, const float *want, int64_t n)
@@ -158,10 +159,33 @@ int main(void)
         free(yf);
     }
     free(pcm);
+    pcm = NULL;
     arena_free(ab);
-    p.bf16 = false;
     p.ws = NULL;
     arena_free(ws);
+
+    /* Q4_0 weights (where `auto` takes BF16 products): the waveform's
+     * log-mel distance to the fixture with F32 and with BF16 products. BF16
+     * is the default there because its error is small next to the
+     * quantisation's: held to Q4_BF16_EXTRA over the F32 products' figure. */
+    struct s3gen s3q;
+    rc = s3gen_load(&s3q, &w, TYPE_Q4_0, err);
+    CHECK(rc == CBX_OK, "s3gen_load q4_0: %s", err);
+    double dq[2] = {-1, -1};
+    for (int b16 = 0; b16 < 2 && rc == CBX_OK; b16++) {
+        p.bf16 = b16;
+        rc = s3gen_vocode(&s3q, cpu, tok.data, test_numel(&tok), &c, &p, &pcm, &n_pcm, err);
+        CHECK(rc == CBX_OK && n_pcm == test_numel(&wav), "s3gen_vocode q4_0 (bf16 %d): %s", b16, err);
+        if (rc == CBX_OK && n_pcm == test_numel(&wav)) dq[b16] = logmel_distance(cpu, pcm, wav.data, n_pcm);
+        free(pcm);
+        pcm = NULL;
+    }
+    if (rc == CBX_OK) s3gen_free(&s3q);
+    printf("parity_turbo_s3gen_vocode, q4_0 weights: log-mel mean |diff| %.4f nats with f32 products, %.4f with "
+           "bf16 products (+%.4f, tol +%.2f)\n", dq[0], dq[1], dq[1] - dq[0], Q4_BF16_EXTRA);
+    CHECK(dq[0] >= 0 && dq[1] >= 0 && dq[1] - dq[0] <= Q4_BF16_EXTRA,
+          "bf16 products add %.4f nats to q4_0's log-mel distance", dq[1] - dq[0]);
+    p.bf16 = false;
 
     /* bad input: an out-of-range token, a wrong-sized x-vector */
     int32_t bad[3] = {1, 6561, 2};
