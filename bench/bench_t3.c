@@ -10,7 +10,7 @@
  *   (stderr)    seconds and minor page faults of a whole generation with
  *               arenas made per call and with a t3_workspace kept across
  *               calls, and of the batched prefill; decode tokens/s with the
- *               model's KV cache type (F16 for quantised weights, else F32)
+ *               model's KV cache type (Q8_0 for quantised weights, else F32)
  *               and with the other one, same weights, same run.
  *   t3_decode_long  the GPT-2 backbone alone (no head, no sampler) at a
  *               long context: the prompt prefilled (409 positions), then

@@ -10,7 +10,7 @@
 enum dtype gpt2_kv_type(enum dtype w)
 {
     const struct dtype_traits *t = dtype_traits(w);
-    return t && t->quantized ? TYPE_F16 : TYPE_F32;
+    return t && t->quantized ? TYPE_Q8_0 : TYPE_F32;
 }
 
 cbx_status gpt2_kv_init(struct gpt2_kv *kv, const struct gpt2 *g, struct arena *cache,

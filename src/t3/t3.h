@@ -42,9 +42,9 @@ struct t3_cond {
  * The linear weights (Conv1D blocks, speech head) are held as wtype (F32,
  * F16, BF16 or a block type; quantisation policy: tables, norms and biases
  * stay as stored). The KV cache type follows (tfmr.kv_type, gpt2_kv_type):
- * F16 with quantised weights, F32 otherwise; a caller may set it before the
- * model is used. On failure the model is left empty and err names the
- * missing/odd tensor. */
+ * Q8_0 with quantised weights, F32 otherwise; a caller may set it (F16
+ * too) before the model is used. On failure the model is left empty and
+ * err names the missing/odd tensor. */
 cbx_status t3_load_gpt2(struct t3_model *m, const struct weights *w, enum dtype wtype, char *err);
 void t3_free(struct t3_model *m); /* no-op on a zeroed model */
 

@@ -1,6 +1,6 @@
 /* parity_turbo_prefix_store.c - T3 voice prefixes kept on disk
  * (pipeline/prefix_store.h) through the engine, on the synthetic Turbo
- * directory with Q8_0 linears (an F16 cache: values stored as F16) and
+ * directory with Q8_0 linears (a Q8_0 cache: values stored as Q8_0) and
  * with F32 (values stored as F32):
  *   - a call builds the prefix and saves it; with the in-memory cache off
  *     the next call, and a freshly loaded model, load it from the file,
@@ -11,7 +11,7 @@
  *   - a store that cannot be written does not fail the call;
  *   - saving trims the directory to PREFIX_STORE_MAX files, oldest first;
  *   - directly (t3.h): a prefix read back equals the one saved, value for
- *     value (F16 and F32 storage), and its model id is stable across loads
+ *     value (Q8_0 and F32 storage), and its model id is stable across loads
  *     and differs between weight types.
  * Workload: a few speech tokens per call. */
 #include <fcntl.h>
@@ -264,7 +264,7 @@ int main(void)
     snprintf(dir, sizeof dir, "%s/models/turbo", CBX_BINARY_DIR);
     /* Turbo: 24 layers, D 1024, 1 + 375 positions, keys and values */
     const long values = 2L * 24 * 376 * 1024;
-    run(dir, TYPE_Q8_0, "prefix-q8", values * 2);
+    run(dir, TYPE_Q8_0, "prefix-q8", values / 32 * 34);
     run(dir, -1, "prefix-f32", values * 4);
     trim(dir);
     direct(dir);

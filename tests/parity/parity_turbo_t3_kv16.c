@@ -3,7 +3,8 @@
  *
  * With the fixture's conditioning and text, Q4_0 weights, greedy, 64
  * sampled tokens:
- *   - a Q4_0 model holds an F16 cache, an F32 model an F32 one;
+ *   - a Q4_0 model holds a Q8_0 cache by default (set to F16 here), an F32
+ *     model an F32 one;
  *   - F16 cache vs F32 cache (the same Q4_0 weights): tokens matching
  *     (printed, at least MIN_MATCH of the first 64, in order), and the max
  *     abs difference of the raw logits over the steps whose histories agree
@@ -79,7 +80,8 @@ int main(void)
     struct t3_model m, mq;
     if (!md || !test_load_t3_f32_q4(md, &m, &mq)) return test_summary();
     CHECK(m.tfmr.kv_type == TYPE_F32, "f32 weights: cache %s, want f32", dtype_name(m.tfmr.kv_type));
-    CHECK(mq.tfmr.kv_type == TYPE_F16, "q4_0 weights: cache %s, want f16", dtype_name(mq.tfmr.kv_type));
+    CHECK(mq.tfmr.kv_type == TYPE_Q8_0, "q4_0 weights: cache %s, want q8_0", dtype_name(mq.tfmr.kv_type));
+    mq.tfmr.kv_type = TYPE_F16;
 
     struct npy spk = load("ve_embedding"), prompt = load("t3_cond_prompt_tokens"), text = load("text_tokens");
     struct t3_cond cond = {spk.data, prompt.data, test_numel(&prompt)};
