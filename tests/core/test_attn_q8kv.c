@@ -17,7 +17,11 @@
  *     quantising those values again gives the same bytes (what makes
  *     gpt2_kv_save -> restore -> save exact);
  *  5. op_attention refuses Q8_0 k/v whose head dim is not a multiple of 32
- *     and mixed Q8_0 / F32 k, v. */
+ *     and mixed Q8_0 / F32 k, v;
+ *  6. op_cast F32 -> Q8_0 on rows made to hit roundf's halfway cases
+ *     (2.5 -> 3, -0.5 -> -1, 0.49999997 -> 0), zero blocks, a scale that
+ *     underflows F16, a negative extreme, at every SIMD level: the bytes of
+ *     quantize_row_q8_0_ref. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -180,6 +184,31 @@ static void run_case(const char *lvl, const struct qcase *t, bool first_level)
     arena_reset(ar);
 }
 
+static void quant_edges(const char *lvl)
+{
+    enum { NB = 8, N = NB * QK };
+    float x[N];
+    fill_uniform(x, N, -127, 127, seed++);
+    const float ties[] = {127, 2.5f, -2.5f, 0.5f, -0.5f, 1.5f, -1.5f, 0.49999997f, -0.49999997f,
+                          126.5f, -126.5f, 3.5f, -3.5f, 0.0f, -0.0f, 64.5f};
+    for (int j = 0; j < 16; j++) x[j] = ties[j];         /* block 0: d = 1, ties */
+    for (int j = QK; j < 2 * QK; j++) x[j] = 0;          /* block 1: zeros */
+    for (int j = 2 * QK; j < 3 * QK; j++) x[j] *= 1e-33f; /* block 2: d underflows F16 */
+    x[3 * QK + 5] = -300;                                /* block 3: negative extreme */
+    for (int j = 4 * QK; j < 5 * QK; j++) x[j] *= 1e-4f; /* block 4: small scale */
+    for (int j = 5 * QK; j < 6 * QK; j++) x[j] = (float)(j % 7) * 0.5f - 1.5f; /* halves, amax 1.5 */
+    const int64_t ne[2] = {1, N};
+    struct tensor *q = op_cast(ac, op_from_host(ac, TYPE_F32, 2, ne, x), TYPE_Q8_0);
+    struct block_q8_0 want[NB];
+    quantize_row_q8_0_ref(x, want, N);
+    int bad = 0;
+    for (int b = 0; q && b < NB; b++) bad += memcmp((const struct block_q8_0 *)q->data + b, &want[b], sizeof *want) != 0;
+    CHECK(q && bad == 0, "%s op_cast f32 -> q8_0 edge rows: %d of %d blocks differ from quantize_row_q8_0_ref", lvl,
+          bad, NB);
+    printf("%s op_cast f32 -> q8_0 edge rows: %d of %d blocks differ from quantize_row_q8_0_ref\n", lvl, bad, NB);
+    arena_reset(ac);
+}
+
 static void errors(void)
 {
     const int64_t nq[4] = {1, 2, 1, 48}, nk[4] = {1, 2, 5, 48}, nq64[4] = {1, 2, 1, 64}, nk64[4] = {1, 2, 5, 64};
@@ -233,6 +262,7 @@ int main(void)
     const int nc = (int)(sizeof cases / sizeof cases[0]), top = (int)cpu_level();
     for (int lvl = top; lvl >= 0; lvl--) {
         cpu_set_level((enum cpu_level)lvl);
+        quant_edges(cpu_level_name((enum cpu_level)lvl));
         for (int i = 0; i < nc; i++) run_case(cpu_level_name((enum cpu_level)lvl), &cases[i], lvl == top);
     }
     cpu_set_level(CPU_AVX512);

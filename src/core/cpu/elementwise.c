@@ -311,7 +311,44 @@ struct cpy_ctx {
     const struct tensor *out, *x;
     int64_t ne[4], xb[4], ob[4];
     float *rowbuf; /* one row per thread */
+    bool q8z;      /* F32 rows (unit stride) into Q8_0 by q8_0_row_z */
 };
+
+#if HAVE_X86
+/* quantize_row_q8_0_ref at the AVX-512 level, byte for byte: per block
+ * amax = max |x|, d = amax / 127, id = 1 / d (0 when d is 0), d stored by
+ * f32_to_fp16, q = roundf(x * id) (the same products; roundf's half away
+ * from zero as truncation plus one step away from zero where the dropped
+ * part is >= 0.5, exact since |x * id| <= 127). A block holding a NaN or
+ * an infinity goes to quantize_row_q8_0_ref itself. */
+__attribute__((target("avx512f,avx2,fma"))) static void q8_0_row_z(const float *x, struct block_q8_0 *y, int64_t n)
+{
+    const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f), inf = _mm512_set1_ps(INFINITY);
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    for (int64_t i = 0; i < n / QK; i++, x += QK) {
+        __m512 v[2] = {_mm512_loadu_ps(x), _mm512_loadu_ps(x + 16)};
+        __m512 a0 = _mm512_abs_ps(v[0]), a1 = _mm512_abs_ps(v[1]);
+        /* NaN (unordered) or infinite lanes */
+        if (_mm512_cmp_ps_mask(a0, inf, _CMP_NLT_UQ) | _mm512_cmp_ps_mask(a1, inf, _CMP_NLT_UQ)) {
+            quantize_row_q8_0_ref(x, &y[i], QK);
+            continue;
+        }
+        const float d = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1)) / ((1 << 7) - 1);
+        const float id = d ? 1.0f / d : 0.0f;
+        y[i].d = f32_to_fp16(d);
+        const __m512 vid = _mm512_set1_ps(id);
+        for (int h = 0; h < 2; h++) {
+            __m512 t = _mm512_mul_ps(v[h], vid);
+            __m512 r = _mm512_roundscale_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            __mmask16 up = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(t, r)), half, _CMP_GE_OQ);
+            __m512 step = _mm512_castsi512_ps(
+                _mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(t), sign), _mm512_castps_si512(one)));
+            r = _mm512_mask_add_ps(r, up, r, step);
+            _mm_storeu_si128((__m128i *)(y[i].qs + 16 * h), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(r)));
+        }
+    }
+}
+#endif
 
 static void cpy_units(void *p, int64_t u0, int64_t u1, int ith)
 {
@@ -356,6 +393,12 @@ static void cpy_rows(void *p, int64_t r0, int64_t r1, int ith)
             memcpy(or, xr, dtype_row_size(c->tx, n));
             continue;
         }
+#if HAVE_X86
+        if (c->q8z) {
+            q8_0_row_z((const float *)xr, (struct block_q8_0 *)or, n);
+            continue;
+        }
+#endif
         if (tx->quantized) dequantize_row(c->tx, xr, row, n);
         else convert_run(TYPE_F32, (char *)row, 4, c->tx, xr, c->xb[3], n);
         if (to->quantized) quantize_row(c->to, row, or, n);
@@ -387,6 +430,10 @@ static void cpu_cpy(struct arena *a, struct tensor *out, const struct tensor *x)
                    (long long)n, tx->name, to->name);
         return;
     }
+#if HAVE_X86
+    c.q8z = c.to == TYPE_Q8_0 && c.tx == TYPE_F32 && c.xb[3] == (int64_t)sizeof(float) &&
+            cpu_level() >= CPU_AVX512;
+#endif
     struct threadpool *tp = arena_backend(a)->tp;
     c.rowbuf = arena_alloc_host(a, (size_t)tp_n_threads(tp) * (size_t)(n > 0 ? n : 1) * 4);
     if (!c.rowbuf) return;

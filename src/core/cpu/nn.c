@@ -858,19 +858,56 @@ static void attn_items(void *c, int64_t it0, int64_t it1, int ith)
     }
 }
 
+#ifdef NN_X86
+/* dequantize_row of a Q8_0 row at the AVX-512 level: the same products
+ * q * d, so the same floats */
+__attribute__((target("avx512f,avx2,fma"))) static void q8_row_f32_z(const char *src, float *dst, int64_t n)
+{
+    const struct block_q8_0 *b = (const struct block_q8_0 *)src;
+    for (int64_t i = 0; i < n / QK; i++, dst += QK) {
+        __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16((short)b[i].d));
+        __m512 q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b[i].qs)));
+        __m512 q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b[i].qs + 16))));
+        _mm512_storeu_ps(dst, _mm512_mul_ps(q0, d));
+        _mm512_storeu_ps(dst + 16, _mm512_mul_ps(q1, d));
+    }
+}
+#endif
+
+struct q8_deq_ctx { const struct tensor *t; float *dst; bool z; };
+
+static void q8_deq_rows(void *p, int64_t r0, int64_t r1, int ith)
+{
+    (void)ith;
+    const struct q8_deq_ctx *c = p;
+    const struct tensor *t = c->t;
+    const int64_t n = t->ne[3];
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i2 = r % t->ne[2], i1 = (r / t->ne[2]) % t->ne[1], i0 = r / (t->ne[2] * t->ne[1]);
+        const char *src = (const char *)t->data + i0 * t->nb[0] + i1 * t->nb[1] + i2 * t->nb[2];
+#ifdef NN_X86
+        if (c->z) {
+            q8_row_f32_z(src, c->dst + r * n, n);
+            continue;
+        }
+#endif
+        dequantize_row(TYPE_Q8_0, src, c->dst + r * n, n);
+    }
+}
+
 /* A Q8_0 t (rows contiguous by definition) dequantised to a contiguous F32
- * copy, row by row (dequantize_row: d * q per element). */
+ * copy (dequantize_row's floats), rows spread over the pool. */
 static const struct tensor *q8_rows_f32(struct arena *a, const struct tensor *t)
 {
     struct tensor c = tensor_make(TYPE_F32, 4, t->ne, NULL, t->be);
     c.data = arena_alloc(a, tensor_nbytes(&c) + 1);
     if (!c.data) return NULL;
-    float *d = c.data;
-    for (int64_t i0 = 0; i0 < t->ne[0]; i0++)
-        for (int64_t i1 = 0; i1 < t->ne[1]; i1++)
-            for (int64_t i2 = 0; i2 < t->ne[2]; i2++, d += t->ne[3])
-                dequantize_row(TYPE_Q8_0, (const char *)t->data + i0 * t->nb[0] + i1 * t->nb[1] +
-                                              i2 * t->nb[2], d, t->ne[3]);
+    struct q8_deq_ctx x = {t, c.data, false};
+#ifdef NN_X86
+    x.z = cpu_level() >= CPU_AVX512;
+#endif
+    int64_t rows = t->ne[0] * t->ne[1] * t->ne[2];
+    if (rows > 0 && t->ne[3] > 0) tp_parallel_for(pool(a), rows, 1 + 4096 / t->ne[3], q8_deq_rows, &x);
     return arena_desc(a, &c);
 }
 
