@@ -242,7 +242,10 @@ cbx_status t3_load_gpt2(struct t3_model *m, const struct weights *w, enum dtype 
         l->c_fc_w = transposed(l->c_fc_w, wtype, &buf, &desc, row);
         l->mlp_proj_w = transposed(l->mlp_proj_w, wtype, &buf, &desc, row);
     }
-    if (rc == CBX_OK) g->kv_type = gpt2_kv_type(g->h[0].c_attn_w->type);
+    if (rc == CBX_OK) {
+        g->kv_type = gpt2_kv_type(g->h[0].c_attn_w->type);
+        m->bf16 = dtype_traits(g->h[0].c_attn_w->type)->quantized;
+    }
     if (rc == CBX_OK) pack_weights(m, desc, wbeg, buf);
     if (rc != CBX_OK) t3_free(m);
     return rc;
@@ -317,6 +320,13 @@ struct t3_workspace {
 static void free_arenas(struct arena **a)
 {
     for (int i = 0; i < WS_N; i++) arena_free(a[i]);
+}
+
+/* The precision of m's products in the arenas of a call (t3_model.bf16):
+ * the cache arena holds keys and values only. */
+static void set_precision(const struct t3_model *m, struct arena *const *a)
+{
+    for (int i = WS_STEP; i < WS_N; i++) arena_set_bf16(a[i], m->bf16);
 }
 
 /* WS_N new arenas of be; false (none kept) when one fails */
@@ -413,6 +423,7 @@ cbx_status t3_prefix_build(const struct t3_model *m, const struct backend *be,
     }
     kv.scratch[0] = ar[WS_SCRATCH0];
     kv.scratch[1] = ar[WS_SCRATCH1];
+    set_precision(m, ar);
     rc = gpt2_prefill_kv(a, &m->tfmr, &kv, t3_prepare_conditioning(a, m, c));
     if (rc == CBX_OK) {
         arena_reset(a);
@@ -475,6 +486,7 @@ static cbx_status generate(const struct t3_model *m, const struct backend *be, c
     }
     kv.scratch[0] = ar[WS_SCRATCH0];
     kv.scratch[1] = ar[WS_SCRATCH1];
+    set_precision(m, ar);
     float *probs = logits + V, *scratch = logits + 2 * V, *raw = logits + 4 * V;
     struct rng_stream rs;
     rng_stream_init(&rs, "t3.sample", p->seed);

@@ -29,6 +29,12 @@ struct t3_model {
     struct gpt2 tfmr;
     void *owned;      /* transposed Conv1D weights and descriptors */
     void *packed;     /* packed copies of weights used in place (t3_load_gpt2) */
+    bool bf16;        /* BF16 products (arena_set_bf16) for the linears of
+                       * prefills (64 rows or more: the voice prefix, long
+                       * texts); set at load for quantised weights, whose
+                       * own error is larger (decode steps are one row and
+                       * keep the quantised dot products); may be changed
+                       * before the model is used */
 };
 
 /* The conditioning of T3Cond used by the GPT-2 variant. */

@@ -11,6 +11,10 @@
  *     (printed, at most MAX_DLOGIT; it must be nonzero, or the F16 cache
  *     was not used); for scale, the step-0 logit difference between the
  *     Q4_0 and the F32 weights (both F32 caches) is printed too;
+ *   - BF16 products in the prefill (t3_model.bf16, set for quantised
+ *     weights) vs the quantised dot products: step-0 logits differ (the
+ *     BF16 path is used) by at most MAX_BF16_SHARE of the difference the
+ *     Q4_0 weights themselves make (printed);
  *   - the same run three times through one t3_workspace (arenas kept
  *     across calls) gives the tokens and logits of the run without one, bit
  *     for bit.
@@ -29,6 +33,7 @@
 
 enum { STEPS = 64, MIN_MATCH = 16 };
 #define MAX_DLOGIT 0.25
+#define MAX_BF16_SHARE 0.25
 
 static struct npy load(const char *name) { return test_fixture("turbo", name); }
 
@@ -81,6 +86,7 @@ int main(void)
     if (!md || !test_load_t3_f32_q4(md, &m, &mq)) return test_summary();
     CHECK(m.tfmr.kv_type == TYPE_F32, "f32 weights: cache %s, want f32", dtype_name(m.tfmr.kv_type));
     CHECK(mq.tfmr.kv_type == TYPE_Q8_0, "q4_0 weights: cache %s, want q8_0", dtype_name(mq.tfmr.kv_type));
+    CHECK(mq.bf16 && !m.bf16, "BF16 prefill products for q4_0 weights only (%d, %d)", mq.bf16, m.bf16);
     mq.tfmr.kv_type = TYPE_F16;
 
     struct npy spk = load("ve_embedding"), prompt = load("t3_cond_prompt_tokens"), text = load("text_tokens");
@@ -89,21 +95,28 @@ int main(void)
     struct t3_workspace *ws = t3_workspace_create(cpu);
     CHECK(cpu && ws, "backend / workspace");
 
-    struct run r16 = {0}, r32 = {0}, rw = {0}, rf = {0};
+    struct run r16 = {0}, r32 = {0}, rw = {0}, rf = {0}, rq = {0};
     bool ok = cpu && ws && run(&mq, cpu, &cond, &text, NULL, &r16);
     mq.tfmr.kv_type = TYPE_F32;
     ok = ok && run(&mq, cpu, &cond, &text, NULL, &r32);
     mq.tfmr.kv_type = TYPE_F16;
     ok = ok && run(&m, cpu, &cond, &text, NULL, &rf);
+    mq.tfmr.kv_type = TYPE_F32;
+    mq.bf16 = false;
+    ok = ok && run(&mq, cpu, &cond, &text, NULL, &rq);
+    mq.bf16 = true;
+    mq.tfmr.kv_type = TYPE_F16;
     if (ok) {
-        double d0 = 0, d0w = 0;
+        double d0 = 0, d0w = 0, d0b = 0;
         for (int64_t j = 0; j < r16.V; j++) {
-            double a = r16.logits[j], b = r32.logits[j], c = rf.logits[j];
+            double a = r16.logits[j], b = r32.logits[j], c = rf.logits[j], q = rq.logits[j];
             if (fabs(a - b) > d0) d0 = fabs(a - b);
             if (fabs(b - c) > d0w) d0w = fabs(b - c);
+            if (fabs(b - q) > d0b) d0b = fabs(b - q);
         }
-        printf("step 0 (after the prefill): max |dlogit| F16 vs F32 cache %.3g; Q4_0 vs F32 weights %.3g\n",
-               d0, d0w);
+        printf("step 0 (after the prefill): max |dlogit| F16 vs F32 cache %.3g; BF16 vs quantised-dot prefill "
+               "%.3g; Q4_0 vs F32 weights %.3g\n", d0, d0b, d0w);
+        CHECK(d0b > 0 && d0b <= MAX_BF16_SHARE * d0w, "BF16 prefill moves the logits by %.3g (Q4_0: %.3g)", d0b, d0w);
     }
     if (ok) {
         int64_t n = r16.rows < r32.rows ? r16.rows : r32.rows, match = 0, agree = 0;
@@ -141,6 +154,7 @@ int main(void)
     free(r32.logits);
     free(rw.logits);
     free(rf.logits);
+    free(rq.logits);
     t3_workspace_free(ws);
     io_npy_free(&spk); io_npy_free(&prompt); io_npy_free(&text);
     backend_cpu_free(cpu);
