@@ -105,12 +105,17 @@ static void pack_weights(struct t3_model *m, struct tensor *desc, const char *ow
     char *dst = NULL;
     if (copy) {
         size_t cap = (copy + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
-        /* no MADV_HUGEPAGE here: fresh huge pages made the first load in a
-         * process take 0.7-0.8 s instead of 0.3 s on this project's VM
-         * (zeroing never-touched memory), for no measurable decode gain
-         * (bench_e2e, alternating runs: T3 4.80/4.66 s with, 4.80/4.49 s
-         * without) */
+        /* transparent huge pages: the decode streams these ~174 MB (Q4_0
+         * Turbo) once per token, and with 4 KiB pages every 4 KiB costs a
+         * TLB miss. bench_e2e, Q4_0 gguf, quiet, builds alternating: T3
+         * 250 tokens 3.00 / 2.96 s with, 3.96 / 3.78 s without; a fresh
+         * process's load 0.34-0.36 s with, 0.37-0.45 s without. (An
+         * earlier measurement under load had shown no gain and a slower
+         * first load.) Advisory only. */
         dst = m->packed = aligned_alloc(HUGE_PAGE, cap);
+#ifdef MADV_HUGEPAGE
+        if (dst) (void)madvise(dst, cap, MADV_HUGEPAGE);
+#endif
     }
     for (int i = 0; i < n; i++) {
         const struct tensor **f = linear_weight(m, i), *t = *f;
