@@ -37,6 +37,8 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
+
+#include "avx512_tr16.h"
 #endif
 
 /* im2col / col2im scratch per chunk: 2M floats (8 MiB). */
@@ -623,35 +625,6 @@ static const uint16_t *ab_weights(struct arena *a, struct ab_pack *pk, int64_t n
     return pk->wp;
 }
 
-/* In-register transpose of a 16 x 16 matrix of 32-bit elements. */
-TGTAMX static void ab_tr16(__m512i r[16])
-{
-    __m512i t[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    for (int g = 0; g < 4; g++) {
-        __m512i *u = r + 4 * g, *s = t + 4 * g;
-        u[0] = _mm512_unpacklo_epi64(s[0], s[2]);
-        u[1] = _mm512_unpackhi_epi64(s[0], s[2]);
-        u[2] = _mm512_unpacklo_epi64(s[1], s[3]);
-        u[3] = _mm512_unpackhi_epi64(s[1], s[3]);
-    }
-    /* r[4g + q] lane L now holds column 4L + q of rows 4g .. 4g+3 */
-    for (int q = 0; q < 4; q++) {
-        __m512i x0 = _mm512_shuffle_i32x4(r[q], r[4 + q], 0x44);
-        __m512i x1 = _mm512_shuffle_i32x4(r[8 + q], r[12 + q], 0x44);
-        __m512i x2 = _mm512_shuffle_i32x4(r[q], r[4 + q], 0xee);
-        __m512i x3 = _mm512_shuffle_i32x4(r[8 + q], r[12 + q], 0xee);
-        t[q] = _mm512_shuffle_i32x4(x0, x1, 0x88);
-        t[4 + q] = _mm512_shuffle_i32x4(x0, x1, 0xdd);
-        t[8 + q] = _mm512_shuffle_i32x4(x2, x3, 0x88);
-        t[12 + q] = _mm512_shuffle_i32x4(x2, x3, 0xdd);
-    }
-    for (int i = 0; i < 16; i++) r[i] = t[i];
-}
-
 /* The input window of a task: xw[cb][pos][32] = bf16 of xpad[cb*32 + c]
  * at x position c0 + pos for pos < n (zero past n up to lw, and for
  * channels past Cin), through rows (32 x lw floats). */
@@ -682,7 +655,7 @@ TGTAMX static void ab_pack_x(const struct ab_job *j, int64_t b, int64_t c0, int6
                                                  _mm512_loadu_ps(rows + 2 * r * j->lw + s));
                 v[r] = _mm512_permutexvar_epi16(il, (__m512i)h);
             }
-            ab_tr16(v);
+            avx512_tr16(v);
             for (int i = 0; i < 16; i++) _mm512_storeu_si512(o + (s + i) * 32, v[i]);
         }
         if (n16 < j->lw) memset(o + n16 * 32, 0, (size_t)((j->lw - n16) * 32) * sizeof *o);
@@ -697,7 +670,7 @@ TGTAMX static void ab_store(const float *tile, float *y, int64_t ldy, int64_t ys
     if (nt <= 0 || nr <= 0) return;
     __m512i v[16];
     for (int i = 0; i < 16; i++) v[i] = _mm512_load_si512(tile + 16 * i);
-    ab_tr16(v);
+    avx512_tr16(v);
     __mmask16 m = (__mmask16)(nt >= 16 ? 0xffffu : (1u << nt) - 1);
     __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
                                                        13, 14, 15),

@@ -58,6 +58,7 @@ int linear_bf16_min_rows = 64;
 #include <immintrin.h>
 
 #include "amx_tilecfg.h"
+#include "avx512_tr16.h"
 
 #define TGT                                                                                        \
     __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,"   \
@@ -205,33 +206,6 @@ TGT static void conv_x(void *ctx, int64_t r0, int64_t r1, int ith)
 
 /* ---- weight panel ------------------------------------------------------- */
 
-/* 16 x 16 dwords: r[i] dword c -> r[c] dword i */
-TGT static inline void tr16(__m512i r[16])
-{
-    __m512i t[16], u[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    /* u[4i + q], 128-bit lane L: column 4L + q of rows 4i..4i+3 */
-    for (int i = 0; i < 4; i++) {
-        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-    }
-    for (int q = 0; q < 4; q++) {
-        __m512i a = _mm512_shuffle_i32x4(u[q], u[4 + q], 0x88);
-        __m512i b = _mm512_shuffle_i32x4(u[8 + q], u[12 + q], 0x88);
-        __m512i c = _mm512_shuffle_i32x4(u[q], u[4 + q], 0xdd);
-        __m512i d = _mm512_shuffle_i32x4(u[8 + q], u[12 + q], 0xdd);
-        r[q] = _mm512_shuffle_i32x4(a, b, 0x88);
-        r[8 + q] = _mm512_shuffle_i32x4(a, b, 0xdd);
-        r[4 + q] = _mm512_shuffle_i32x4(c, d, 0x88);
-        r[12 + q] = _mm512_shuffle_i32x4(c, d, 0xdd);
-    }
-}
-
 /* K step s (32 values from 32 s) of one plain weight row -> 32 BF16 */
 TGT static inline __m512i row_step(enum dtype t, const char *row, int64_t s, int64_t k)
 {
@@ -284,7 +258,7 @@ TGT static void tile_plain(const struct bjob *j, int64_t n0, int64_t s, uint16_t
     for (int i = 0; i < 16; i++)
         r[i] = n0 + i < j->n ? row_step(j->w->type, j->wd + (n0 + i) * j->ws, s, j->k)
                              : _mm512_setzero_si512();
-    tr16(r);
+    avx512_tr16(r);
     for (int p = 0; p < 16; p++) _mm512_store_si512(o + 32 * p, r[p]);
 }
 
