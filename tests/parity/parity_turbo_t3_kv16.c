@@ -37,43 +37,7 @@ enum { STEPS = 64, MIN_MATCH = 16 };
 
 static struct npy load(const char *name) { return test_fixture("turbo", name); }
 
-struct run {
-    float *logits; /* [STEPS][V] */
-    int64_t rows, V;
-    int32_t tok[STEPS];
-};
-
-static int record(void *user, int step, int32_t token, const float *logits, int64_t V)
-{
-    struct run *r = user;
-    if (step < STEPS) {
-        memcpy(r->logits + (size_t)step * (size_t)V, logits, sizeof(float) * (size_t)V);
-        r->tok[step] = token;
-        r->rows = step + 1;
-    }
-    return 0;
-}
-
-static bool run(const struct t3_model *m, const struct backend *be, const struct t3_cond *c,
-                const struct npy *text, struct t3_workspace *ws, struct run *r)
-{
-    char err[ERR_MAX] = "";
-    struct t3_gen_params p = t3_gen_default_params();
-    p.s.top_k = 1;
-    p.max_gen_len = STEPS - 1;
-    p.ws = ws;
-    r->V = m->hp.speech_vocab;
-    r->rows = 0;
-    r->logits = malloc(sizeof(float) * (size_t)STEPS * (size_t)r->V);
-    CHECK(r->logits != NULL, "out of memory");
-    if (!r->logits) return false;
-    int32_t *tok = NULL;
-    int64_t n = 0;
-    cbx_status rc = t3_inference_turbo(m, be, c, text->data, test_numel(text), &p, record, r, &tok, &n, err);
-    CHECK(rc == CBX_OK, "t3_inference_turbo: %s", err);
-    free(tok);
-    return rc == CBX_OK;
-}
+#include "t3_greedy_run.inc"
 
 int main(void)
 {
@@ -96,14 +60,14 @@ int main(void)
     CHECK(cpu && ws, "backend / workspace");
 
     struct run r16 = {0}, r32 = {0}, rw = {0}, rf = {0}, rq = {0};
-    bool ok = cpu && ws && run(&mq, cpu, &cond, &text, NULL, &r16);
+    bool ok = cpu && ws && run(&mq, cpu, &cond, NULL, &text, NULL, &r16);
     mq.tfmr.kv_type = TYPE_F32;
-    ok = ok && run(&mq, cpu, &cond, &text, NULL, &r32);
+    ok = ok && run(&mq, cpu, &cond, NULL, &text, NULL, &r32);
     mq.tfmr.kv_type = TYPE_F16;
-    ok = ok && run(&m, cpu, &cond, &text, NULL, &rf);
+    ok = ok && run(&m, cpu, &cond, NULL, &text, NULL, &rf);
     mq.tfmr.kv_type = TYPE_F32;
     mq.bf16 = false;
-    ok = ok && run(&mq, cpu, &cond, &text, NULL, &rq);
+    ok = ok && run(&mq, cpu, &cond, NULL, &text, NULL, &rq);
     mq.bf16 = true;
     mq.tfmr.kv_type = TYPE_F16;
     if (ok) {
@@ -143,7 +107,7 @@ int main(void)
     for (int rep = 0; ok && rep < 3; rep++) {
         free(rw.logits);
         rw.logits = NULL;
-        ok = run(&mq, cpu, &cond, &text, ws, &rw);
+        ok = run(&mq, cpu, &cond, NULL, &text, ws, &rw);
         if (!ok) break;
         bool same = rw.rows == r16.rows && !memcmp(rw.tok, r16.tok, sizeof(int32_t) * (size_t)rw.rows) &&
                     !memcmp(rw.logits, r16.logits, sizeof(float) * (size_t)rw.rows * (size_t)rw.V);

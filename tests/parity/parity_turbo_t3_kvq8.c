@@ -39,45 +39,7 @@ enum { STEPS = 64, MIN_MATCH = 16 };
 
 static struct npy load(const char *name) { return test_fixture("turbo", name); }
 
-struct run {
-    float *logits; /* [STEPS][V] */
-    int64_t rows, V;
-    int32_t tok[STEPS];
-};
-
-static int record(void *user, int step, int32_t token, const float *logits, int64_t V)
-{
-    struct run *r = user;
-    if (step < STEPS) {
-        memcpy(r->logits + (size_t)step * (size_t)V, logits, sizeof(float) * (size_t)V);
-        r->tok[step] = token;
-        r->rows = step + 1;
-    }
-    return 0;
-}
-
-/* greedy STEPS tokens; with pfx, through t3_inference_turbo_prefixed */
-static bool run(const struct t3_model *m, const struct backend *be, const struct t3_cond *c,
-                const struct t3_prefix *pfx, const struct npy *text, struct run *r)
-{
-    char err[ERR_MAX] = "";
-    struct t3_gen_params p = t3_gen_default_params();
-    p.s.top_k = 1;
-    p.max_gen_len = STEPS - 1;
-    r->V = m->hp.speech_vocab;
-    r->rows = 0;
-    r->logits = malloc(sizeof(float) * (size_t)STEPS * (size_t)r->V);
-    CHECK(r->logits != NULL, "out of memory");
-    if (!r->logits) return false;
-    int32_t *tok = NULL;
-    int64_t n = 0;
-    cbx_status rc = pfx ? t3_inference_turbo_prefixed(m, be, pfx, text->data, test_numel(text), &p, record, r, &tok,
-                                                      &n, err)
-                        : t3_inference_turbo(m, be, c, text->data, test_numel(text), &p, record, r, &tok, &n, err);
-    CHECK(rc == CBX_OK, "t3_inference_turbo: %s", err);
-    free(tok);
-    return rc == CBX_OK;
-}
+#include "t3_greedy_run.inc"
 
 static double max_diff(const float *a, const float *b, size_t n, double *amax)
 {
@@ -205,16 +167,16 @@ int main(void)
 
     struct run r8 = {0}, r16 = {0}, r32 = {0}, rf = {0}, rp = {0};
     mq.tfmr.kv_type = TYPE_Q8_0;
-    bool ok = cpu && run(&mq, cpu, &cond, NULL, &text, &r8);
+    bool ok = cpu && run(&mq, cpu, &cond, NULL, &text, NULL, &r8);
     mq.tfmr.kv_type = TYPE_F16;
-    ok = ok && run(&mq, cpu, &cond, NULL, &text, &r16);
+    ok = ok && run(&mq, cpu, &cond, NULL, &text, NULL, &r16);
     mq.tfmr.kv_type = TYPE_F32;
-    ok = ok && run(&mq, cpu, &cond, NULL, &text, &r32);
+    ok = ok && run(&mq, cpu, &cond, NULL, &text, NULL, &r32);
     /* the F32 weights with an F32 cache; a Q4_0 file loads as stored both
      * times, so there is no weight error to compare with */
     const bool f32w = m.tfmr.h[0].c_attn_w->type == TYPE_F32;
     m.tfmr.kv_type = TYPE_F32;
-    ok = ok && run(&m, cpu, &cond, NULL, &text, &rf);
+    ok = ok && run(&m, cpu, &cond, NULL, &text, NULL, &rf);
     if (ok) {
         const size_t V = (size_t)r8.V;
         double d8 = max_diff(r8.logits, r32.logits, V, NULL), d16 = max_diff(r16.logits, r32.logits, V, NULL);
@@ -256,7 +218,7 @@ int main(void)
         mq.tfmr.kv_type = TYPE_Q8_0;
         cbx_status rc = t3_prefix_build(&mq, cpu, &cond, &pfx, err);
         CHECK(rc == CBX_OK, "t3_prefix_build: %s", err);
-        if (rc == CBX_OK && run(&mq, cpu, &cond, pfx, &text, &rp)) {
+        if (rc == CBX_OK && run(&mq, cpu, &cond, pfx, &text, NULL, &rp)) {
             bool same = rp.rows == r8.rows && !memcmp(rp.tok, r8.tok, sizeof(int32_t) * (size_t)rp.rows) &&
                         !memcmp(rp.logits, r8.logits, sizeof(float) * (size_t)rp.rows * (size_t)rp.V);
             printf("voice prefix with a Q8_0 cache: %s the run without\n", same ? "bit for bit" : "differs from");
