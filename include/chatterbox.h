@@ -66,9 +66,10 @@ typedef struct cbx_model_params {
      * converted file's type for a .gguf). */
     const char *weight_type;
     /* A directory where each voice's T3 prefix (the keys and values of its
-     * speaker and reference-prompt positions, ~0.5 s to compute on a
-     * 2-core CPU, ~37 MB for Turbo) is kept between processes, so the
-     * first utterance in a voice is as fast as later ones; created when
+     * speaker and reference-prompt positions, ~0.4 s to compute on a
+     * 2-core CPU, ~20 MB for a quantised Turbo) is kept between
+     * processes, so the first utterance in a voice is as fast as later
+     * ones; created when
      * missing, at most 16 files, least recently used removed. NULL (the
      * default): prefixes are kept in memory only. `chatterbox say` uses
      * ~/.cache/chatterbox/prefixes. */

@@ -78,7 +78,7 @@ static void usage(FILE *f)
             "                            (default $CHATTERBOX_PREFIX_CACHE, else\n"
             "                            $XDG_CACHE_HOME/chatterbox/prefixes or\n"
             "                            ~/.cache/chatterbox/prefixes; 16 files of\n"
-            "                            ~37 MB at most)\n"
+            "                            ~20 MB at most)\n"
             "  --no-prefix-cache         compute the voice prefix in this run only\n"
             "  --lines                   live mode: speak each line of standard input\n"
             "                            as it arrives (streamed), for piping from\n"

@@ -24,7 +24,8 @@
  * the payload), then the speaker embedding (F32), the prompt tokens (I32)
  * and the cache values. The values are stored in the KV cache's type when
  * converting them to it and back reproduces them exactly (an F16 cache
- * saves F16 values, half the bytes), else as F32. Files are written under
+ * saves F16 values, half the bytes; a Q8_0 cache, the default of quantised
+ * models, Q8_0 blocks, about a quarter), else as F32. Files are written under
  * a temporary name and renamed (io/atomic_file.h); a file that is short,
  * corrupt, for other sizes or for another model is refused with a message
  * (the engine then builds the prefix and overwrites it). The directory
