@@ -12,8 +12,8 @@
  *
  * Model id (prefix_store_model_id): SHA-256 over the library version and
  * build commit, the CPU kernel family (cpu_level, AMX), the cache type and
- * sizes, and the names, types, shapes and sampled bytes (up to 8 spans of
- * 2 KiB each) of every tensor the prefix depends on. A prefix read back is
+ * sizes, and the names, types, shapes and sampled bytes (up to 4 spans of
+ * 1 KiB each) of every tensor the prefix depends on. A prefix read back is
  * therefore what this build would compute with these weights: the tokens
  * are bit-identical to a freshly built prefix's (tested). The sampling
  * means two checkpoints differing only outside the sampled spans would
