@@ -4,7 +4,8 @@
  * the whole-utterance run of the same text and parameters from the same
  * invocation as baseline (its first audio is its end).
  *
- *   bench_stream --model DIR|GGUF [--tokens N] [--first-tokens K] [--stream-prompt P] [--first-prompt F]
+ *   bench_stream --model DIR|GGUF [--tokens N] [--first-tokens K] [--chunk-tokens C] [--stream-prompt P]
+ *                [--first-prompt F]
  *                [--threads N] [--reps N] [--filter q4_0]
  *
  * Workload: a fixed sentence with the built-in voice, seed 0, upstream
@@ -29,7 +30,13 @@
  * First-audio latency is measured from the engine_synthesize call to the
  * first chunk's callback; its parts: T3 prefill (call -> first token,
  * including the prefix when cold), the first chunk's tokens (-> token K),
- * and S3Gen's first chunk (-> first audio). */
+ * and S3Gen's first chunk (-> first audio). "Playback start" is the
+ * earliest time after the call at which a player could start playing the
+ * stream and never run dry: max over chunks of (arrival - seconds of audio
+ * delivered before it); it is the first audio when every chunk arrives
+ * before the audio ahead of it has been played. --chunk-tokens C sets the
+ * second chunk's tokens (engine_params.stream_chunk_tokens; later chunks
+ * double up to 80). */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +53,8 @@
 
 struct probe {
     double t0, t_tok1, t_tokf, t_audio;
+    double played; /* seconds of audio delivered so far */
+    double t_play; /* the earliest playback start that never runs dry */
     int first_tokens;
 };
 
@@ -61,14 +70,19 @@ static int on_progress(void *user, const struct engine_progress *p)
 
 static int on_chunk(void *user, const float *pcm, int64_t n, int sr)
 {
-    (void)pcm; (void)n; (void)sr;
+    (void)pcm;
     struct probe *b = user;
-    if (!b->t_audio) b->t_audio = bench_now() - b->t0;
+    const double t = bench_now() - b->t0;
+    if (!b->t_audio) b->t_audio = t;
+    /* a player starting at P plays audio second s at P + s: this chunk
+     * must arrive before the audio delivered so far has been played */
+    if (t - b->played > b->t_play) b->t_play = t - b->played;
+    b->played += (double)n / sr;
     return 0;
 }
 
 /* first audio and its parts */
-struct first { double first, prefill, tokens, s3first, prefix; };
+struct first { double first, prefill, tokens, s3first, prefix, play; };
 
 struct result {
     struct first cold, warm, stored, call1;
@@ -77,7 +91,7 @@ struct result {
     int64_t speech;
 };
 
-enum { V_FIRST, V_PREFILL, V_TOKENS, V_S3, V_PREFIX, NV_FIRST };
+enum { V_FIRST, V_PREFILL, V_TOKENS, V_S3, V_PREFIX, V_PLAY, NV_FIRST };
 
 static void put(double **v, int r, const struct probe *b, const struct engine_stats *st)
 {
@@ -86,13 +100,14 @@ static void put(double **v, int r, const struct probe *b, const struct engine_st
     v[V_TOKENS][r] = b->t_tokf - b->t_tok1;
     v[V_S3][r] = b->t_audio - b->t_tokf;
     v[V_PREFIX][r] = st->t_t3_prefix;
+    v[V_PLAY][r] = b->t_play;
 }
 
 static struct first medians(double **v, int R)
 {
     struct first f = {bench_stats(v[V_FIRST], R).median, bench_stats(v[V_PREFILL], R).median,
                       bench_stats(v[V_TOKENS], R).median, bench_stats(v[V_S3], R).median,
-                      bench_stats(v[V_PREFIX], R).median};
+                      bench_stats(v[V_PREFIX], R).median, bench_stats(v[V_PLAY], R).median};
     return f;
 }
 
@@ -106,7 +121,7 @@ static void empty_dir(const char *dir)
     if (d) closedir(d);
 }
 
-static int run_type(const char *path, int wtype, int N, int K, int P, int FP, const struct bench_opts *o,
+static int run_type(const char *path, int wtype, int N, int K, int C, int P, int FP, const struct bench_opts *o,
                     struct backend *be, struct result *res)
 {
     char err[ERR_MAX] = "";
@@ -129,13 +144,14 @@ static int run_type(const char *path, int wtype, int N, int K, int P, int FP, co
     struct engine_params p = engine_default_params();
     p.split = false;
     if (K > 0) p.stream_first_tokens = K;
+    if (C > 0) p.stream_chunk_tokens = C;
     p.stream_prompt_tokens = P;
     if (FP >= 0) p.stream_first_prompt_tokens = FP;
     for (int r = -1; r < R; r++) {
         /* warm: 0 cold, 1 from the cache, 2 from the store */
         for (int warm = 0; warm < 3; warm++) {
             if (r < 0 && warm) break;
-            struct probe b = {0, 0, 0, 0, p.stream_first_tokens};
+            struct probe b = {0, 0, 0, 0, 0, 0, p.stream_first_tokens};
             struct engine_stats st;
             p.stream = true;
             p.max_tokens = r < 0 ? 12 : N;
@@ -152,7 +168,7 @@ static int run_type(const char *path, int wtype, int N, int K, int P, int FP, co
             }
             if (r < 0) {
                 res->call1 = (struct first){b.t_audio, b.t_tok1, b.t_tokf - b.t_tok1, b.t_audio - b.t_tokf,
-                                            st.t_t3_prefix};
+                                            st.t_t3_prefix, b.t_play};
                 continue;
             }
             put(warm == 2 ? vs : warm ? vw : vc, r, &b, &st);
@@ -194,6 +210,7 @@ int main(int argc, char **argv)
     const char *model = bench_take_model(&argc, argv), *v;
     int N = (v = bench_take_opt(&argc, argv, "--tokens")) ? atoi(v) : 250;
     int K = (v = bench_take_opt(&argc, argv, "--first-tokens")) ? atoi(v) : 0;
+    int C = (v = bench_take_opt(&argc, argv, "--chunk-tokens")) ? atoi(v) : 0;
     int P = (v = bench_take_opt(&argc, argv, "--stream-prompt")) ? atoi(v) : 0;
     int FP = (v = bench_take_opt(&argc, argv, "--first-prompt")) ? atoi(v) : -1;
     struct bench_opts opt;
@@ -211,7 +228,7 @@ int main(int argc, char **argv)
         const char *name = gguf ? "gguf" : dtype_name((enum dtype)wt);
         if (!gguf && !bench_selected(&opt, name)) continue;
         struct result r = {0};
-        if (!run_type(model, wt, N, K, P, FP, &opt, be, &r)) {
+        if (!run_type(model, wt, N, K, C, P, FP, &opt, be, &r)) {
             backend_cpu_free(be);
             return 1;
         }
@@ -224,15 +241,17 @@ int main(int argc, char **argv)
         bench_emit1("stream_first_tokens", name, N, &opt, "s", r.warm.tokens, NULL, 0);
         bench_emit1("stream_s3gen_first_chunk", name, N, &opt, "s", r.warm.s3first, NULL, 0);
         bench_emit1("stream_rtf", name, N, &opt, "x", r.rtf, "whole_rtf", r.whole_rtf);
+        bench_emit1("stream_playback_start", name, N, &opt, "s", r.warm.play, "first_audio", r.warm.first);
+        bench_emit1("stream_playback_start_cold", name, N, &opt, "s", r.cold.play, "first_audio_cold", r.cold.first);
         const struct first *f[4] = {&r.call1, &r.cold, &r.stored, &r.warm};
         static const char *const what[4] = {"first call", "cold", "stored", "warm"};
         for (int k = 0; k < 4; k++)
             fprintf(stderr,
                     "stream %-5s %-10s first audio %5.0f ms = prefill %5.0f (voice prefix %4.0f) + %d tokens %4.0f + "
-                    "s3gen chunk %5.0f\n",
+                    "s3gen chunk %5.0f; playback start %5.0f\n",
                     name, what[k], 1000 * f[k]->first, 1000 * f[k]->prefill, 1000 * f[k]->prefix,
                     K > 0 ? K : engine_default_params().stream_first_tokens, 1000 * f[k]->tokens,
-                    1000 * f[k]->s3first);
+                    1000 * f[k]->s3first, 1000 * f[k]->play);
         fprintf(stderr, "stream %-5s %lld tokens (%.1f s audio, %d chunks): stream total %.2f s (RTF %.3f) vs whole "
                 "%.2f s (RTF %.3f)\n",
                 name, (long long)r.speech, r.audio, r.chunks, r.total, r.rtf, r.whole, r.whole_rtf);

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/build_id.h"
 #include "core/threadpool.h"
 #include "io/model_file.h"
 
@@ -97,9 +98,7 @@ struct bench_stats bench_stats(double *v, int n)
 
 const char *bench_commit(void)
 {
-#ifdef CBX_GIT_COMMIT
-    if (CBX_GIT_COMMIT[0]) return CBX_GIT_COMMIT;
-#endif
+    if (cbx_build_commit[0]) return cbx_build_commit;
     const char *e = getenv("CBX_COMMIT");
     return e && *e ? e : "unknown";
 }

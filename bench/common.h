@@ -48,7 +48,7 @@ void bench_emit(const char *bench, const char *type, const int64_t *shape, int n
 void bench_emit1(const char *bench, const char *type, int N, const struct bench_opts *o, const char *unit,
                  double v, const char *baseline, double baseline_median);
 
-/* Short commit id: CBX_GIT_COMMIT at build time, else $CBX_COMMIT, else
+/* Short commit id: cbx_build_commit (core/build_id.h), else $CBX_COMMIT, else
  * "unknown". */
 const char *bench_commit(void);
 

@@ -134,6 +134,24 @@ CBX_API void cbx_context_free(cbx_context *ctx);
  * text). Thread safety: one thread at a time per context. */
 CBX_API const char *cbx_context_errmsg(const cbx_context *ctx);
 
+/* ---- voice preparation ------------------------------------------------ */
+
+/* Do now the work a voice needs before its first speech token: T3's voice
+ * prefix (the keys and values of the speaker and reference-prompt
+ * positions, ~0.3-0.5 s on a 2-core CPU), taken from the model's memory,
+ * or its prefix_cache_dir, or built, and then kept in memory (and written
+ * to prefix_cache_dir when the model has one). The next cbx_synthesize()
+ * in this voice then starts decoding at once: call this when a voice
+ * becomes known (a server registering a voice, a live reader before the
+ * first line arrives) to take that cost off the first audio. voice NULL:
+ * the built-in voice. n_threads as cbx_synth_params.n_threads (0: all
+ * CPUs). The model keeps the 2 most recently used prefixes in memory.
+ * Optional: synthesis without it gives the same audio. Errors:
+ * CBX_ERR_INVALID_ARG, CBX_ERR_NOT_FOUND (no voice and no built-in one),
+ * CBX_ERR_NOMEM; the message is in cbx_context_errmsg(ctx).
+ * Thread safety: one thread at a time per context. */
+CBX_API cbx_status cbx_prepare_voice(cbx_context *ctx, const cbx_voice *voice, int n_threads);
+
 /* ---- synthesis -------------------------------------------------------- */
 
 typedef struct cbx_synth_params {

@@ -255,6 +255,11 @@ static cbx_status say_lines(const struct engine_model *m, const struct backend *
     int n_lines = 0;
     cbx_status rc = CBX_OK;
     memset(st, 0, sizeof *st);
+    /* the voice's T3 prefix now, before the first line arrives, so that
+     * line starts decoding at once (cbx_prepare_voice) */
+    const double tp = now();
+    if ((rc = engine_prepare_voice(m, be, voice, err)) != CBX_OK) return rc;
+    if (s->verbose) fprintf(stderr, "say: voice ready in %.3f s\n", now() - tp);
     while (rc == CBX_OK && !interrupted && (len = getline(&line, &cap, stdin)) >= 0) {
         if (!engine_has_word(line)) continue;
         float *one = NULL;

@@ -19,13 +19,10 @@
 #include "cli.h"
 #include "default_model.h"
 #include "core/backend.h"
+#include "core/build_id.h"
 #include "io/model_file.h"
 #include "voice/conds.h"
 #include "voice/voice.h"
-
-#ifndef CBX_GIT_COMMIT
-#define CBX_GIT_COMMIT ""
-#endif
 
 static void usage(FILE *f)
 {
@@ -157,8 +154,8 @@ static int cmd_create(int argc, char **argv)
         m.loudness_norm = rep.loudness_applied;
         m.loudness_lufs = rep.loudness_lufs;
         m.gain_db = rep.gain_db;
-        snprintf(m.tool, sizeof m.tool, "chatterbox %s%s%s%s", cbx_version(), CBX_GIT_COMMIT[0] ? " (" : "",
-                 CBX_GIT_COMMIT, CBX_GIT_COMMIT[0] ? ")" : "");
+        snprintf(m.tool, sizeof m.tool, "chatterbox %s%s%s%s", cbx_version(), cbx_build_commit[0] ? " (" : "",
+                 cbx_build_commit, cbx_build_commit[0] ? ")" : "");
         if ((rc = conds_write_voice(out, &c, &m, err)) != CBX_OK) goto done;
     }
     if (npy && (rc = conds_write_npy_dir(npy, &c, err)) != CBX_OK) {

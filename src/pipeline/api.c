@@ -210,6 +210,31 @@ static int relay(void *user, const float *pcm, int64_t n, int sample_rate)
     return r->cb(r->user, pcm, (size_t)n, sample_rate);
 }
 
+/* ctx's backend with n threads (in [0, 1024], checked by the caller),
+ * started on first use and restarted when n changes. */
+static cbx_status ctx_backend(cbx_context *ctx, int n, const char *who)
+{
+    if (ctx->be && ctx->be_threads == n) return CBX_OK;
+    backend_cpu_free(ctx->be);
+    ctx->be_threads = -1;
+    if (!(ctx->be = backend_cpu_create(n)))
+        return err_setf(ctx->err, CBX_ERR_NOMEM, "%s: cannot start %d threads", who, n);
+    ctx->be_threads = n;
+    return CBX_OK;
+}
+
+cbx_status cbx_prepare_voice(cbx_context *ctx, const cbx_voice *voice, int n_threads)
+{
+    if (!ctx) return CBX_ERR_INVALID_ARG;
+    ctx->err[0] = 0;
+    if (n_threads < 0 || n_threads > 1024)
+        return err_setf(ctx->err, CBX_ERR_INVALID_ARG, "cbx_prepare_voice: n_threads %d outside [0, 1024]",
+                        n_threads);
+    cbx_status rc = ctx_backend(ctx, n_threads, "cbx_prepare_voice");
+    if (rc == CBX_OK) rc = engine_prepare_voice(ctx->model->m, ctx->be, voice ? &voice->c : NULL, ctx->err);
+    return rc;
+}
+
 cbx_status cbx_synthesize(cbx_context *ctx, const cbx_voice *voice, const char *text,
                           const cbx_synth_params *params, cbx_chunk_cb chunk, void *user,
                           cbx_audio *audio)
@@ -229,14 +254,8 @@ cbx_status cbx_synthesize(cbx_context *ctx, const cbx_voice *voice, const char *
     if (params->cfm_steps < 0 || params->cfm_steps > 1000)
         return err_setf(ctx->err, CBX_ERR_INVALID_ARG, "cbx_synthesize: cfm_steps %d outside [0, 1000]",
                         params->cfm_steps);
-    if (!ctx->be || ctx->be_threads != params->n_threads) {
-        backend_cpu_free(ctx->be);
-        ctx->be_threads = -1;
-        if (!(ctx->be = backend_cpu_create(params->n_threads)))
-            return err_setf(ctx->err, CBX_ERR_NOMEM, "cbx_synthesize: cannot start %d threads",
-                            params->n_threads);
-        ctx->be_threads = params->n_threads;
-    }
+    cbx_status rc = ctx_backend(ctx, params->n_threads, "cbx_synthesize");
+    if (rc != CBX_OK) return rc;
     struct engine_params e = engine_default_params();
     e.s.temperature = params->temperature;
     e.s.top_k = params->top_k;
@@ -258,7 +277,7 @@ cbx_status cbx_synthesize(cbx_context *ctx, const cbx_voice *voice, const char *
     struct chunk_relay r = {chunk, user};
     float *pcm = NULL;
     int64_t n = 0;
-    cbx_status rc = engine_synthesize(ctx->model->m, ctx->be, voice ? &voice->c : NULL, text, &e,
+    rc = engine_synthesize(ctx->model->m, ctx->be, voice ? &voice->c : NULL, text, &e,
                                       chunk ? relay : NULL, NULL, &r, audio ? &pcm : NULL, &n, NULL,
                                       ctx->err);
     if (rc != CBX_OK) return rc;

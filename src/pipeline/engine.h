@@ -239,12 +239,6 @@ struct engine_stats {
                                * (engine_params.precision) */
 };
 
-/* Speak text with voice (NULL: the built-in voice) on backend be. *pcm
- * (when pcm is not NULL) receives the whole audio, owned by the caller
- * (free()); chunk (optional) receives it piece by piece. st (optional)
- * receives timings. Errors: empty text or text with nothing to speak
- * (CBX_ERR_INVALID_ARG), CBX_ERR_CANCELLED from a callback, and the
- * stages' own; on failure *pcm is NULL. */
 /* Put voice's T3 prefix into the model's cache now (NULL: the built-in
  * voice), so that the next call in that voice starts without it; a no-op
  * when it is cached already or the cache is off. */
@@ -253,6 +247,12 @@ cbx_status engine_prepare_voice(const struct engine_model *m, const struct backe
 /* Empty the voice prefix cache (prefixes in use are freed by their calls). */
 void engine_voice_cache_clear(const struct engine_model *m);
 
+/* Speak text with voice (NULL: the built-in voice) on backend be. *pcm
+ * (when pcm is not NULL) receives the whole audio, owned by the caller
+ * (free()); chunk (optional) receives it piece by piece. st (optional)
+ * receives timings. Errors: empty text or text with nothing to speak
+ * (CBX_ERR_INVALID_ARG), CBX_ERR_CANCELLED from a callback, and the
+ * stages' own; on failure *pcm is NULL. */
 cbx_status engine_synthesize(const struct engine_model *m, const struct backend *be,
                              const struct conds *voice, const char *text,
                              const struct engine_params *p, engine_chunk_fn chunk,

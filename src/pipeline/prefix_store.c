@@ -12,14 +12,11 @@
 #include <unistd.h>
 
 #include "chatterbox.h"
+#include "core/build_id.h"
 #include "core/cpu_features.h"
 #include "core/quant.h"
 #include "io/atomic_file.h"
 #include "io/sha256.h"
-
-#ifndef CBX_GIT_COMMIT
-#define CBX_GIT_COMMIT ""
-#endif
 
 static const char magic[8] = {'C', 'B', 'X', 'P', 'F', 'X', '1', '\n'};
 #define BOM 0x01020304u
@@ -94,8 +91,9 @@ void prefix_store_model_id(const struct t3_model *m, uint8_t id[PREFIX_STORE_ID_
 {
     struct sha256 s;
     sha256_init(&s);
-    static const char tag[] = "chatterbox.c T3 voice prefix " CBX_VERSION_STRING " " CBX_GIT_COMMIT;
+    static const char tag[] = "chatterbox.c T3 voice prefix " CBX_VERSION_STRING " ";
     sha256_update(&s, tag, sizeof tag);
+    sha256_update(&s, cbx_build_commit, strlen(cbx_build_commit) + 1);
     /* the kernels that computed it: results differ between CPU families */
     hash_u64(&s, (uint64_t)cpu_level());
     hash_u64(&s, cpu_amx_ready());

@@ -1,10 +1,12 @@
 /* testutil.c - see testutil.h. */
 #include "testutil.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -117,6 +119,21 @@ bool test_exists(const char *path)
 {
     struct stat sb;
     return stat(path, &sb) == 0;
+}
+
+int test_count_files(const char *dir, const char *suffix, char *first, size_t n)
+{
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int k = 0;
+    const size_t sl = strlen(suffix);
+    for (struct dirent *e; (e = readdir(d));) {
+        const size_t l = strlen(e->d_name);
+        if (l <= sl || strcmp(e->d_name + l - sl, suffix)) continue;
+        if (k++ == 0 && first) snprintf(first, n, "%s/%s", dir, e->d_name);
+    }
+    closedir(d);
+    return k;
 }
 
 const char *test_path(const char *dir, const char *name)

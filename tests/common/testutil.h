@@ -57,6 +57,10 @@ void test_slurp(const char *path, char *buf, size_t n);
 int test_count_lines(const char *s);
 /* path names an existing file or directory. */
 bool test_exists(const char *path);
+
+/* Number of entries of dir whose names end with suffix; *first (when not
+ * NULL) receives the path of one of them. -1 when dir cannot be read. */
+int test_count_files(const char *dir, const char *suffix, char *first, size_t n);
 /* dir/name in one of 4 static buffers used in turn (so up to 4 such paths
  * can be held at once). */
 const char *test_path(const char *dir, const char *name);

@@ -65,21 +65,6 @@ static void expect(const char *what, const struct out *o, const struct out *ref,
 }
 
 /* the only *.cbxpfx file of dir (path into buf) and the count */
-static int files(const char *dir, char *buf, size_t n)
-{
-    char cmd[8400];
-    snprintf(cmd, sizeof cmd, "ls '%s'/*.cbxpfx 2>/dev/null", dir);
-    FILE *p = popen(cmd, "r");
-    int k = 0;
-    char line[4096];
-    while (p && fgets(line, sizeof line, p)) {
-        line[strcspn(line, "\n")] = 0;
-        if (k++ == 0) snprintf(buf, n, "%s", line);
-    }
-    if (p) pclose(p);
-    return k;
-}
-
 static long file_size(const char *path)
 {
     struct stat sb;
@@ -106,7 +91,7 @@ static void run(const char *dir, int wtype, const char *tag, long want_value_byt
     char bad[4200];
     if (!say(m, be, NULL, &ref)) goto done;
     expect("first call", &ref, &ref, ENGINE_PREFIX_BUILT, true, NULL);
-    CHECK(files(sdir, file, sizeof file) == 1, "one file in the store");
+    CHECK(test_count_files(sdir, ".cbxpfx", file, sizeof file) == 1, "one file in the store");
     /* header (~100 bytes) + speaker + prompt + values */
     const long sz = file_size(file), extra = sz - want_value_bytes;
     printf("%s: file %ld bytes, values %ld bytes\n", tag, sz, want_value_bytes);
@@ -185,7 +170,7 @@ static void trim(const char *dir)
         if (say(m, be, NULL, &o)) CHECK(o.st.prefix_saved, "saved");
         free(o.pcm);
         char first[4096];
-        int k = files(sdir, first, sizeof first);
+        int k = test_count_files(sdir, ".cbxpfx", first, sizeof first);
         snprintf(path, sizeof path, "%s/old04.cbxpfx", sdir);
         bool old4 = test_exists(path);
         snprintf(path, sizeof path, "%s/old05.cbxpfx", sdir);

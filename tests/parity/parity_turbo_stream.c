@@ -624,11 +624,21 @@ static void cli_checks(const char *model)
     int64_t n1 = 0, n2 = 0;
     uint8_t *r1 = say_once(model, l1, &n1), *r2 = say_once(model, l2, &n2);
     CHECK(r1 && r2 && n1 > 0 && n2 > 0, "say --stream of single lines failed");
+    /* a fresh prefix store: the voice prefix is built and saved while
+     * stdin is still silent (say_lines prepares the voice first) */
+    char store[600];
+    snprintf(store, sizeof store, "%s/prefixes", test_tmpdir("stream-lines"));
     char *largv[] = {bin, "say", "--lines", "-q", "--model", (char *)model, "--max-tokens", "30",
-                     "--seed", "3", "-o", "-", NULL};
+                     "--seed", "3", "--prefix-cache", store, "-o", "-", NULL};
     if (r1 && r2 && spawn(&c, largv, 1) == 0) {
         buf = NULL;
         n = 0;
+        const double tw = test_now();
+        int k = 0;
+        while ((k = test_count_files(store, ".cbxpfx", NULL, 0)) < 1 && test_now() - tw < 120) usleep(20000);
+        printf("say --lines: voice prefix in the store after %.2f s, before any line was written\n",
+               test_now() - tw);
+        CHECK(k == 1, "--lines: no voice prefix saved before the first line (%d files)", k);
         char line[128];
         snprintf(line, sizeof line, "%s\n", l1);
         CHECK(write(c.in, line, strlen(line)) == (ssize_t)strlen(line), "write line 1");

@@ -147,6 +147,60 @@ static int collect(void *user, const float *s, size_t n, int sr)
     return 0;
 }
 
+/* cbx_prepare_voice builds the built-in voice's T3 prefix before any
+ * synthesis: the model's prefix store holds its file afterwards, and the
+ * audio is the audio of a model that never prepared. */
+static void prepare(const char *path)
+{
+    char err[512] = "", store[600];
+    snprintf(store, sizeof store, "%s/prefixes", test_tmpdir("api-prepare"));
+    cbx_model_params mp = cbx_model_default_params();
+    mp.prefix_cache_dir = store;
+    cbx_model *m = NULL, *m2 = NULL;
+    cbx_context *ctx = NULL, *ctx2 = NULL;
+    cbx_status rc = cbx_model_load(path, &mp, &m, err, sizeof err);
+    CHECK(rc == CBX_OK, "cbx_model_load(%s, prefix store): %s", path, err);
+    rc = rc == CBX_OK ? cbx_model_load(path, NULL, &m2, err, sizeof err) : rc;
+    CHECK(rc == CBX_OK, "cbx_model_load(%s): %s", path, err);
+    if (rc == CBX_OK) rc = cbx_context_create(m, &ctx);
+    if (rc == CBX_OK) rc = cbx_context_create(m2, &ctx2);
+    if (rc != CBX_OK) goto out;
+    CHECK(cbx_prepare_voice(NULL, NULL, 0) == CBX_ERR_INVALID_ARG, "cbx_prepare_voice(NULL context)");
+    rc = cbx_prepare_voice(ctx, NULL, -2);
+    CHECK(rc == CBX_ERR_INVALID_ARG && strstr(cbx_context_errmsg(ctx), "n_threads"), "n_threads -2: '%s'",
+          cbx_context_errmsg(ctx));
+    int before = test_count_files(store, ".cbxpfx", NULL, 0);
+    const double t0 = test_now();
+    rc = cbx_prepare_voice(ctx, NULL, 0);
+    const double t_prep = test_now() - t0;
+    char file[700] = "";
+    int after = test_count_files(store, ".cbxpfx", file, sizeof file);
+    printf("  cbx_prepare_voice: %s in %.3f s; prefix files in the store %d -> %d\n", cbx_status_str(rc), t_prep,
+           before < 0 ? 0 : before, after);
+    CHECK(rc == CBX_OK && *cbx_context_errmsg(ctx) == 0, "cbx_prepare_voice: %s", cbx_context_errmsg(ctx));
+    CHECK(before <= 0 && after == 1, "the prepared prefix is in the store (%d -> %d files)", before, after);
+    CHECK(cbx_prepare_voice(ctx, NULL, 0) == CBX_OK && test_count_files(store, ".cbxpfx", NULL, 0) == 1,
+          "a second cbx_prepare_voice: %s", cbx_context_errmsg(ctx));
+    /* same audio as a model that never prepared */
+    cbx_synth_params p = cbx_synth_default_params();
+    p.max_tokens = 12;
+    p.top_k = 1;
+    cbx_audio a = {0}, b = {0};
+    rc = cbx_synthesize(ctx, NULL, "Prepared in advance.", &p, NULL, NULL, &a);
+    CHECK(rc == CBX_OK, "synthesis after cbx_prepare_voice: %s", cbx_context_errmsg(ctx));
+    rc = cbx_synthesize(ctx2, NULL, "Prepared in advance.", &p, NULL, NULL, &b);
+    CHECK(rc == CBX_OK, "synthesis without it: %s", cbx_context_errmsg(ctx2));
+    CHECK(a.n > 0 && a.n == b.n && !memcmp(a.samples, b.samples, a.n * sizeof(float)),
+          "prepared and unprepared audio are the same (%zu, %zu samples)", a.n, b.n);
+    cbx_audio_free(&a);
+    cbx_audio_free(&b);
+out:
+    cbx_context_free(ctx);
+    cbx_context_free(ctx2);
+    cbx_model_free(m);
+    cbx_model_free(m2);
+}
+
 static void with_model(void)
 {
     char path[600], err[512] = "", cmd[3000], out[600];
@@ -243,6 +297,7 @@ static void with_model(void)
     free(c.pcm);
     cbx_context_free(ctx);
     cbx_model_free(m);
+    prepare(path);
 }
 
 int main(int argc, char **argv)
