@@ -24,15 +24,5 @@ if [ -z "$model" ]; then
   model="$(./build/chatterbox download turbo)"
 fi
 
-if ./build/chatterbox --help | grep -q '^  say '; then
-  ./build/chatterbox say --model "$model" -o "$out" -- "$text"
-  echo "demo: wrote $out" >&2
-  exit 0
-fi
-cat >&2 <<MSG
-chatterbox: the model is ready in $model, but this build has no \`say\`
-command yet (it lands with the Turbo end-to-end issue). What works today:
-  ./build/chatterbox tokens --model "$model" --text "$text"
-prints the T3 speech tokens for the text.
-MSG
-exit 1
+./build/chatterbox say --model "$model" -o "$out" -- "$text"
+echo "demo: wrote $out" >&2
