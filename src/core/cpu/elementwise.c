@@ -31,6 +31,7 @@
 
 #include "../backend.h"
 #include "../cpu_features.h"
+#include "../elem.h"
 #include "../quant.h"
 #include "../threadpool.h"
 
@@ -40,19 +41,6 @@
 #define PAR_MIN 32768        /* elements per unit of parallel work, at least */
 
 /* ---- iteration ---------------------------------------------------------- */
-
-static void shape4(const struct tensor *t, int64_t ne[4], int64_t nb[4])
-{
-    int off = 4 - t->ndim;
-    for (int d = 0; d < 4; d++) {
-        ne[d] = 1;
-        nb[d] = 0;
-    }
-    for (int d = 0; d < t->ndim; d++) {
-        ne[off + d] = t->ne[d];
-        nb[off + d] = t->nb[d];
-    }
-}
 
 /* Operands share the shape of the first one (t[0]); later operands may
  * have size-1 (or missing leading) dims, which broadcast with stride 0. */
@@ -67,9 +55,9 @@ struct iter {
 static void iter_init(struct iter *it, int nop, const struct tensor *const *t)
 {
     int64_t ne[4], nb[MAXOP][4], tne[4];
-    shape4(t[0], ne, nb[0]);
+    elem_shape4(t[0], ne, nb[0]);
     for (int k = 1; k < nop; k++) {
-        shape4(t[k], tne, nb[k]);
+        elem_shape4(t[k], tne, nb[k]);
         for (int d = 0; d < 4; d++)
             if (tne[d] == 1) nb[k][d] = 0;
     }
@@ -143,68 +131,6 @@ static void scatter(char *dst, int64_t stride, const float *src, int64_t n)
 }
 
 /* ---- element conversion ------------------------------------------------- */
-
-static bool is_int(enum dtype t)
-{
-    return t == TYPE_I8 || t == TYPE_I16 || t == TYPE_I32 || t == TYPE_I64 ||
-           t == TYPE_U8 || t == TYPE_BOOL;
-}
-
-static int64_t load_i(enum dtype t, const char *p)
-{
-    switch (t) {
-    case TYPE_I8: return *(const int8_t *)p;
-    case TYPE_U8: return *(const uint8_t *)p;
-    case TYPE_BOOL: return *(const uint8_t *)p != 0;
-    case TYPE_I16: { int16_t v; memcpy(&v, p, 2); return v; }
-    case TYPE_I32: { int32_t v; memcpy(&v, p, 4); return v; }
-    case TYPE_I64: { int64_t v; memcpy(&v, p, 8); return v; }
-    default: return 0;
-    }
-}
-
-static void store_i(enum dtype t, char *p, int64_t v)
-{
-    switch (t) {
-    case TYPE_I8: case TYPE_U8: *(uint8_t *)p = (uint8_t)v; break;
-    case TYPE_BOOL: *(uint8_t *)p = v != 0; break;
-    case TYPE_I16: { uint16_t u = (uint16_t)v; memcpy(p, &u, 2); break; }
-    case TYPE_I32: { uint32_t u = (uint32_t)v; memcpy(p, &u, 4); break; }
-    case TYPE_I64: memcpy(p, &v, 8); break;
-    default: break;
-    }
-}
-
-static double load_f(enum dtype t, const char *p)
-{
-    switch (t) {
-    case TYPE_F32: { float v; memcpy(&v, p, 4); return v; }
-    case TYPE_F64: { double v; memcpy(&v, p, 8); return v; }
-    case TYPE_F16: { uint16_t h; memcpy(&h, p, 2); return fp16_to_f32(h); }
-    case TYPE_BF16: { uint16_t h; memcpy(&h, p, 2); return bf16_to_f32(h); }
-    default: return (double)load_i(t, p);
-    }
-}
-
-/* As the ref backend: truncation toward zero, NaN -> 0, saturation
- * outside int64, then wrap to the narrower type. */
-static void store_f(enum dtype t, char *p, double v)
-{
-    switch (t) {
-    case TYPE_F32: { float f = (float)v; memcpy(p, &f, 4); return; }
-    case TYPE_F64: memcpy(p, &v, 8); return;
-    case TYPE_F16: { uint16_t h = f32_to_fp16((float)v); memcpy(p, &h, 2); return; }
-    case TYPE_BF16: { uint16_t h = f32_to_bf16((float)v); memcpy(p, &h, 2); return; }
-    case TYPE_BOOL: *(uint8_t *)p = v != 0; return;
-    default: break;
-    }
-    int64_t i = 0;
-    if (v != v) i = 0;
-    else if (v >= 9.2233720368547758e18) i = INT64_MAX;
-    else if (v <= -9.2233720368547758e18) i = INT64_MIN;
-    else i = (int64_t)v;
-    store_i(t, p, i);
-}
 
 #if HAVE_X86
 __attribute__((target("avx,f16c"))) static void f16_to_f32_f16c(float *dst, const uint16_t *src,
@@ -294,11 +220,11 @@ static void convert_run(enum dtype to, char *o, int64_t os, enum dtype tx, const
             return;
         }
     }
-    if (is_int(tx) && is_int(to)) {
-        for (int64_t i = 0; i < n; i++) store_i(to, o + i * os, load_i(tx, x + i * xs));
+    if (elem_is_int(tx) && elem_is_int(to)) {
+        for (int64_t i = 0; i < n; i++) elem_store_i(to, o + i * os, elem_load_i(tx, x + i * xs));
         return;
     }
-    for (int64_t i = 0; i < n; i++) store_f(to, o + i * os, load_f(tx, x + i * xs));
+    for (int64_t i = 0; i < n; i++) elem_store_f(to, o + i * os, elem_load_f(tx, x + i * xs));
 }
 
 /* ---- cpy ---------------------------------------------------------------- */
@@ -422,8 +348,8 @@ static void cpu_cpy(struct arena *a, struct tensor *out, const struct tensor *x)
         return;
     }
     int64_t one[4];
-    shape4(x, c.ne, c.xb);
-    shape4(out, one, c.ob);
+    elem_shape4(x, c.ne, c.xb);
+    elem_shape4(out, one, c.ob);
     const int64_t n = c.ne[3];
     if ((tx->quantized && n % tx->blck) || (to->quantized && n % to->blck)) {
         arena_fail(a, CBX_ERR_INTERNAL, "cpy: rows of %lld are not whole blocks (%s -> %s)",
@@ -462,7 +388,7 @@ static void fill_units(void *p, int64_t u0, int64_t u1, int ith)
             float *o = (float *)ptr[0];
             for (int64_t i = 0; i < n; i++) o[i] = c->v;
         } else {
-            for (int64_t i = 0; i < n; i++) store_f(c->type, ptr[0] + i * os, c->v);
+            for (int64_t i = 0; i < n; i++) elem_store_f(c->type, ptr[0] + i * os, c->v);
         }
     }
 }
@@ -1033,8 +959,8 @@ static void cpu_snake(struct arena *a, struct tensor *out, const struct tensor *
 {
     struct snake_ctx c = {.out = out, .x = x, .alpha = alpha, .avx2 = use_avx2()};
     int64_t one[4];
-    shape4(x, c.ne, c.xb);
-    shape4(out, one, c.ob);
+    elem_shape4(x, c.ne, c.xb);
+    elem_shape4(out, one, c.ob);
     if (tensor_nelements(x) == 0) return;
     c.chunk = c.ne[3] > CHUNK ? CHUNK : c.ne[3];
     c.nchunk = (c.ne[3] + c.chunk - 1) / c.chunk;
@@ -1116,8 +1042,8 @@ static void cpu_reduce(struct arena *a, struct tensor *out, const struct tensor 
 {
     struct row_ctx c = {.out = out, .x = x, .op = op};
     int64_t one[4];
-    shape4(x, c.ne, c.xb);
-    shape4(out, one, c.ob);
+    elem_shape4(x, c.ne, c.xb);
+    elem_shape4(out, one, c.ob);
     int64_t rows = c.ne[0] * c.ne[1] * c.ne[2];
     tp_parallel_for(arena_backend(a)->tp, rows, grain_for(c.ne[3]), reduce_rows, &c);
 }
@@ -1146,8 +1072,8 @@ static void cpu_cumsum(struct arena *a, struct tensor *out, const struct tensor 
 {
     struct row_ctx c = {.out = out, .x = x};
     int64_t one[4];
-    shape4(x, c.ne, c.xb);
-    shape4(out, one, c.ob);
+    elem_shape4(x, c.ne, c.xb);
+    elem_shape4(out, one, c.ob);
     int64_t rows = c.ne[0] * c.ne[1] * c.ne[2];
     tp_parallel_for(arena_backend(a)->tp, rows, grain_for(c.ne[3]), cumsum_rows, &c);
 }
@@ -1170,7 +1096,7 @@ static void get_rows_units(void *p, int64_t u0, int64_t u1, int ith)
     const bool q = dtype_traits(tb->type)->quantized;
     for (int64_t u = u0; u < u1; u++) {
         int64_t b = u / c->ine[3], j = u % c->ine[3];
-        int64_t id = load_i(c->ids->type, (const char *)c->ids->data + b * c->ib[2] + j * c->ib[3]);
+        int64_t id = elem_load_i(c->ids->type, (const char *)c->ids->data + b * c->ib[2] + j * c->ib[3]);
         float *dst = (float *)((char *)c->out->data + b * c->ob[1] + j * c->ob[2]);
         if (id < 0 || id >= tb->ne[0]) {
             atomic_fetch_add(&c->nbad, 1);
@@ -1189,8 +1115,8 @@ static void cpu_get_rows(struct arena *a, struct tensor *out, const struct tenso
 {
     struct rows_ctx c = {.out = out, .table = table, .ids = ids};
     int64_t one[4];
-    shape4(ids, c.ine, c.ib);
-    shape4(out, one, c.ob);
+    elem_shape4(ids, c.ine, c.ib);
+    elem_shape4(out, one, c.ob);
     atomic_init(&c.nbad, 0);
     atomic_init(&c.bad_id, 0);
     int64_t units = c.ine[2] * c.ine[3];

@@ -12,91 +12,8 @@
 #include <string.h>
 
 #include "../backend.h"
+#include "../elem.h"
 #include "../quant.h"
-
-/* t's shape and strides right-aligned into 4 dims; padded dims have ne 1
- * and stride 0. */
-static void shape4(const struct tensor *t, int64_t ne[4], int64_t nb[4])
-{
-    int off = 4 - t->ndim;
-    for (int d = 0; d < 4; d++) {
-        ne[d] = 1;
-        nb[d] = 0;
-    }
-    for (int d = 0; d < t->ndim; d++) {
-        ne[off + d] = t->ne[d];
-        nb[off + d] = t->nb[d];
-    }
-}
-
-static bool is_int(enum dtype t)
-{
-    return t == TYPE_I8 || t == TYPE_I16 || t == TYPE_I32 || t == TYPE_I64 ||
-           t == TYPE_U8 || t == TYPE_BOOL;
-}
-
-static double load_f(enum dtype t, const char *p)
-{
-    switch (t) {
-    case TYPE_F32: { float v; memcpy(&v, p, 4); return v; }
-    case TYPE_F64: { double v; memcpy(&v, p, 8); return v; }
-    case TYPE_F16: { uint16_t h; memcpy(&h, p, 2); return fp16_to_f32(h); }
-    case TYPE_BF16: { uint16_t h; memcpy(&h, p, 2); return bf16_to_f32(h); }
-    case TYPE_I8: return (double)*(const int8_t *)p;
-    case TYPE_U8: return (double)*(const uint8_t *)p;
-    case TYPE_BOOL: return *(const uint8_t *)p ? 1.0 : 0.0;
-    case TYPE_I16: { int16_t v; memcpy(&v, p, 2); return v; }
-    case TYPE_I32: { int32_t v; memcpy(&v, p, 4); return v; }
-    case TYPE_I64: { int64_t v; memcpy(&v, p, 8); return (double)v; }
-    default: return 0;
-    }
-}
-
-static int64_t load_i(enum dtype t, const char *p)
-{
-    switch (t) {
-    case TYPE_I8: return *(const int8_t *)p;
-    case TYPE_U8: return *(const uint8_t *)p;
-    case TYPE_BOOL: return *(const uint8_t *)p != 0;
-    case TYPE_I16: { int16_t v; memcpy(&v, p, 2); return v; }
-    case TYPE_I32: { int32_t v; memcpy(&v, p, 4); return v; }
-    case TYPE_I64: { int64_t v; memcpy(&v, p, 8); return v; }
-    default: return 0;
-    }
-}
-
-/* Integer stores wrap modulo 2^bits, as torch's .to(int) does. */
-static void store_i(enum dtype t, char *p, int64_t v)
-{
-    switch (t) {
-    case TYPE_I8: case TYPE_U8: *(uint8_t *)p = (uint8_t)v; break;
-    case TYPE_BOOL: *(uint8_t *)p = v != 0; break;
-    case TYPE_I16: { uint16_t u = (uint16_t)v; memcpy(p, &u, 2); break; }
-    case TYPE_I32: { uint32_t u = (uint32_t)v; memcpy(p, &u, 4); break; }
-    case TYPE_I64: memcpy(p, &v, 8); break;
-    default: break;
-    }
-}
-
-/* Float to integer truncates toward zero (torch); NaN gives 0 and values
- * outside int64 saturate, where C would be undefined. */
-static void store_f(enum dtype t, char *p, double v)
-{
-    switch (t) {
-    case TYPE_F32: { float f = (float)v; memcpy(p, &f, 4); return; }
-    case TYPE_F64: memcpy(p, &v, 8); return;
-    case TYPE_F16: { uint16_t h = f32_to_fp16((float)v); memcpy(p, &h, 2); return; }
-    case TYPE_BF16: { uint16_t h = f32_to_bf16((float)v); memcpy(p, &h, 2); return; }
-    case TYPE_BOOL: *(uint8_t *)p = v != 0; return;
-    default: break;
-    }
-    int64_t i = 0;
-    if (v != v) i = 0;
-    else if (v >= 9.2233720368547758e18) i = INT64_MAX;
-    else if (v <= -9.2233720368547758e18) i = INT64_MIN;
-    else i = (int64_t)v;
-    store_i(t, p, i);
-}
 
 static void ref_cpy(struct arena *a, struct tensor *out, const struct tensor *x)
 {
@@ -107,8 +24,8 @@ static void ref_cpy(struct arena *a, struct tensor *out, const struct tensor *x)
         return;
     }
     int64_t ne[4], xb[4], oe[4], ob[4];
-    shape4(x, ne, xb);
-    shape4(out, oe, ob);
+    elem_shape4(x, ne, xb);
+    elem_shape4(out, oe, ob);
     const int64_t n = ne[3];
     if (tx->quantized || to->quantized) {
         /* whole rows: block rows are contiguous by definition */
@@ -130,10 +47,10 @@ static void ref_cpy(struct arena *a, struct tensor *out, const struct tensor *x)
                     }
                     if (tx->quantized) dequantize_row(x->type, xr, row, n);
                     else
-                        for (int64_t i = 0; i < n; i++) row[i] = (float)load_f(x->type, xr + i * xb[3]);
+                        for (int64_t i = 0; i < n; i++) row[i] = (float)elem_load_f(x->type, xr + i * xb[3]);
                     if (to->quantized) quantize_row(out->type, row, or, n);
                     else
-                        for (int64_t i = 0; i < n; i++) store_f(out->type, or + i * ob[3], row[i]);
+                        for (int64_t i = 0; i < n; i++) elem_store_f(out->type, or + i * ob[3], row[i]);
                 }
         return;
     }
@@ -146,8 +63,8 @@ static void ref_cpy(struct arena *a, struct tensor *out, const struct tensor *x)
                     char *op = (char *)out->data + i0 * ob[0] + i1 * ob[1] + i2 * ob[2] +
                                i3 * ob[3];
                     if (x->type == out->type) memcpy(op, xp, tx->size);
-                    else if (is_int(x->type) && is_int(out->type)) store_i(out->type, op, load_i(x->type, xp));
-                    else store_f(out->type, op, load_f(x->type, xp));
+                    else if (elem_is_int(x->type) && elem_is_int(out->type)) elem_store_i(out->type, op, elem_load_i(x->type, xp));
+                    else elem_store_f(out->type, op, elem_load_f(x->type, xp));
                 }
 }
 
@@ -155,12 +72,12 @@ static void ref_fill(struct arena *a, struct tensor *out, float v)
 {
     (void)a;
     int64_t ne[4], nb[4];
-    shape4(out, ne, nb);
+    elem_shape4(out, ne, nb);
     for (int64_t i0 = 0; i0 < ne[0]; i0++)
         for (int64_t i1 = 0; i1 < ne[1]; i1++)
             for (int64_t i2 = 0; i2 < ne[2]; i2++)
                 for (int64_t i3 = 0; i3 < ne[3]; i3++)
-                    store_f(out->type, (char *)out->data + i0 * nb[0] + i1 * nb[1] + i2 * nb[2] +
+                    elem_store_f(out->type, (char *)out->data + i0 * nb[0] + i1 * nb[1] + i2 * nb[2] +
                                            i3 * nb[3], v);
 }
 
@@ -175,9 +92,9 @@ static void ref_binary(struct arena *a, struct tensor *out, const struct tensor 
 {
     (void)a;
     int64_t ne[4], xb[4], yne[4], yb[4], one[4], ob[4];
-    shape4(x, ne, xb);
-    shape4(y, yne, yb);
-    shape4(out, one, ob);
+    elem_shape4(x, ne, xb);
+    elem_shape4(y, yne, yb);
+    elem_shape4(out, one, ob);
     for (int d = 0; d < 4; d++)
         if (yne[d] == 1) yb[d] = 0; /* broadcast */
     for (int64_t i0 = 0; i0 < ne[0]; i0++)
@@ -233,8 +150,8 @@ static void ref_unary(struct arena *a, struct tensor *out, const struct tensor *
 {
     (void)a;
     int64_t ne[4], xb[4], one[4], ob[4];
-    shape4(x, ne, xb);
-    shape4(out, one, ob);
+    elem_shape4(x, ne, xb);
+    elem_shape4(out, one, ob);
     for (int64_t i0 = 0; i0 < ne[0]; i0++)
         for (int64_t i1 = 0; i1 < ne[1]; i1++)
             for (int64_t i2 = 0; i2 < ne[2]; i2++)
@@ -249,8 +166,8 @@ static void ref_snake(struct arena *a, struct tensor *out, const struct tensor *
 {
     (void)a;
     int64_t ne[4], xb[4], one[4], ob[4];
-    shape4(x, ne, xb);
-    shape4(out, one, ob);
+    elem_shape4(x, ne, xb);
+    elem_shape4(out, one, ob);
     for (int64_t i1 = 0; i1 < ne[1]; i1++)
         for (int64_t i2 = 0; i2 < ne[2]; i2++) {
             float al = *(const float *)((const char *)alpha->data + i2 * alpha->nb[0]);
@@ -268,8 +185,8 @@ static void ref_reduce(struct arena *a, struct tensor *out, const struct tensor 
 {
     (void)a;
     int64_t ne[4], xb[4], one[4], ob[4];
-    shape4(x, ne, xb);
-    shape4(out, one, ob);
+    elem_shape4(x, ne, xb);
+    elem_shape4(out, one, ob);
     for (int64_t i0 = 0; i0 < ne[0]; i0++)
         for (int64_t i1 = 0; i1 < ne[1]; i1++)
             for (int64_t i2 = 0; i2 < ne[2]; i2++) {
@@ -289,8 +206,8 @@ static void ref_cumsum(struct arena *a, struct tensor *out, const struct tensor 
 {
     (void)a;
     int64_t ne[4], xb[4], one[4], ob[4];
-    shape4(x, ne, xb);
-    shape4(out, one, ob);
+    elem_shape4(x, ne, xb);
+    elem_shape4(out, one, ob);
     for (int64_t i0 = 0; i0 < ne[0]; i0++)
         for (int64_t i1 = 0; i1 < ne[1]; i1++)
             for (int64_t i2 = 0; i2 < ne[2]; i2++) {
@@ -308,11 +225,11 @@ static void ref_get_rows(struct arena *a, struct tensor *out, const struct tenso
     const struct dtype_traits *tt = dtype_traits(table->type);
     const int64_t nrows = table->ne[0], d = table->ne[1];
     int64_t ne[4], ib[4], one[4], ob[4];
-    shape4(ids, ne, ib); /* ids [n] or [B, n] -> dims 2, 3 */
-    shape4(out, one, ob); /* [n, D] or [B, n, D] -> dims 1, 2, 3 */
+    elem_shape4(ids, ne, ib); /* ids [n] or [B, n] -> dims 2, 3 */
+    elem_shape4(out, one, ob); /* [n, D] or [B, n, D] -> dims 1, 2, 3 */
     for (int64_t b = 0; b < ne[2]; b++)
         for (int64_t j = 0; j < ne[3]; j++) {
-            int64_t id = load_i(ids->type, (const char *)ids->data + b * ib[2] + j * ib[3]);
+            int64_t id = elem_load_i(ids->type, (const char *)ids->data + b * ib[2] + j * ib[3]);
             if (id < 0 || id >= nrows) {
                 arena_fail(a, CBX_ERR_INVALID_ARG, "get_rows: id %lld outside table of %lld rows",
                            (long long)id, (long long)nrows);
@@ -322,7 +239,7 @@ static void ref_get_rows(struct arena *a, struct tensor *out, const struct tenso
             float *dst = at(out, ob, 0, b, j, 0);
             if (tt->quantized) dequantize_row(table->type, src, dst, d);
             else
-                for (int64_t i = 0; i < d; i++) dst[i] = (float)load_f(table->type, src + i * table->nb[1]);
+                for (int64_t i = 0; i < d; i++) dst[i] = (float)elem_load_f(table->type, src + i * table->nb[1]);
         }
 }
 
