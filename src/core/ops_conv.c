@@ -94,6 +94,17 @@ static bool conv_operands(struct arena *a, const char *op, const struct tensor *
     return true;
 }
 
+/* The F32 output of a conv of x: [B,] cout, tout. */
+static struct tensor *conv_out(struct arena *a, const struct tensor *x, int64_t cout, int64_t tout)
+{
+    int64_t ne[3];
+    int nd = x->ndim;
+    if (nd == 3) ne[0] = x->ne[0];
+    ne[nd - 2] = cout;
+    ne[nd - 1] = tout;
+    return arena_tensor(a, TYPE_F32, nd, ne);
+}
+
 struct tensor *op_conv1d(struct arena *a, const struct tensor *x, const struct tensor *w,
                          const struct tensor *b, const struct conv1d_params *p)
 {
@@ -128,12 +139,7 @@ struct tensor *op_conv1d(struct arena *a, const struct tensor *x, const struct t
     }
     int64_t tout = (tp - span) / q.stride + 1;
     KERNEL(a, conv1d);
-    int64_t ne[3];
-    int nd = x->ndim;
-    if (nd == 3) ne[0] = x->ne[0];
-    ne[nd - 2] = cout;
-    ne[nd - 1] = tout;
-    struct tensor *out = arena_tensor(a, TYPE_F32, nd, ne);
+    struct tensor *out = conv_out(a, x, cout, tout);
     if (!out) return NULL;
     be_->k.conv1d(a, out, x, w, b, &q);
     return arena_status(a) == CBX_OK ? out : NULL;
@@ -179,12 +185,7 @@ struct tensor *op_conv_transpose1d(struct arena *a, const struct tensor *x,
         return NULL;
     }
     KERNEL(a, conv_transpose1d);
-    int64_t ne[3];
-    int nd = x->ndim;
-    if (nd == 3) ne[0] = x->ne[0];
-    ne[nd - 2] = cout;
-    ne[nd - 1] = tout;
-    struct tensor *out = arena_tensor(a, TYPE_F32, nd, ne);
+    struct tensor *out = conv_out(a, x, cout, tout);
     if (!out) return NULL;
     be_->k.conv_transpose1d(a, out, x, w, b, &q);
     return arena_status(a) == CBX_OK ? out : NULL;
