@@ -158,10 +158,8 @@ cbx_status prefix_store_parse(const void *data, size_t n, const uint8_t id[PREFI
     if (h.n_layer != (uint32_t)g->n_layer || h.d_model != (uint32_t)g->d_model ||
         h.n_speaker != (uint64_t)ns || h.n_prompt != c->n_prompt || (int64_t)h.n != 1 + c->n_prompt)
         return bad(err, "sizes differ from the model's or the voice's");
-    const enum dtype st = (enum dtype)h.kv_type;
-    if (st != TYPE_F32 && st != g->kv_type) return bad(err, "values in an unexpected type");
-    const size_t nf = gpt2_kv_floats(g, (int)h.n);
-    const size_t kvb = dtype_row_size(st, (int64_t)nf);
+    if ((enum dtype)h.kv_type != g->kv_type) return bad(err, "values in another type than the model's cache");
+    const size_t kvb = gpt2_kv_bytes(g, (int)h.n);
     if (!kvb) return bad(err, "values in an unexpected type");
     const size_t want = sizeof(float) * (size_t)ns + sizeof(int32_t) * (size_t)h.n_prompt + kvb;
     if (h.payload_bytes != want || n - sizeof h != want) return bad(err, "truncated or of the wrong size");
@@ -174,8 +172,8 @@ cbx_status prefix_store_parse(const void *data, size_t n, const uint8_t id[PREFI
 
     struct t3_prefix *p = calloc(1, sizeof *p);
     if (p) {
-        /* 2 MiB pages: ~74 MB written once, without 18k page faults */
-        const size_t hp = (size_t)2 << 20, kb = (sizeof(float) * nf + hp - 1) / hp * hp;
+        /* 2 MiB pages: ~20-74 MB written once, without thousands of page faults */
+        const size_t hp = (size_t)2 << 20, kb = (kvb + hp - 1) / hp * hp;
         p->kv = aligned_alloc(hp, kb);
 #ifdef MADV_HUGEPAGE
         if (p->kv) (void)madvise(p->kv, kb, MADV_HUGEPAGE);
@@ -189,11 +187,12 @@ cbx_status prefix_store_parse(const void *data, size_t n, const uint8_t id[PREFI
     }
     p->m = m;
     p->n = (int)h.n;
+    p->kv_type = g->kv_type;
     p->n_prompt = c->n_prompt;
     memcpy(p->speaker_emb, c->speaker_emb, sizeof(float) * (size_t)ns);
     if (c->n_prompt > 0) memcpy(p->prompt_tokens, c->prompt_tokens, sizeof(int32_t) * (size_t)c->n_prompt);
-    dequantize_row(st, pl + want - kvb, p->kv, (int64_t)nf);
-    p->bytes = sizeof *p + sizeof(float) * (nf + (size_t)ns) + sizeof(int32_t) * (size_t)c->n_prompt;
+    memcpy(p->kv, pl + want - kvb, kvb);
+    p->bytes = sizeof *p + kvb + sizeof(float) * (size_t)ns + sizeof(int32_t) * (size_t)c->n_prompt;
     *out = p;
     return CBX_OK;
 }
@@ -274,25 +273,11 @@ cbx_status prefix_store_save(const char *dir, const uint8_t id[PREFIX_STORE_ID_S
     cbx_status rc = io_mkdir_p(dir, err);
     if (rc != CBX_OK) return rc;
 
-    /* the values in the cache's type when that round trip is exact */
-    const size_t nf = gpt2_kv_floats(&m->tfmr, p->n), ns = (size_t)m->hp.speaker_embed_size;
-    enum dtype st = m->tfmr.kv_type;
-    size_t kvb = st != TYPE_F32 ? dtype_row_size(st, (int64_t)nf) : 0;
-    void *conv = kvb ? malloc(kvb) : NULL;
-    float *back = conv ? malloc(sizeof(float) * nf) : NULL;
-    if (conv && back) {
-        quantize_row(st, p->kv, conv, (int64_t)nf);
-        dequantize_row(st, conv, back, (int64_t)nf);
-        if (memcmp(back, p->kv, sizeof(float) * nf)) kvb = 0;
-    } else {
-        kvb = 0;
-    }
-    free(back);
-    if (!kvb) {
-        st = TYPE_F32;
-        kvb = sizeof(float) * nf;
-    }
-    const void *kv = st == TYPE_F32 ? (const void *)p->kv : conv;
+    /* the values as the cache holds them */
+    if (p->kv_type != m->tfmr.kv_type)
+        return err_setf(err, CBX_ERR_INVALID_ARG, "voice prefix of %s values for a %s cache", dtype_name(p->kv_type),
+                        dtype_name(m->tfmr.kv_type));
+    const size_t kvb = gpt2_kv_bytes(&m->tfmr, p->n), ns = (size_t)m->hp.speaker_embed_size;
 
     struct header h;
     memset(&h, 0, sizeof h);
@@ -305,19 +290,15 @@ cbx_status prefix_store_save(const char *dir, const uint8_t id[PREFIX_STORE_ID_S
     h.d_model = (uint32_t)m->tfmr.d_model;
     h.n_speaker = (uint32_t)ns;
     h.n_prompt = p->n_prompt;
-    h.kv_type = (uint32_t)st;
+    h.kv_type = (uint32_t)p->kv_type;
     const size_t sb = sizeof(float) * ns, pb = sizeof(int32_t) * (size_t)p->n_prompt;
     h.payload_bytes = sb + pb + kvb;
     /* the checksum covers the three parts as one run of bytes */
     char *pl = malloc(h.payload_bytes);
-    if (!pl) {
-        free(conv);
-        return err_setf(err, CBX_ERR_NOMEM, "out of memory writing %s", path);
-    }
+    if (!pl) return err_setf(err, CBX_ERR_NOMEM, "out of memory writing %s", path);
     memcpy(pl, p->speaker_emb, sb);
     if (pb) memcpy(pl + sb, p->prompt_tokens, pb);
-    memcpy(pl + sb + pb, kv, kvb);
-    free(conv);
+    memcpy(pl + sb + pb, p->kv, kvb);
     h.checksum = payload_hash(pl, h.payload_bytes);
 
     struct atomic_file af;

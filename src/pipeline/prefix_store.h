@@ -22,10 +22,10 @@
  * File: a fixed header (magic "CBXPFX1\n", byte-order mark, sizes, model
  * id, the payload's storage type, payload bytes and a 64-bit checksum of
  * the payload), then the speaker embedding (F32), the prompt tokens (I32)
- * and the cache values. The values are stored in the KV cache's type when
- * converting them to it and back reproduces them exactly (an F16 cache
- * saves F16 values, half the bytes; a Q8_0 cache, the default of quantised
- * models, Q8_0 blocks, about a quarter), else as F32. Files are written under
+ * and the cache values, byte for byte as the KV cache holds them
+ * (gpt2_kv_save: an F16 cache's file holds F16 values, half the bytes of
+ * F32; a Q8_0 cache's, the default of quantised models, Q8_0 blocks, about
+ * a quarter), so loading one is a copy. Files are written under
  * a temporary name and renamed (io/atomic_file.h); a file that is short,
  * corrupt, for other sizes or for another model is refused with a message
  * (the engine then builds the prefix and overwrites it). The directory

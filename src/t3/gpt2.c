@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/backend.h"
 
@@ -117,50 +118,71 @@ cbx_status gpt2_prefill_kv(struct arena *a, const struct gpt2 *g, struct gpt2_kv
     return arena_status(a);
 }
 
-size_t gpt2_kv_floats(const struct gpt2 *g, int n)
+/* bytes of one head's n cached positions */
+static size_t head_run(const struct gpt2 *g, int n)
 {
-    return 2 * (size_t)g->n_layer * (size_t)n * (size_t)g->d_model;
+    return (size_t)n * dtype_row_size(g->kv_type, g->d_model / g->n_head);
+}
+
+size_t gpt2_kv_bytes(const struct gpt2 *g, int n)
+{
+    return 2 * (size_t)g->n_layer * (size_t)g->n_head * head_run(g, n);
+}
+
+/* The cache tensors are [1, H, capacity, Dh] of g->kv_type, so head h's
+ * first n positions are one contiguous run at data + h * nb[1]. */
+static bool cache_ok(struct arena *a, const struct gpt2 *g, const struct gpt2_kv *kv)
+{
+    for (int il = 0; il < g->n_layer; il++)
+        for (int s = 0; s < 2; s++) {
+            const struct tensor *c = s ? kv->v[il] : kv->k[il];
+            if (c->type != g->kv_type || c->ndim != 4 || c->ne[1] != g->n_head ||
+                c->nb[2] != (int64_t)dtype_row_size(g->kv_type, g->d_model / g->n_head)) {
+                arena_fail(a, CBX_ERR_INTERNAL, "gpt2: the cache is not laid out as gpt2_kv_init makes it");
+                return false;
+            }
+        }
+    return true;
 }
 
 cbx_status gpt2_kv_save(struct arena *a, const struct gpt2 *g, const struct gpt2_kv *kv, int n,
-                        float *dst)
+                        void *dst)
 {
     if (n < 0 || n > kv->n_past)
         return arena_fail(a, CBX_ERR_INVALID_ARG, "gpt2: saving %d of %d cached positions", n, kv->n_past);
-    const size_t per = (size_t)n * (size_t)g->d_model; /* floats of one [H, n, Dh] */
-    for (int il = 0; il < g->n_layer; il++) {
+    if (!cache_ok(a, g, kv)) return arena_status(a);
+    const size_t run = head_run(g, n);
+    char *o = dst;
+    for (int il = 0; il < g->n_layer; il++)
         for (int s = 0; s < 2; s++) {
             const struct tensor *c = s ? kv->v[il] : kv->k[il];
-            if (n < kv->capacity || c->type != TYPE_F32) c = op_cast(a, op_slice(a, c, 2, 0, n), TYPE_F32);
-            cbx_status rc = c ? tensor_to_host(c, dst + (2 * (size_t)il + (size_t)s) * per) : arena_status(a);
-            if (rc != CBX_OK)
-                return arena_status(a) != CBX_OK ? arena_status(a) : arena_fail(a, rc, "gpt2: reading the cache failed");
+            for (int h = 0; h < g->n_head; h++, o += run) {
+                const char *src = (const char *)c->data + h * c->nb[1];
+                if (!c->be || c->be->host) memcpy(o, src, run);
+                else c->be->to_host(c->be, o, src, run);
+            }
         }
-        arena_reset(a);
-    }
     return CBX_OK;
 }
 
 cbx_status gpt2_kv_restore(struct arena *a, const struct gpt2 *g, struct gpt2_kv *kv, int n,
-                           const float *src)
+                           const void *src)
 {
     if (n < 0 || n > kv->capacity)
         return arena_fail(a, CBX_ERR_INVALID_ARG, "gpt2: restoring %d positions into a cache of %d", n,
                           kv->capacity);
-    const struct backend *be = arena_backend(a);
-    const int64_t ne[4] = {1, g->n_head, n, g->d_model / g->n_head};
-    const size_t per = (size_t)n * (size_t)g->d_model;
-    for (int il = 0; il < g->n_layer; il++) {
+    if (!cache_ok(a, g, kv)) return arena_status(a);
+    const size_t run = head_run(g, n);
+    const char *in = src;
+    for (int il = 0; il < g->n_layer; il++)
         for (int s = 0; s < 2; s++) {
-            const float *h = src + (2 * (size_t)il + (size_t)s) * per;
-            /* host memory is read in place by a host backend */
-            struct tensor view = tensor_make(TYPE_F32, 4, ne, (void *)h, be);
-            const struct tensor *t = be->host ? &view : op_from_host(a, TYPE_F32, 4, ne, h);
-            op_copy_into(a, op_slice(a, s ? kv->v[il] : kv->k[il], 2, 0, n), t);
+            struct tensor *c = s ? kv->v[il] : kv->k[il];
+            for (int h = 0; h < g->n_head; h++, in += run) {
+                char *d = (char *)c->data + h * c->nb[1];
+                if (!c->be || c->be->host) memcpy(d, in, run);
+                else c->be->from_host(c->be, d, in, run);
+            }
         }
-        if (arena_status(a) != CBX_OK) return arena_status(a);
-        arena_reset(a);
-    }
     kv->n_past = n;
     return CBX_OK;
 }

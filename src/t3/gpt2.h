@@ -75,22 +75,19 @@ struct tensor *gpt2_forward(struct arena *a, const struct gpt2 *g, struct gpt2_k
 cbx_status gpt2_prefill_kv(struct arena *a, const struct gpt2 *g, struct gpt2_kv *kv,
                            const struct tensor *x);
 
-/* Host copies of cache positions [0, n): per layer the keys, then the
- * values, each [H, n, Dh] floats (F32 whatever the cache type; an F16
- * cache restores them exactly); gpt2_kv_floats(g, n) floats in all.
- * A Q8_0 cache saves its dequantised values (d * q); restore quantises
- * them again, which gives back the same values (the block's largest
- * magnitude is 127 d, so its scale comes out as d, and every q * d / d
- * rounds to q; a block whose scale underflowed F16 to 0 holds zeros
- * either way), so save -> restore -> save is exact and a restored cache
- * decodes as the original (parity_turbo_t3_kvq8 checks both).
- * Both use the scratch arena a and reset it (per layer). */
-size_t gpt2_kv_floats(const struct gpt2 *g, int n);
+/* Host copies of cache positions [0, n), byte for byte in the cache's own
+ * type (g->kv_type): per layer the keys, then the values, each head's n
+ * rows of Dh values in turn ([H, n, Dh]; with Dh a multiple of 32 a Q8_0
+ * row is whole blocks, so the bytes are also quantize_row of the values
+ * laid out so); gpt2_kv_bytes(g, n) bytes in all. Restoring them gives
+ * back the cache exactly, so a restored cache decodes as the original
+ * (parity_turbo_t3_kvq8). A failure is recorded in arena a. */
+size_t gpt2_kv_bytes(const struct gpt2 *g, int n);
 cbx_status gpt2_kv_save(struct arena *a, const struct gpt2 *g, const struct gpt2_kv *kv, int n,
-                        float *dst);
+                        void *dst);
 /* The reverse: positions [0, n) from src (as gpt2_kv_save wrote them);
  * kv->n_past becomes n. Needs n <= kv->capacity. */
 cbx_status gpt2_kv_restore(struct arena *a, const struct gpt2 *g, struct gpt2_kv *kv, int n,
-                           const float *src);
+                           const void *src);
 
 #endif

@@ -401,13 +401,13 @@ cbx_status t3_prefix_build(const struct t3_model *m, const struct backend *be,
     cbx_status rc = check_prompt(m, c->n_prompt, err);
     if (rc != CBX_OK) return rc;
     const int n = (int)(1 + c->n_prompt);
-    const size_t nf = gpt2_kv_floats(&m->tfmr, n), ns = (size_t)m->hp.speaker_embed_size;
+    const size_t kb = gpt2_kv_bytes(&m->tfmr, n), ns = (size_t)m->hp.speaker_embed_size;
     struct t3_prefix *p = calloc(1, sizeof *p);
     struct arena *ar[WS_N] = {0};
     const bool have = make_arenas(be, ar);
     struct arena *cache = ar[WS_CACHE], *a = ar[WS_STEP];
     if (p) {
-        p->kv = malloc(sizeof(float) * nf);
+        p->kv = malloc(kb);
         p->speaker_emb = malloc(sizeof(float) * ns);
         p->prompt_tokens = malloc(sizeof(int32_t) * (size_t)(c->n_prompt > 0 ? c->n_prompt : 1));
     }
@@ -417,10 +417,11 @@ cbx_status t3_prefix_build(const struct t3_model *m, const struct backend *be,
     }
     p->m = m;
     p->n = n;
+    p->kv_type = m->tfmr.kv_type;
     p->n_prompt = c->n_prompt;
     memcpy(p->speaker_emb, c->speaker_emb, sizeof(float) * ns);
     if (c->n_prompt > 0) memcpy(p->prompt_tokens, c->prompt_tokens, sizeof(int32_t) * (size_t)c->n_prompt);
-    p->bytes = sizeof *p + sizeof(float) * (nf + ns) + sizeof(int32_t) * (size_t)c->n_prompt;
+    p->bytes = sizeof *p + kb + sizeof(float) * ns + sizeof(int32_t) * (size_t)c->n_prompt;
     struct gpt2_kv kv;
     if ((rc = gpt2_kv_init(&kv, &m->tfmr, cache, n)) != CBX_OK) {
         rc = err_setf(err, rc, "T3: %s", arena_errmsg(cache));
@@ -430,10 +431,7 @@ cbx_status t3_prefix_build(const struct t3_model *m, const struct backend *be,
     kv.scratch[1] = ar[WS_SCRATCH1];
     set_precision(m, ar);
     rc = gpt2_prefill_kv(a, &m->tfmr, &kv, t3_prepare_conditioning(a, m, c));
-    if (rc == CBX_OK) {
-        arena_reset(a);
-        rc = gpt2_kv_save(a, &m->tfmr, &kv, n, p->kv);
-    }
+    if (rc == CBX_OK) rc = gpt2_kv_save(a, &m->tfmr, &kv, n, p->kv);
     if (rc != CBX_OK) err_setf(err, rc, "T3: voice prefix: %s", arena_errmsg(a));
 done:
     free_arenas(ar);
@@ -452,6 +450,9 @@ static cbx_status generate(const struct t3_model *m, const struct backend *be, c
     *tokens = NULL;
     *n_tokens = 0;
     if (pfx && pfx->m != m) return err_setf(err, CBX_ERR_INVALID_ARG, "T3: the voice prefix belongs to another model");
+    if (pfx && pfx->kv_type != m->tfmr.kv_type)
+        return err_setf(err, CBX_ERR_INVALID_ARG, "T3: the voice prefix holds %s values, the cache is %s",
+                        dtype_name(pfx->kv_type), dtype_name(m->tfmr.kv_type));
     const int64_t n_prompt = pfx ? pfx->n_prompt : c->n_prompt;
     if (n_text < 0) return err_setf(err, CBX_ERR_INVALID_ARG, "T3: %lld text tokens", (long long)n_text);
     const int64_t V = m->hp.speech_vocab;

@@ -106,19 +106,22 @@ cbx_status t3_inference_turbo(const struct t3_model *m, const struct backend *be
  * [spkr_enc(speaker_emb); speech_emb(prompt)] takes positions 0..P and the
  * text comes after it. GPT-2 is causal with learned absolute positions, so
  * the keys and values of those 1 + P positions depend on the voice alone:
- * a t3_prefix holds them (host memory, F32, as gpt2_kv_save lays them out)
+ * a t3_prefix holds them (host memory, in the cache's type, as
+ * gpt2_kv_save lays them out)
  * with a copy of the conditioning they were made from, and every utterance
  * in that voice starts its prefill after them (the prompt is 376 of the
  * ~410 positions of a sentence's prefill with Turbo's 375-token prompt).
  * t3_inference_turbo prefills in the same two passes (prefix, then text +
  * start-of-speech), so a run with a prebuilt prefix is bit-identical to one
- * without. Size: 2 * n_layer * (1 + P) * D floats (Turbo, P = 375: 74 MB).
+ * without. Size: 2 * n_layer * (1 + P) * D values of the cache type
+ * (Turbo, P = 375: 74 MB with an F32 cache, 19.6 MB with Q8_0).
  * A prefix is read-only once built: any number of concurrent calls may
  * share it. */
 struct t3_prefix {
     const struct t3_model *m;  /* the model it was computed with */
     int n;                     /* positions: 1 + n_prompt */
-    float *kv;                 /* gpt2_kv_floats(&m->tfmr, n) floats */
+    void *kv;                  /* gpt2_kv_bytes(&m->tfmr, n) bytes */
+    enum dtype kv_type;        /* their type: m->tfmr.kv_type when built */
     float *speaker_emb;        /* copies of the conditioning */
     int32_t *prompt_tokens;
     int64_t n_prompt;

@@ -222,13 +222,14 @@ static void direct(const char *dir)
         if (rc == CBX_OK) rc = prefix_store_load(sdir, ids[i], &m, &c, &q, err);
         CHECK(rc == CBX_OK && q, "prefix_store_load: %s", err);
         if (q) {
-            const size_t nf = gpt2_kv_floats(&m.tfmr, p->n);
+            const size_t nb = gpt2_kv_bytes(&m.tfmr, p->n);
+            const unsigned char *x = p->kv, *y = q->kv;
             size_t differ = 0;
-            for (size_t j = 0; j < nf; j++) differ += memcmp(&p->kv[j], &q->kv[j], sizeof(float)) != 0;
-            printf("direct %s (cache %s): %zu values, %zu differ after save + load\n", dtype_name(types[i]),
-                   dtype_name(m.tfmr.kv_type), nf, differ);
-            CHECK(q->n == p->n && q->n_prompt == p->n_prompt && differ == 0, "%s: the prefix survives the store",
-                  dtype_name(types[i]));
+            for (size_t j = 0; j < nb; j++) differ += x[j] != y[j];
+            printf("direct %s (cache %s): %zu bytes of values, %zu differ after save + load\n", dtype_name(types[i]),
+                   dtype_name(m.tfmr.kv_type), nb, differ);
+            CHECK(q->n == p->n && q->n_prompt == p->n_prompt && q->kv_type == p->kv_type && differ == 0,
+                  "%s: the prefix survives the store", dtype_name(types[i]));
         }
         t3_prefix_free(p);
         t3_prefix_free(q);

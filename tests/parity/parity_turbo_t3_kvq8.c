@@ -12,11 +12,11 @@
  *     error must stay below Q8_REL_TO_WEIGHTS of the weights' one (not
  *     checked when the two loads hold the same weights: a Q4_0 file);
  *   - gpt2_kv_save / gpt2_kv_restore with a Q8_0 cache: save holds the
- *     dequantised values (printed: their difference from an F32 cache's,
- *     at most 5% of the largest value),
- *     restore re-quantises them into the same bytes, and save -> restore
- *     -> save gives the same floats (exact); a decode step from the
- *     restored cache equals one from the original, bit for bit;
+ *     cache's Q8_0 blocks (printed: their dequantised values' difference
+ *     from an F32 cache's, at most 5% of the largest value), restore
+ *     writes back the same bytes, and save -> restore -> save gives the
+ *     same bytes (exact); a decode step from the restored cache equals one
+ *     from the original, bit for bit;
  *   - a voice prefix (t3_prefix_build: prefill, save; then restore in
  *     t3_inference_turbo_prefixed) gives the tokens and logits of the run
  *     without one, bit for bit, as with F32 and F16 caches.
@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "core/backend.h"
+#include "core/quant.h"
 #include "io/model_file.h"
 #include "io/npy.h"
 #include "t3/t3.h"
@@ -54,7 +55,7 @@ static double max_diff(const float *a, const float *b, size_t n, double *amax)
 
 /* cache of type kt filled with the prefill of x; its first n positions saved to dst */
 static bool prefill_save(struct backend *be, const struct gpt2 *g0, enum dtype kt, const struct tensor *x, int cap,
-                         struct arena *cache, struct gpt2_kv *kv, float *dst)
+                         struct arena *cache, struct gpt2_kv *kv, void *dst)
 {
     struct gpt2 g = *g0;
     g.kv_type = kt;
@@ -88,15 +89,22 @@ static void save_restore(struct backend *be, const struct t3_model *mq, const st
         return;
     }
     const int n = (int)x->ne[1], cap = n + 4;
-    const size_t nf = gpt2_kv_floats(g, n);
-    float *s8 = malloc(nf * sizeof *s8), *s32 = malloc(nf * sizeof *s32), *s8b = malloc(nf * sizeof *s8b);
+    struct gpt2 gq = *g, gf = *g;
+    gq.kv_type = TYPE_Q8_0;
+    gf.kv_type = TYPE_F32;
+    const size_t nf = 2 * (size_t)g->n_layer * (size_t)n * (size_t)g->d_model, nb = gpt2_kv_bytes(&gq, n);
+    CHECK(gpt2_kv_bytes(&gf, n) == nf * sizeof(float) && nb == nf / 32 * sizeof(struct block_q8_0),
+          "gpt2_kv_bytes: %zu (F32), %zu (Q8_0) for %zu values", gpt2_kv_bytes(&gf, n), nb, nf);
+    unsigned char *s8 = malloc(nb), *s8b = malloc(nb);
+    float *s32 = malloc(nf * sizeof *s32), *d8 = malloc(nf * sizeof *d8);
     struct arena *c8 = arena_create(be, 0), *c32 = arena_create(be, 0), *c8b = arena_create(be, 0);
     struct gpt2_kv k8, k32, k8b;
-    bool ok = s8 && s32 && s8b && c8 && c32 && c8b && prefill_save(be, g, TYPE_Q8_0, x, cap, c8, &k8, s8) &&
+    bool ok = s8 && s32 && s8b && d8 && c8 && c32 && c8b && prefill_save(be, g, TYPE_Q8_0, x, cap, c8, &k8, s8) &&
               prefill_save(be, g, TYPE_F32, x, cap, c32, &k32, s32);
     CHECK(ok, "setup");
     if (ok) {
-        double amax, d = max_diff(s8, s32, nf, &amax);
+        dequantize_row(TYPE_Q8_0, s8, d8, (int64_t)nf);
+        double amax, d = max_diff(d8, s32, nf, &amax);
         /* each layer's keys and values also carry the earlier layers'
          * cache error (the prefill attends over the cache), so this is
          * more than one rounding */
@@ -104,8 +112,6 @@ static void save_restore(struct backend *be, const struct t3_model *mq, const st
                d, amax, amax > 0 ? d / amax : 0);
         CHECK(d > 0 && d <= 0.05 * amax, "Q8_0 cache values: max |d| %.3g, max |kv| %.3g (want 0 < d <= 5%%)", d, amax);
         /* restore into a fresh Q8_0 cache, save again */
-        struct gpt2 gq = *g;
-        gq.kv_type = TYPE_Q8_0;
         struct arena *a = arena_create(be, 0);
         ok = a && gpt2_kv_init(&k8b, &gq, c8b, cap) == CBX_OK && gpt2_kv_restore(a, &gq, &k8b, n, s8) == CBX_OK &&
              gpt2_kv_save(a, &gq, &k8b, n, s8b) == CBX_OK;
@@ -113,9 +119,9 @@ static void save_restore(struct backend *be, const struct t3_model *mq, const st
         arena_free(a);
         if (ok) {
             size_t ndiff = 0;
-            for (size_t i = 0; i < nf; i++) ndiff += memcmp(&s8[i], &s8b[i], sizeof *s8) != 0;
-            printf("save -> restore -> save (Q8_0): %zu of %zu floats differ\n", ndiff, nf);
-            CHECK(ndiff == 0, "save -> restore -> save: %zu of %zu floats differ", ndiff, nf);
+            for (size_t i = 0; i < nb; i++) ndiff += s8[i] != s8b[i];
+            printf("save -> restore -> save (Q8_0): %zu of %zu bytes differ\n", ndiff, nb);
+            CHECK(ndiff == 0, "save -> restore -> save: %zu of %zu bytes differ", ndiff, nb);
             /* the restored bytes are the prefilled ones */
             int64_t rows = 0, bad = 0;
             for (int il = 0; il < g->n_layer; il++)
@@ -143,6 +149,7 @@ static void save_restore(struct backend *be, const struct t3_model *mq, const st
     free(s8);
     free(s32);
     free(s8b);
+    free(d8);
     arena_free(c8);
     arena_free(c32);
     arena_free(c8b);
