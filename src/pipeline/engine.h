@@ -60,7 +60,8 @@
  * 1 + P positions depend on the voice alone (t3.h, t3_prefix). The engine
  * computes them once per voice and reuses them for every segment of a
  * call and, through a small per-model cache (engine_load_params
- * .voice_cache entries, least recently used out; ~74 MB each for Turbo's
+ * .voice_cache entries, least recently used out; 19.6 MB each for a
+ * quantised Turbo (Q8_0 cache), 74 MB for an F32 one, with Turbo's
  * 375-token prompt), for later calls in the same voice (say --lines, a C
  * API program speaking many texts, streaming). Voices are matched by
  * content (speaker embedding and prompt tokens), not by address. A cached
