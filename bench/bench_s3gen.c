@@ -40,16 +40,8 @@
 #include "s3gen/s3gen.h"
 #include "voice/conds.h"
 
-struct synth_weights { struct synth_manifest *m; struct tensor *t; int n; };
-
-static const struct tensor *find(const void *ctx, int part, const char *name)
-{
-    (void)part;
-    const struct synth_weights *w = ctx;
-    for (int i = 0; i < w->n; i++)
-        if (w->t[i].data && !strcmp(w->t[i].name, name)) return &w->t[i];
-    return NULL;
-}
+/* the flow and HiFT (not the tokenizer and speaker encoder) */
+static bool keep_s3gen(const char *name) { return !strncmp(name, "flow.", 5) || !strncmp(name, "mel2wav.", 8); }
 
 static void die(const char *what, const char *msg)
 {
@@ -206,25 +198,12 @@ int main(int argc, char **argv)
     if (n_tok < 1 || n_tok > 4000) die("--tokens", "needs 1..4000");
     bool english = !strcmp(variant, "english");
     const char *file = english ? "s3gen.safetensors" : "s3gen_meanflow.safetensors";
-    char err[ERR_MAX], data[4096];
-    struct synth_weights w = {0};
+    char err[ERR_MAX];
+    struct bench_synth w;
     struct backend *cpu = backend_cpu_create(opt.threads);
-    if (!cpu || !synth_data_dir(data, sizeof data, err) ||
-        synth_manifest_load(data, file, &w.m, err) != CBX_OK)
-        die("setup", err);
-    w.n = w.m->n;
-    w.t = calloc((size_t)w.n, sizeof *w.t);
-    for (int i = 0; i < w.n && w.t; i++) {
-        const struct synth_tensor *st = &w.m->t[i];
-        w.t[i] = tensor_make(st->type, st->ndim, st->ne, NULL, NULL);
-        w.t[i].name = st->name;
-        if (strncmp(st->name, "flow.", 5) && strncmp(st->name, "mel2wav.", 8)) continue;
-        w.t[i].data = aligned_alloc(64, (synth_tensor_nbytes(st) + 63) & ~(size_t)63);
-        if (!w.t[i].data) die("weights", "out of memory");
-        if (st->rule == SYNTH_RECIPE) memcpy(w.t[i].data, st->data, synth_tensor_nbytes(st));
-        else synth_tensor_fill_parallel(cpu->tp, st, w.m->seed, 0, synth_tensor_nelements(st), w.t[i].data);
-    }
-    struct weights src = {find, &w, 0, "s3gen"};
+    if (!cpu) die("setup", "cannot start the threads");
+    if (!bench_synth_load("bench_s3gen", file, keep_s3gen, cpu->tp, &w)) return 1;
+    struct weights src = bench_synth_weights(&w, "s3gen");
 
     /* the utterance: 250 prompt tokens (500 mel frames), n_tok tokens */
     enum { NP = 250 };

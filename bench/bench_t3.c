@@ -34,16 +34,8 @@
 #include "io/synth.h"
 #include "t3/t3.h"
 
-struct synth_weights { struct synth_manifest *m; struct tensor *t; int n; };
-
-static const struct tensor *find(const void *ctx, int part, const char *name)
-{
-    (void)part;
-    const struct synth_weights *w = ctx;
-    for (int i = 0; i < w->n; i++)
-        if (w->t[i].data && !strcmp(w->t[i].name, name)) return &w->t[i];
-    return NULL;
-}
+/* tfmr.wte was deleted upstream and is never read */
+static bool keep_t3(const char *name) { return strcmp(name, "tfmr.wte.weight") != 0; }
 
 /* Times of the first and last decode steps (t3_step_cb). */
 struct step_clock { double first, last; int n; };
@@ -195,26 +187,15 @@ int main(int argc, char **argv)
     struct bench_opts opt;
     if (!bench_parse(argc, argv, &opt, 3)) return 2;
     const char *file = !strcmp(variant, "nano") ? "t3_nano_v1.safetensors" : "t3_turbo_v1.safetensors";
-    char err[ERR_MAX], data[4096];
-    struct synth_weights w = {0};
+    char err[ERR_MAX];
+    struct bench_synth w;
     struct backend *cpu = backend_cpu_create(opt.threads);
-    if (!cpu || !synth_data_dir(data, sizeof data, err) ||
-        synth_manifest_load(data, file, &w.m, err) != CBX_OK) {
-        fprintf(stderr, "bench_t3: %s\n", err);
+    if (!cpu) {
+        fprintf(stderr, "bench_t3: cannot start %d threads\n", opt.threads);
         return 1;
     }
     double copy_gbs = bench_copy_baseline(cpu->tp, &opt);
-    w.n = w.m->n;
-    w.t = calloc((size_t)w.n, sizeof *w.t);
-    for (int i = 0; i < w.n && w.t; i++) {
-        const struct synth_tensor *st = &w.m->t[i];
-        w.t[i] = tensor_make(st->type, st->ndim, st->ne, NULL, NULL);
-        w.t[i].name = st->name;
-        if (!strcmp(st->name, "tfmr.wte.weight")) continue; /* deleted upstream, never read */
-        w.t[i].data = aligned_alloc(64, (synth_tensor_nbytes(st) + 63) & ~(size_t)63);
-        if (!w.t[i].data) { fprintf(stderr, "bench_t3: out of memory\n"); return 1; }
-        synth_tensor_fill_parallel(cpu->tp, st, w.m->seed, 0, synth_tensor_nelements(st), w.t[i].data);
-    }
+    if (!bench_synth_load("bench_t3", file, keep_t3, cpu->tp, &w)) return 1;
 
     enum { P = 375, L = 32, STEPS = 96 };
     float spk[256];
@@ -228,7 +209,7 @@ int main(int argc, char **argv)
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         if (!bench_selected(&opt, dtype_name(types[ti]))) continue;
         struct t3_model m;
-        struct weights src = {find, &w, 0, "t3"};
+        struct weights src = bench_synth_weights(&w, "t3");
         if (t3_load_gpt2(&m, &src, types[ti], err) != CBX_OK) {
             fprintf(stderr, "bench_t3: %s\n", err);
             return 1;

@@ -7,8 +7,11 @@
 #include <time.h>
 
 #include "core/build_id.h"
+#include "core/tensor.h"
 #include "core/threadpool.h"
 #include "io/model_file.h"
+#include "io/synth.h"
+#include "io/weights.h"
 
 static void usage(const char *prog)
 {
@@ -188,4 +191,50 @@ const char *bench_take_opt_or(int *argc, char **argv, const char *name, const ch
 {
     const char *v = bench_take_opt(argc, argv, name);
     return v ? v : def;
+}
+
+/* ---- synthetic weights in memory ---------------------------------------- */
+
+static const struct tensor *synth_find(const void *ctx, int part, const char *name)
+{
+    (void)part;
+    const struct bench_synth *w = ctx;
+    for (int i = 0; i < w->n; i++)
+        if (w->t[i].data && !strcmp(w->t[i].name, name)) return &w->t[i];
+    return NULL;
+}
+
+bool bench_synth_load(const char *prog, const char *file, bool (*keep)(const char *name),
+                      struct threadpool *tp, struct bench_synth *w)
+{
+    char err[ERR_MAX], data[4096];
+    memset(w, 0, sizeof *w);
+    if (!synth_data_dir(data, sizeof data, err) || synth_manifest_load(data, file, &w->m, err) != CBX_OK) {
+        fprintf(stderr, "%s: %s\n", prog, err);
+        return false;
+    }
+    w->n = w->m->n;
+    if (!(w->t = calloc((size_t)w->n, sizeof *w->t))) {
+        fprintf(stderr, "%s: out of memory\n", prog);
+        return false;
+    }
+    for (int i = 0; i < w->n; i++) {
+        const struct synth_tensor *st = &w->m->t[i];
+        w->t[i] = tensor_make(st->type, st->ndim, st->ne, NULL, NULL);
+        w->t[i].name = st->name;
+        if (keep && !keep(st->name)) continue;
+        if (!(w->t[i].data = aligned_alloc(64, (synth_tensor_nbytes(st) + 63) & ~(size_t)63))) {
+            fprintf(stderr, "%s: out of memory for the synthetic weights\n", prog);
+            return false;
+        }
+        if (st->rule == SYNTH_RECIPE) memcpy(w->t[i].data, st->data, synth_tensor_nbytes(st));
+        else synth_tensor_fill_parallel(tp, st, w->m->seed, 0, synth_tensor_nelements(st), w->t[i].data);
+    }
+    return true;
+}
+
+struct weights bench_synth_weights(const struct bench_synth *w, const char *what)
+{
+    struct weights s = {synth_find, w, 0, what};
+    return s;
 }

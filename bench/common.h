@@ -53,6 +53,23 @@ void bench_emit1(const char *bench, const char *type, int N, const struct bench_
 const char *bench_commit(void);
 
 struct threadpool;
+
+/* One synthetic checkpoint file (spec/synthetic-weights.md: the manifest's
+ * recipe, as `chatterbox synth` writes it) generated in memory: the
+ * tensors whose names keep(name) accepts (NULL: all) get their values, the
+ * others stay without data and are not found. */
+struct bench_synth {
+    struct synth_manifest *m;
+    struct tensor *t;
+    int n;
+};
+/* Fills w from the manifest of file (e.g. "t3_turbo_v1.safetensors") on
+ * the pool's threads; false after one line on stderr naming prog. */
+bool bench_synth_load(const char *prog, const char *file, bool (*keep)(const char *name),
+                      struct threadpool *tp, struct bench_synth *w);
+/* Its tensors as the weights of component what ("t3", "s3gen"). */
+struct weights bench_synth_weights(const struct bench_synth *w, const char *what);
+
 /* STREAM-like copy of two o->mem_mib MiB buffers over the pool's threads;
  * emits its JSON line and returns the median GB/s (bytes read + written). */
 double bench_copy_baseline(struct threadpool *tp, const struct bench_opts *o);
