@@ -82,7 +82,8 @@ static void usage(FILE *f)
             "  --no-prefix-cache         compute the voice prefix in this run only\n"
             "  --lines                   live mode: speak each line of standard input\n"
             "                            as it arrives (streamed), for piping from\n"
-            "                            another program; ends at end of input\n"
+            "                            another program; ends at end of input. The\n"
+            "                            voice is prepared before the first line\n"
             "  -q, --quiet               nothing on stderr but errors\n"
             "  -v, --verbose             per-stage times, tokens/s and real-time factor\n");
 }
