@@ -561,23 +561,59 @@ static uint64_t ab_fingerprint(const float *w, int64_t n)
     return h;
 }
 
-/* w' -> wp for out channels [r0, r1) of nco*16 (zeros past Cout, Cin). */
-static void ab_pack_w(void *ctx, int64_t r0, int64_t r1, int ith)
+/* bf16 of 16 floats in the low halves of dwords, as f32_to_bf16: round
+ * to nearest even, a NaN kept quiet */
+TGTAMX static inline __m512i ab_bf16(__m512 f)
+{
+    const __m512i x = _mm512_castps_si512(f);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
+                                                  _mm512_set1_epi32(0x7f800000));
+    __m512i r = _mm512_add_epi32(x, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                                     _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1))));
+    r = _mm512_srli_epi32(r, 16);
+    return _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
+}
+
+/* w' -> wp for the blocks [b0, b1) of 16 out channels: per tile (k, cb),
+ * each channel's 32 input channels gathered (zeros past Cout, Cin) and
+ * rounded to bf16 pairs, one dword per K pair, then the 16 x 16 dwords
+ * transposed into the tile's rows (K pair p: 16 channels x 2). */
+TGTAMX static void ab_pack_w(void *ctx, int64_t b0, int64_t b1, int ith)
 {
     (void)ith;
     const struct ab_pack *j = ctx;
-    int64_t cinp = j->ncb * 32;
-    for (int64_t co = r0; co < r1; co++)
-        for (int64_t k = 0; k < j->K; k++)
-            for (int64_t ci = 0; ci < cinp; ci++) {
-                float v = 0.0f;
-                if (co < j->cout && ci < j->cin)
-                    v = j->transposed
-                            ? j->w[(ci * j->cout + co) * j->kfull + j->r + j->u * (j->K - 1 - k)]
-                            : j->w[(co * j->cin + ci) * j->K + k];
-                int64_t o = (((k * j->ncb + ci / 32) * j->nco + co / 16) * 16 + ci % 32 / 2) * 16;
-                j->wp[(o + co % 16) * 2 + (ci & 1)] = f32_to_bf16(v);
+    /* w' element (co, ci, k) at w[co * sco + ci * sci + (k's tap)]; the
+     * callers keep 31 * sci within the gather's 32-bit indices */
+    const int64_t sci = j->transposed ? j->cout * j->kfull : j->K, sco = j->transposed ? j->kfull : j->cin * j->K;
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)sci));
+    for (int64_t cob = b0; cob < b1; cob++)
+        for (int64_t cb = 0; cb < j->ncb; cb++) {
+            const int64_t ci0 = cb * 32;
+            const __mmask16 m0 = (__mmask16)(ci0 >= j->cin ? 0 : j->cin - ci0 >= 16 ? 0xffff : (1u << (j->cin - ci0)) - 1);
+            const __mmask16 m1 = (__mmask16)(ci0 + 16 >= j->cin ? 0 : j->cin - ci0 - 16 >= 16 ? 0xffff
+                                                                      : (1u << (j->cin - ci0 - 16)) - 1);
+            for (int64_t k = 0; k < j->K; k++) {
+                const int64_t kw = j->transposed ? j->r + j->u * (j->K - 1 - k) : k; /* w's own tap */
+                __m512i r[16];
+                for (int c = 0; c < 16; c++) {
+                    const int64_t co = cob * 16 + c;
+                    if (co >= j->cout) {
+                        r[c] = _mm512_setzero_si512();
+                        continue;
+                    }
+                    const float *b = j->w + co * sco + ci0 * sci + kw;
+                    __m512 lo = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m0, idx, b, 4);
+                    __m512 hi = m1 ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m1, idx, b + 16 * sci, 4)
+                                   : _mm512_setzero_ps();
+                    r[c] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(ab_bf16(lo))),
+                                              _mm512_cvtepi32_epi16(ab_bf16(hi)), 1);
+                }
+                avx512_tr16(r);
+                uint16_t *t = j->wp + ((k * j->ncb + cb) * j->nco + cob) * 512;
+                for (int p = 0; p < 16; p++) _mm512_storeu_si512(t + 32 * p, r[p]);
             }
+        }
 }
 
 /* Packed weights of pk (pk->wp unset; n: elements of the tensor): from
@@ -613,7 +649,7 @@ static const uint16_t *ab_weights(struct arena *a, struct ab_pack *pk, int64_t n
     } else if (!(pk->wp = arena_alloc(a, nb))) {
         return NULL;
     }
-    tp_parallel_for(pool(a), pk->nco * 16, max64(1, 4096 / (pk->K * pk->ncb * 32)), ab_pack_w, pk);
+    tp_parallel_for(pool(a), pk->nco, 1, ab_pack_w, pk);
     if (ne) {
         *ne = (struct ab_w){.key = pk->w, .cout = pk->cout, .cin = pk->cin, .K = pk->K,
                             .tag = tag, .fp = fp, .wp = pk->wp};
@@ -792,7 +828,7 @@ static bool conv1d_amx(struct arena *a, struct tensor *out, const struct tensor 
                        const struct tensor *wt, const float *w, const float *bias,
                        const struct conv1d_params *p, int64_t B)
 {
-    if (p->stride != 1 || p->groups != 1 || !ab_ready(a)) return false;
+    if (p->stride != 1 || p->groups != 1 || wt->ne[2] > INT32_MAX / 32 || !ab_ready(a)) return false;
     int n = x->ndim;
     struct ab_job j = {
         .x = x, .bias = bias, .out = out->data, .mode = p->pad_mode, .T = x->ne[n - 1],
@@ -818,7 +854,8 @@ static bool convt_amx(struct arena *a, struct tensor *out, const struct tensor *
                       const struct conv_transpose1d_params *p, int64_t B)
 {
     int64_t u = p->stride, K = wt->ne[2];
-    if (p->groups != 1 || p->dilation != 1 || u < 1 || u > K || u > AB_MAX_PH || !ab_ready(a))
+    if (p->groups != 1 || p->dilation != 1 || u < 1 || u > K || u > AB_MAX_PH ||
+        wt->ne[1] * K > INT32_MAX / 32 || !ab_ready(a))
         return false;
     int n = x->ndim;
     struct ab_job j = {
