@@ -277,9 +277,8 @@ cbx_status cbx_synthesize(cbx_context *ctx, const cbx_voice *voice, const char *
     struct chunk_relay r = {chunk, user};
     float *pcm = NULL;
     int64_t n = 0;
-    rc = engine_synthesize(ctx->model->m, ctx->be, voice ? &voice->c : NULL, text, &e,
-                                      chunk ? relay : NULL, NULL, &r, audio ? &pcm : NULL, &n, NULL,
-                                      ctx->err);
+    rc = engine_synthesize(ctx->model->m, ctx->be, voice ? &voice->c : NULL, text, &e, chunk ? relay : NULL,
+                           NULL, &r, audio ? &pcm : NULL, &n, NULL, ctx->err);
     if (rc != CBX_OK) return rc;
     if (audio) {
         audio->samples = pcm;
