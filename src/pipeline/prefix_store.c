@@ -14,7 +14,6 @@
 #include "chatterbox.h"
 #include "core/build_id.h"
 #include "core/cpu_features.h"
-#include "core/quant.h"
 #include "io/atomic_file.h"
 #include "io/sha256.h"
 
