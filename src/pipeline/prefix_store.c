@@ -141,9 +141,11 @@ static cbx_status bad(char *err, const char *why)
     return err_setf(err, CBX_ERR_FORMAT, "voice prefix file: %s", why);
 }
 
-cbx_status prefix_store_parse(const void *data, size_t n, const uint8_t id[PREFIX_STORE_ID_SIZE],
-                              const struct t3_model *m, const struct t3_cond *c,
-                              struct t3_prefix **out, char *err)
+/* prefix_store_parse; with in_place the prefix's values stay in data (a
+ * mapping the caller hands over on success) instead of a copy. */
+static cbx_status parse(const void *data, size_t n, const uint8_t id[PREFIX_STORE_ID_SIZE],
+                        const struct t3_model *m, const struct t3_cond *c, bool in_place,
+                        struct t3_prefix **out, char *err)
 {
     *out = NULL;
     struct header h;
@@ -170,17 +172,22 @@ cbx_status prefix_store_parse(const void *data, size_t n, const uint8_t id[PREFI
         return bad(err, "made for another voice");
 
     struct t3_prefix *p = calloc(1, sizeof *p);
-    if (p) {
+    if (p && in_place) {
+        p->kv = (void *)(pl + want - kvb);
+    } else if (p) {
         /* 2 MiB pages: ~20-74 MB written once, without thousands of page faults */
         const size_t hp = (size_t)2 << 20, kb = (kvb + hp - 1) / hp * hp;
         p->kv = aligned_alloc(hp, kb);
 #ifdef MADV_HUGEPAGE
         if (p->kv) (void)madvise(p->kv, kb, MADV_HUGEPAGE);
 #endif
+    }
+    if (p) {
         p->speaker_emb = malloc(sizeof(float) * (size_t)ns);
         p->prompt_tokens = malloc(sizeof(int32_t) * (size_t)(c->n_prompt > 0 ? c->n_prompt : 1));
     }
     if (!p || !p->kv || !p->speaker_emb || !p->prompt_tokens) {
+        if (p && in_place) p->kv = NULL; /* the caller's */
         t3_prefix_free(p);
         return err_setf(err, CBX_ERR_NOMEM, "out of memory for a voice prefix of %u positions", h.n);
     }
@@ -190,10 +197,17 @@ cbx_status prefix_store_parse(const void *data, size_t n, const uint8_t id[PREFI
     p->n_prompt = c->n_prompt;
     memcpy(p->speaker_emb, c->speaker_emb, sizeof(float) * (size_t)ns);
     if (c->n_prompt > 0) memcpy(p->prompt_tokens, c->prompt_tokens, sizeof(int32_t) * (size_t)c->n_prompt);
-    memcpy(p->kv, pl + want - kvb, kvb);
+    if (!in_place) memcpy(p->kv, pl + want - kvb, kvb);
     p->bytes = sizeof *p + kvb + sizeof(float) * (size_t)ns + sizeof(int32_t) * (size_t)c->n_prompt;
     *out = p;
     return CBX_OK;
+}
+
+cbx_status prefix_store_parse(const void *data, size_t n, const uint8_t id[PREFIX_STORE_ID_SIZE],
+                              const struct t3_model *m, const struct t3_cond *c,
+                              struct t3_prefix **out, char *err)
+{
+    return parse(data, n, id, m, c, false, out, err);
 }
 
 cbx_status prefix_store_load(const char *dir, const uint8_t id[PREFIX_STORE_ID_SIZE],
@@ -220,10 +234,18 @@ cbx_status prefix_store_load(const char *dir, const uint8_t id[PREFIX_STORE_ID_S
         if (map == MAP_FAILED) {
             rc = err_setf(err, CBX_ERR_IO, "%s: %s", path, strerror(errno));
         } else {
+            /* the values are used where they lie: no copy, no fresh
+             * memory (files are replaced by rename, never rewritten in
+             * place, so the mapped bytes stay as checked) */
             char e[ERR_MAX];
-            rc = prefix_store_parse(map, (size_t)sb.st_size, id, m, c, out, e);
-            if (rc != CBX_OK) err_setf(err, rc, "%s: %s", path, e);
-            munmap(map, (size_t)sb.st_size);
+            rc = parse(map, (size_t)sb.st_size, id, m, c, true, out, e);
+            if (rc == CBX_OK) {
+                (*out)->map = map;
+                (*out)->map_bytes = (size_t)sb.st_size;
+            } else {
+                err_setf(err, rc, "%s: %s", path, e);
+                munmap(map, (size_t)sb.st_size);
+            }
         }
     }
     close(fd);

@@ -64,7 +64,8 @@ cbx_status prefix_store_parse(const void *data, size_t n, const uint8_t id[PREFI
 
 /* Load the prefix for (id, c) from dir. CBX_OK with *out NULL when there is
  * no file; CBX_ERR_FORMAT / CBX_ERR_IO when there is one that cannot be
- * used (the caller may build the prefix and save over it). */
+ * used (the caller may build the prefix and save over it). The values stay
+ * in a read-only mapping of the file ((*out)->map), checked once here. */
 cbx_status prefix_store_load(const char *dir, const uint8_t id[PREFIX_STORE_ID_SIZE],
                              const struct t3_model *m, const struct t3_cond *c,
                              struct t3_prefix **out, char *err);

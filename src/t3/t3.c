@@ -370,7 +370,8 @@ void t3_workspace_free(struct t3_workspace *w)
 void t3_prefix_free(struct t3_prefix *p)
 {
     if (!p) return;
-    free(p->kv);
+    if (p->map) munmap(p->map, p->map_bytes);
+    else free(p->kv);
     free(p->speaker_emb);
     free(p->prompt_tokens);
     free(p);

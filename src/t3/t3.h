@@ -120,8 +120,13 @@ cbx_status t3_inference_turbo(const struct t3_model *m, const struct backend *be
 struct t3_prefix {
     const struct t3_model *m;  /* the model it was computed with */
     int n;                     /* positions: 1 + n_prompt */
-    void *kv;                  /* gpt2_kv_bytes(&m->tfmr, n) bytes */
+    void *kv;                  /* gpt2_kv_bytes(&m->tfmr, n) bytes, read only */
     enum dtype kv_type;        /* their type: m->tfmr.kv_type when built */
+    void *map;                 /* NULL: kv is malloc'ed; else kv lies in this
+                                * read-only file mapping of map_bytes
+                                * (prefix_store_load), unmapped by
+                                * t3_prefix_free */
+    size_t map_bytes;
     float *speaker_emb;        /* copies of the conditioning */
     int32_t *prompt_tokens;
     int64_t n_prompt;
