@@ -269,18 +269,11 @@ void dequantize_row(enum dtype t, const void *src, float *dst, int64_t n)
     case TYPE_I64: for (int64_t i = 0; i < n; i++) dst[i] = (float)((const int64_t *)src)[i]; return;
     case TYPE_U8:
     case TYPE_BOOL: for (int64_t i = 0; i < n; i++) dst[i] = (float)((const uint8_t *)src)[i]; return;
-    case TYPE_Q8_0: { /* the same values as the generic block decode, without its per-block dispatch */
-        const struct block_q8_0 *b = src;
-        for (int64_t i = 0; i < n / QK; i++) {
-            const float d = fp16_to_f32(b[i].d);
-            for (int j = 0; j < QK; j++) dst[i * QK + j] = (float)b[i].qs[j] * d;
-        }
-        return;
-    }
     case TYPE_Q4_0:
     case TYPE_Q4_1:
     case TYPE_Q5_0:
     case TYPE_Q5_1:
+    case TYPE_Q8_0:
     case TYPE_Q8_1: dequantize_row_blocks(t, src, dst, n); return;
     }
 }

@@ -172,17 +172,9 @@ static cbx_status parse(const void *data, size_t n, const uint8_t id[PREFIX_STOR
         return bad(err, "made for another voice");
 
     struct t3_prefix *p = calloc(1, sizeof *p);
-    if (p && in_place) {
-        p->kv = (void *)(pl + want - kvb);
-    } else if (p) {
-        /* 2 MiB pages: ~20-74 MB written once, without thousands of page faults */
-        const size_t hp = (size_t)2 << 20, kb = (kvb + hp - 1) / hp * hp;
-        p->kv = aligned_alloc(hp, kb);
-#ifdef MADV_HUGEPAGE
-        if (p->kv) (void)madvise(p->kv, kb, MADV_HUGEPAGE);
-#endif
-    }
     if (p) {
+        /* in place: the caller's mapping (prefix_store_load); else a copy */
+        p->kv = in_place ? (void *)(pl + want - kvb) : malloc(kvb);
         p->speaker_emb = malloc(sizeof(float) * (size_t)ns);
         p->prompt_tokens = malloc(sizeof(int32_t) * (size_t)(c->n_prompt > 0 ? c->n_prompt : 1));
     }

@@ -561,6 +561,9 @@ static uint64_t ab_fingerprint(const float *w, int64_t n)
     return h;
 }
 
+/* the first n of 16 lanes (none for n <= 0) */
+static inline __mmask16 lanes(int64_t n) { return (__mmask16)(n <= 0 ? 0 : n >= 16 ? 0xffff : (1u << n) - 1); }
+
 /* bf16 of 16 floats in the low halves of dwords, as f32_to_bf16: round
  * to nearest even, a NaN kept quiet */
 TGTAMX static inline __m512i ab_bf16(__m512 f)
@@ -590,9 +593,7 @@ TGTAMX static void ab_pack_w(void *ctx, int64_t b0, int64_t b1, int ith)
     for (int64_t cob = b0; cob < b1; cob++)
         for (int64_t cb = 0; cb < j->ncb; cb++) {
             const int64_t ci0 = cb * 32;
-            const __mmask16 m0 = (__mmask16)(ci0 >= j->cin ? 0 : j->cin - ci0 >= 16 ? 0xffff : (1u << (j->cin - ci0)) - 1);
-            const __mmask16 m1 = (__mmask16)(ci0 + 16 >= j->cin ? 0 : j->cin - ci0 - 16 >= 16 ? 0xffff
-                                                                      : (1u << (j->cin - ci0 - 16)) - 1);
+            const __mmask16 m0 = lanes(j->cin - ci0), m1 = lanes(j->cin - ci0 - 16);
             for (int64_t k = 0; k < j->K; k++) {
                 const int64_t kw = j->transposed ? j->r + j->u * (j->K - 1 - k) : k; /* w's own tap */
                 __m512i r[16];
