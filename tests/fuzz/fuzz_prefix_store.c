@@ -25,7 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     m.tfmr.n_head = 1;
     m.tfmr.d_model = 32;
     m.tfmr.kv_type = TYPE_F16;
-    const struct t3_cond c = {spk, prompt, 2};
+    const struct t3_cond c = {spk, prompt, 2, 0.0f};
     struct t3_prefix *p = (struct t3_prefix *)&m; /* must become NULL on failure */
     char err[ERR_MAX];
     err[0] = 0;
@@ -39,7 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* every value readable (the sanitizers check the reads) */
     uint32_t x = 0;
     const unsigned char *kv = p->kv;
-    for (size_t i = 0; i < gpt2_kv_bytes(&m.tfmr, 3); i++) x = x * 31 + kv[i];
+    for (size_t i = 0; i < t3_backbone_kv_bytes(&m.tfmr, 3); i++) x = x * 31 + kv[i];
     if (p->kv_type != m.tfmr.kv_type) __builtin_trap();
     if (p->bytes == 0 && x == 0) __builtin_trap(); /* bytes is always set */
     t3_prefix_free(p);
