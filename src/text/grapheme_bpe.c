@@ -442,6 +442,9 @@ cleanup:
     cJSON_Delete(root);
     if (rc == CBX_OK) *out = t;
     else grapheme_bpe_free(t);
+    /* messages quote tokens from the file: keep them on one line */
+    for (char *c = rc != CBX_OK ? err : NULL; c && *c; c++)
+        if ((unsigned char)*c < 0x20) *c = '?';
     return rc;
 }
 
