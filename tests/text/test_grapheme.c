@@ -12,6 +12,7 @@
 
 #include "alloc_hook.h"
 #include "testutil.h"
+#include "io/model_file.h"
 #include "io/synth_tokenizer.h"
 #include "text/gpt2_bpe.h"
 #include "text/grapheme_bpe.h"
@@ -342,7 +343,34 @@ static void test_gpt2_kind(void)
     text_tokenizer_free(t);
 }
 
-/* 7. every allocation of load, encode and the writer may fail */
+/* 7. text_tokenizer_load_model on the synthetic English model directory,
+ * when the synth_english_model fixture has written it (not required: the
+ * directory weighs gigabytes) */
+static void test_english_model(void)
+{
+    const char *dir = test_model_dir("english");
+    if (!test_exists(test_path(dir, "t3_cfg.safetensors"))) {
+        printf("  %s not written (synth_english_model): load_model check skipped\n", dir);
+        return;
+    }
+    struct model *m = test_open_model(dir);
+    if (!m) return;
+    char err[ERR_MAX] = "";
+    struct text_tokenizer *t = NULL;
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    cbx_status rc = text_tokenizer_load_model(m, &t, err);
+    if (rc == CBX_OK) rc = text_tokenizer_encode(t, "Hello world", &ids, &n, err);
+    CHECK(rc == CBX_OK && text_tokenizer_kind(t) == TEXT_TOK_GRAPHEME && n == 5,
+          "english model directory: grapheme tokenizer, \"Hello world\" -> %lld ids (%s)", (long long)n,
+          rc == CBX_OK ? "ok" : err);
+    if (rc == CBX_OK) printf("english model directory %s: tokenizer.json loads, %lld ids\n", dir, (long long)n);
+    free(ids);
+    text_tokenizer_free(t);
+    model_close(m);
+}
+
+/* 8. every allocation of load, encode and the writer may fail */
 static void test_alloc_failures(void)
 {
 #ifdef HAVE_ALLOC_HOOK
@@ -406,6 +434,7 @@ int main(void)
     test_classes();
     test_bad_files();
     test_gpt2_kind();
+    test_english_model();
     test_alloc_failures();
     cJSON_Delete(root);
     free(json);
