@@ -199,6 +199,20 @@ bool grapheme_bpe_is_space_char(int32_t c)
 
 static bool is_null(const cJSON *j) { return !j || cJSON_IsNull(j); }
 
+/* Tokens must be valid UTF-8 (the library's strings are), so an added
+ * token can only match the text at character boundaries. */
+static bool valid_utf8(const char *s)
+{
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        utf8proc_int32_t c;
+        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &c);
+        if (k <= 0) return false;
+        i += (size_t)k;
+    }
+    return true;
+}
+
 /* j is a non-negative integer below 2^31 - 1. */
 static bool json_id(const cJSON *j, int32_t *out)
 {
@@ -266,6 +280,8 @@ static cbx_status load_model(struct grapheme_bpe *t, const cJSON *model, const c
         if (!e->string || !json_id(e, &id))
             return err_setf(err, CBX_ERR_FORMAT, "%s: model.vocab[\"%.40s\"] is not an id (integer 0..2^31-2)",
                             where, e->string ? e->string : "");
+        if (!valid_utf8(e->string))
+            return err_setf(err, CBX_ERR_FORMAT, "%s: model.vocab has a token that is not valid UTF-8", where);
         int r = str_put(&t->vocab, e->string, strlen(e->string), id);
         if (r < 0) return err_setf(err, CBX_ERR_NOMEM, "%s: out of memory", where);
         if (r == 0) return err_setf(err, CBX_ERR_FORMAT, "%s: model.vocab has \"%.40s\" twice", where, e->string);
@@ -355,8 +371,9 @@ static cbx_status load_added(struct grapheme_bpe *t, const cJSON *list, const ch
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(e, "content");
         int32_t id;
         if (!cJSON_IsObject(e) || !cJSON_IsString(content) || !*content->valuestring ||
-            !json_id(cJSON_GetObjectItemCaseSensitive(e, "id"), &id))
-            return err_setf(err, CBX_ERR_FORMAT, "%s: added_tokens[%d] needs an id and a non-empty content", where, i);
+            !valid_utf8(content->valuestring) || !json_id(cJSON_GetObjectItemCaseSensitive(e, "id"), &id))
+            return err_setf(err, CBX_ERR_FORMAT, "%s: added_tokens[%d] needs an id and a non-empty UTF-8 content",
+                            where, i);
         static const char *const unsupported[] = {"single_word", "lstrip", "rstrip"};
         bool flag, special, normalized;
         cbx_status rc;
@@ -387,12 +404,12 @@ static cbx_status load_added(struct grapheme_bpe *t, const cJSON *list, const ch
         struct added *a = realloc(ps->a, (size_t)(ps->n + 1) * sizeof *a);
         if (!a) return err_setf(err, CBX_ERR_NOMEM, "%s: out of memory", where);
         ps->a = a;
-        if (!(a[ps->n].s = malloc(n + 1)) || str_put(&t->added, s, n, id) < 0)
-            return err_setf(err, CBX_ERR_NOMEM, "%s: out of memory", where);
+        if (!(a[ps->n].s = malloc(n + 1))) return err_setf(err, CBX_ERR_NOMEM, "%s: out of memory", where);
         memcpy(a[ps->n].s, s, n + 1);
         a[ps->n].n = n;
         a[ps->n].id = id;
         ps->n++;
+        if (str_put(&t->added, s, n, id) < 0) return err_setf(err, CBX_ERR_NOMEM, "%s: out of memory", where);
         if (id > max_added) max_added = id;
         if (id + 1 > t->n_ids) t->n_ids = id + 1;
     }

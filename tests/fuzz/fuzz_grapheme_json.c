@@ -47,7 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     if (!g || grapheme_bpe_vocab_size(g) <= 0) __builtin_trap();
-    static const char *const texts[] = {"Hello[SPACE]world.", "", "ab ab\tab\xc2\xa0" "a_b!!", "\xe2\x80\x8d\xf0\x9f\x98\x80x",
+    static const char *const texts[] = {"Hello[SPACE]world.", "", "ab ab\tab\xc2\xa0_a_b!!", "\xe2\x80\x8d\xf0\x9f\x98\x80x",
                                         "\xff"};
     if (text) encode(g, text);
     else

@@ -240,6 +240,7 @@ static void test_bad_files(void)
         {"added id", "added_tokens.3.id", "300", "gives it id 255", CBX_ERR_FORMAT},
         {"added content", "added_tokens.0.content", "\"\"", "added_tokens[0]", CBX_ERR_FORMAT},
         {"model", "model", "null", "model", CBX_ERR_FORMAT},
+        {"added not UTF-8", "added_tokens.1.content", "\"[\x80x]\"", "UTF-8", CBX_ERR_FORMAT},
     };
     char err[ERR_MAX];
     size_t n = 0;
