@@ -163,6 +163,40 @@ static void test_variant(const cJSON *root)
     grapheme_bpe_free(g);
 }
 
+/* 3b. a multilingual-shaped file of the real size (2454 ids, language tags
+ * and [cj_*] letters as added tokens), through the multilingual kind's
+ * loader; ids of texts as MTLTokenizer hands them to Tokenizer.encode */
+static void test_mtl_shape(const cJSON *root)
+{
+    char err[ERR_MAX] = "";
+    size_t len = 0;
+    char *json = test_read_file(test_data("english/tokenizer_mtl_shape.json"), &len);
+    struct text_tokenizer_file f = {"grapheme_mtl_merged_expanded_v1.json", json};
+    struct text_tokenizer *t = NULL;
+    cbx_status rc = json ? text_tokenizer_load_mem(TEXT_TOK_GRAPHEME_MTL, &f, 1, &t, err) : CBX_ERR_IO;
+    CHECK(rc == CBX_OK && text_tokenizer_vocab_size(t) == cJSON_GetObjectItem(root, "mtl_shape_ids")->valueint,
+          "multilingual-shaped file: %lld ids (%s)", t ? (long long)text_tokenizer_vocab_size(t) : -1LL,
+          rc == CBX_OK ? "ok" : err);
+    const struct grapheme_bpe *g = t ? text_tokenizer_grapheme(t) : NULL;
+    int n_cases = 0, n_ok = 0;
+    for (const cJSON *c = g ? cJSON_GetObjectItem(root, "mtl_shape_cases")->child : NULL; c; c = c->next, n_cases++) {
+        const char *text = cJSON_GetObjectItem(c, "text")->valuestring;
+        const cJSON *want = cJSON_GetObjectItem(c, "ids");
+        int32_t *ids = NULL;
+        int64_t n = 0;
+        rc = grapheme_bpe_encode(g, text, &ids, &n, err);
+        bool ok = rc == CBX_OK && same_ids(ids, n, want);
+        CHECK(ok, "mtl-shape case %d (\"%.60s\"): %s", n_cases, text, rc == CBX_OK ? "ids differ" : err);
+        if (rc == CBX_OK && !ok) print_ids(ids, n, want);
+        n_ok += ok;
+        free(ids);
+    }
+    printf("grapheme multilingual-shaped fixture: %d cases, ids identical %d\n", n_cases, n_ok);
+    CHECK(n_cases >= 8, "mtl-shape fixture has %d cases", n_cases);
+    text_tokenizer_free(t);
+    free(json);
+}
+
 /* 4. \w and \s as the library's pre-tokenizer sees them, every code point
  * assigned in utf8proc's Unicode version */
 static void test_classes(void)
@@ -431,6 +465,7 @@ int main(void)
     if (root) {
         test_cases(root);
         test_variant(root);
+        test_mtl_shape(root);
     }
     test_classes();
     test_bad_files();

@@ -14,6 +14,10 @@ to what `chatterbox synth english` writes) and writes:
       the same tokenizer with merges in the [a, b] array form, fuse_unk true
       and extra added tokens (normalized and not, special and not), ids as
       the library assigns them
+  tests/data/english/tokenizer_mtl_shape.json
+      a multilingual-shaped file of the real size (2454 ids, language tags
+      and [cj_*] letters as added tokens), with mtl_shape_cases: texts as
+      MTLTokenizer hands them to Tokenizer.encode
   tests/data/english/pretokenizer_classes.json
       the Whitespace pre-tokenizer's \\w and \\s as code point ranges,
       measured by running it on "a" + c + "a" for every code point
@@ -96,6 +100,56 @@ VARIANT_TEXTS = [
 ]
 
 
+# A multilingual-shaped file (spec/tokenizers.md §3): 2454 ids, the English
+# synthetic vocabulary plus more scripts (Cyrillic, Hebrew, Arabic,
+# Devanagari, combining marks, Hangul jamo, kana), a few Cyrillic merges,
+# and as added tokens the 23 language tags and the Cangjie [cj_*] letters.
+MTL_IDS = 2454
+MTL_LANGS = "ar da de el en es fi fr he hi it ja ko ms nl no pl pt ru sv sw tr zh".split()
+MTL_RANGES = [(0x430, 0x44F), (0x451, 0x451), (0x5D0, 0x5EA), (0x621, 0x64A), (0x900, 0x97F), (0x300, 0x36F),
+              (0x1100, 0x1112), (0x1161, 0x1175), (0x11A8, 0x11C2), (0x3041, 0x3096), (0x3099, 0x309C),
+              (0x30A1, 0x30FA), (0x100, 0x24F), (0x250, 0x2AF), (0x1E00, 0x1EFF), (0x370, 0x3FF),
+              (0x4E00, 0x4FFF)]
+MTL_MERGES = ["п р", "с т", "н о", "т о", "пр и", "в е", "ст в", "о в"]
+MTL_TEXTS = [
+    "[fr]bonjour[SPACE]le[SPACE]monde.",
+    "[ru]привет,[SPACE]как[SPACE]дела?",
+    "[ko]각[SPACE]나.",
+    "[ja]こんにちは、が.",
+    "[zh][cj_a][cj_b][cj_.][cj_1][cj_2][cj_.][SPACE]一.",
+    "[de]große[SPACE]straße[SPACE]über",
+    "[he]שלום[SPACE][ar]مرحبا",
+    "[hi]नमस्ते[SPACE]😀",
+    "[xx]unknown[SPACE]tag[en]",
+]
+
+
+def make_mtl(src):
+    j = json.loads(src)
+    m = j["model"]
+    vocab = m["vocab"]
+    n_added = len(MTL_LANGS) + 37
+    chars = [chr(c) for lo, hi in MTL_RANGES for c in range(lo, hi + 1)]
+    merges = [tuple(x.split(" ")) for x in MTL_MERGES]
+    new = [a + b for a, b in merges]
+    for t in chars:
+        if len(vocab) + len(new) + n_added >= MTL_IDS:
+            break
+        vocab.setdefault(t, len(vocab))
+    for t in new:
+        vocab.setdefault(t, len(vocab))
+    m["merges"] += [" ".join(x) for x in merges]
+    tags = ["[%s]" % lang for lang in MTL_LANGS] + ["[cj_%s]" % c for c in "abcdefghijklmnopqrstuvwxyz0123456789."]
+    for t in tags:
+        j["added_tokens"].append(dict(id=0, content=t, single_word=False, lstrip=False, rstrip=False,
+                                      normalized=False, special=True))
+    tok = Tokenizer.from_str(json.dumps(j))
+    for a in j["added_tokens"]:
+        a["id"] = tok.token_to_id(a["content"])
+    assert tok.get_vocab_size() == MTL_IDS, tok.get_vocab_size()
+    return json.dumps(j, ensure_ascii=False, indent=2) + "\n"
+
+
 def punc_norm(text):
     """English punc_norm (tts.py), spec/overview.md §6."""
     if len(text) == 0:
@@ -165,12 +219,19 @@ def main():
     vtok = Tokenizer.from_str(variant)
     vcases = [dict(text=t, ids=vtok.encode(t).ids) for t in VARIANT_TEXTS]
 
+    mtl = make_mtl(src)
+    mtok = Tokenizer.from_str(mtl)
+    mcases = [dict(text=t, ids=mtok.encode(t).ids) for t in MTL_TEXTS]
+
     with open(os.path.join(args.out_dir, "tokenizer_variant.json"), "w", encoding="utf-8") as f:
         f.write(variant)
+    with open(os.path.join(args.out_dir, "tokenizer_mtl_shape.json"), "w", encoding="utf-8") as f:
+        f.write(mtl)
     with open(os.path.join(args.out_dir, "tokenizer_cases.json"), "w", encoding="utf-8") as f:
         json.dump(dict(generator="tools/dev/grapheme_cases.py", tokenizers_version=tokenizers.__version__,
                        tokenizer="tokenizer.json", cases=cases, variant_tokenizer="tokenizer_variant.json",
-                       variant_cases=vcases), f, ensure_ascii=False, indent=1)
+                       variant_cases=vcases, mtl_shape_tokenizer="tokenizer_mtl_shape.json",
+                       mtl_shape_ids=MTL_IDS, mtl_shape_cases=mcases), f, ensure_ascii=False, indent=1)
         f.write("\n")
     with open(os.path.join(args.out_dir, "pretokenizer_classes.json"), "w", encoding="utf-8") as f:
         c = classes()
@@ -178,7 +239,7 @@ def main():
                        what="Whitespace pre-tokenizer classes, inclusive code point ranges",
                        word=c["w"], space=c["s"]), f, separators=(",", ":"))
         f.write("\n")
-    print(f"{len(cases)} cases, {len(vcases)} variant cases (tokenizers {tokenizers.__version__})")
+    print(f"{len(cases)} cases, {len(vcases)} variant cases, {len(mcases)} mtl-shape cases (tokenizers {tokenizers.__version__})")
 
 
 if __name__ == "__main__":
