@@ -17,6 +17,7 @@
 #include "io/atomic_file.h"
 #include "io/npy.h"
 #include "io/safetensors.h"
+#include "io/synth_tokenizer.h"
 #include "io/torch_pt.h"
 
 #define GOLDEN 0x9E3779B97F4A7C15ULL
@@ -820,7 +821,9 @@ cbx_status synth_write_variant(enum model_variant v, const char *dir,
     if (rc != CBX_OK) return rc;
 
     /* Tokenizer files: copied when the data directory has them (the
-     * English and multilingual ones are not available, as in synth.py). */
+     * English and multilingual ones are not available, as in synth.py);
+     * English then gets the synthetic tokenizer.json instead. */
+    bool have_tokenizer_json = false;
     for (int i = 0; vi->tokenizer_dir && vi->tokenizer_files[i]; i++) {
         char src[4096], dst[4096];
         int a = snprintf(src, sizeof src, "%s/%s/%s", data, vi->tokenizer_dir,
@@ -832,7 +835,15 @@ cbx_status synth_write_variant(enum model_variant v, const char *dir,
         if (stat(src, &st) != 0) continue;
         rc = copy_file(src, dst, err);
         if (rc != CBX_OK) return rc;
+        have_tokenizer_json = have_tokenizer_json || !strcmp(vi->tokenizer_files[i], "tokenizer.json");
         progress(&o, vi->tokenizer_files[i], 1, 1);
+    }
+    if (v == MODEL_ENGLISH && !have_tokenizer_json) {
+        char dst[4096];
+        int b = snprintf(dst, sizeof dst, "%s/tokenizer.json", dir);
+        if (b < 0 || (size_t)b >= sizeof dst) return err_setf(err, CBX_ERR_INVALID_ARG, "%s: path too long", dir);
+        if ((rc = synth_write_english_tokenizer(dst, err)) != CBX_OK) return rc;
+        progress(&o, "tokenizer.json", 1, 1);
     }
     return CBX_OK;
 }

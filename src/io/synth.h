@@ -133,7 +133,9 @@ struct synth_options {
 
 /* Write the complete directory of variant v into dir (created if needed;
  * existing files of the same names are replaced, each through a temp file
- * and rename). */
+ * and rename). Tokenizer files are copied from the data directory when it
+ * has them; English without one gets the synthetic tokenizer.json of
+ * synth_tokenizer.h. */
 cbx_status synth_write_variant(enum model_variant v, const char *dir,
                                const struct synth_options *opt, char *err);
 /* Write one weight file (a manifest) into dir/<m->file>. */
