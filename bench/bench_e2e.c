@@ -43,7 +43,7 @@
 #include "pipeline/engine.h"
 #include "s3gen/s3gen.h"
 #include "t3/t3.h"
-#include "text/gpt2_bpe.h"
+#include "text/tokenizer.h"
 #include "text/punc_norm.h"
 #include "voice/conds.h"
 
@@ -72,14 +72,10 @@ static void reset_hwm(void)
 
 static cbx_status load_tokens(const struct model *m, int32_t **ids, int64_t *n, char *err)
 {
-    struct gpt2_bpe *tok = NULL;
-    char *norm = NULL;
-    cbx_status rc;
-    rc = engine_tokenizer_load(m, &tok, err);
-    if (rc == CBX_OK) rc = punc_norm(TEXT, PUNC_TURBO, &norm, err);
-    if (rc == CBX_OK) rc = gpt2_bpe_encode(tok, norm, ids, n, err);
-    free(norm);
-    gpt2_bpe_free(tok);
+    struct text_tokenizer *tok = NULL;
+    cbx_status rc = text_tokenizer_load_model(m, &tok, err);
+    if (rc == CBX_OK) rc = text_tokenizer_encode(tok, TEXT, ids, n, err);
+    text_tokenizer_free(tok);
     return rc;
 }
 
@@ -90,9 +86,10 @@ struct result {
 
 /* time of the first token (end of the prefill) */
 struct first { double t0, t1; };
-static int on_step(void *user, int step, int32_t token, const float *logits, int64_t V)
+static int on_step(void *user, int step, int32_t token, const float *logits, int n_rows, int64_t V)
 {
-    (void)token; (void)logits; (void)V;
+    (void)n_rows;
+    (void)token; (void)logits; (void)n_rows; (void)V;
     struct first *f = user;
     if (step == 0) f->t1 = bench_now() - f->t0;
     return 0;
@@ -136,12 +133,12 @@ static int run_type(const char *path, int wtype, int N, const struct bench_opts 
     if (model_open(path, &m, err) != CBX_OK) goto done;
     if (wtype < 0) wtype = model_stored_wtype(m); /* as the engine loads it */
     struct weights w3 = model_weights(m, MODEL_T3), ws = model_weights(m, MODEL_S3GEN);
-    if (t3_load_gpt2(&t3, &w3, (enum dtype)wtype, err) != CBX_OK) goto done;
+    if (t3_load(&t3, &w3, (enum dtype)wtype, err) != CBX_OK) goto done;
     if (s3gen_load(&s3, &ws, (enum dtype)wtype, err) != CBX_OK) goto done;
     if (conds_from_model(m, &voice, err) != CBX_OK) goto done;
     if (load_tokens(m, &ids, &n_ids, err) != CBX_OK) goto done;
-    struct t3_cond cond = {voice.speaker_emb, voice.cond_prompt_tokens, voice.n_cond_prompt};
-    struct t3_gen_params gp = t3_gen_default_params();
+    struct t3_cond cond = {voice.speaker_emb, voice.cond_prompt_tokens, voice.n_cond_prompt, voice.emotion_adv};
+    struct t3_gen_params gp = t3_gen_default_params(NULL);
     gp.s.top_k = 1;
     struct s3gen_params sp = s3gen_default_params();
     sp.bf16 = s3gen_default_bf16((enum dtype)wtype);
@@ -159,11 +156,11 @@ static int run_type(const char *path, int wtype, int N, const struct bench_opts 
         gp.max_gen_len = n_want - 1;
         int64_t n = 0, nw = 0;
         struct first fc = {bench_now(), 0}, fw;
-        if (t3_inference_turbo(&t3, be, &cond, ids, n_ids, &gp, on_step, &fc, &tok, &n, err) != CBX_OK) goto done;
+        if (t3_inference(&t3, be, &cond, ids, n_ids, &gp, on_step, &fc, &tok, &n, err) != CBX_OK) goto done;
         double tt = bench_now() - fc.t0;
         fw.t0 = bench_now();
         fw.t1 = 0;
-        if (t3_inference_turbo_prefixed(&t3, be, pfx, ids, n_ids, &gp, on_step, &fw, &tokw, &nw, err) != CBX_OK)
+        if (t3_inference_prefixed(&t3, be, pfx, ids, n_ids, &gp, on_step, &fw, &tokw, &nw, err) != CBX_OK)
             goto done;
         double tw = bench_now() - fw.t0;
         if (nw != n || memcmp(tok, tokw, sizeof(int32_t) * (size_t)n)) {

@@ -39,9 +39,9 @@ static bool keep_t3(const char *name) { return strcmp(name, "tfmr.wte.weight") !
 
 /* Times of the first and last decode steps (t3_step_cb). */
 struct step_clock { double first, last; int n; };
-static int on_step(void *user, int step, int32_t token, const float *logits, int64_t n)
+static int on_step(void *user, int step, int32_t token, const float *logits, int n_rows, int64_t n)
 {
-    (void)step, (void)token, (void)logits, (void)n;
+    (void)step, (void)token, (void)logits, (void)n_rows, (void)n;
     struct step_clock *c = user;
     c->last = bench_now();
     if (c->n++ == 0) c->first = c->last;
@@ -61,7 +61,7 @@ static double step_bytes(const struct t3_model *m)
 {
     double b = 0;
     for (int i = 0; i < m->tfmr.n_layer; i++) {
-        const struct gpt2_layer *l = &m->tfmr.h[i];
+        const struct gpt2_layer *l = &m->tfmr.gpt2[i];
         b += (double)tensor_nbytes(l->c_attn_w) + (double)tensor_nbytes(l->c_proj_w) +
              (double)tensor_nbytes(l->c_fc_w) + (double)tensor_nbytes(l->mlp_proj_w);
     }
@@ -89,15 +89,15 @@ static double long_decode(const struct t3_model *m0, struct backend *cpu, enum d
     struct arena *cache = arena_create(cpu, 0), *a = arena_create(cpu, 0);
     struct arena *s0 = arena_create(cpu, 0), *s1 = arena_create(cpu, 0);
     double tps = -1;
-    struct gpt2_kv kv;
-    if (cache && a && s0 && s1 && gpt2_kv_init(&kv, &m.tfmr, cache, (int)T + LONG_STEPS) == CBX_OK) {
+    struct kv_cache kv;
+    if (cache && a && s0 && s1 && t3_backbone_kv_init(&m.tfmr, &kv, 1, cache, (int)T + LONG_STEPS) == CBX_OK) {
         kv.scratch[0] = s0;
         kv.scratch[1] = s1;
-        bool ok = gpt2_forward(a, &m.tfmr, &kv, x) != NULL;
+        bool ok = t3_backbone_forward(a, &m.tfmr, &kv, x) != NULL;
         double t0 = bench_now(), c0 = cpu_now();
         for (int i = 0; ok && i < LONG_STEPS; i++) {
             arena_reset(a);
-            ok = gpt2_forward(a, &m.tfmr, &kv, op_slice(a, x, 1, (i * 7) % T, 1)) != NULL;
+            ok = t3_backbone_forward(a, &m.tfmr, &kv, op_slice(a, x, 1, (i * 7) % T, 1)) != NULL;
         }
         double dt = bench_now() - t0;
         *cpu_ms = (cpu_now() - c0) * 1e3 / LONG_STEPS;
@@ -124,7 +124,7 @@ static bool long_context(const struct t3_model *m, struct backend *cpu, const st
     static const enum dtype kvt[3] = {TYPE_F16, TYPE_Q8_0, TYPE_F32};
     double *lt[3], *lr[3], *lc[3], *lcr[3];
     struct arena *xa = arena_create(cpu, 0);
-    struct tensor *x = xa ? t3_prepare_input_embeds(xa, m, cond, text, L) : NULL;
+    struct tensor *x = xa ? t3_prepare_input_embeds(xa, m, cond, text, L, 1) : NULL;
     bool ok = x != NULL;
     for (int k = 0; k < 3; k++) {
         lt[k] = calloc((size_t)o->reps, sizeof *lt[k]);
@@ -203,14 +203,14 @@ int main(int argc, char **argv)
     for (int i = 0; i < 256; i++) spk[i] = 0.01f * (float)(i % 17);
     for (int i = 0; i < P; i++) prompt[i] = (i * 37) % 6561;
     for (int i = 0; i < L; i++) text[i] = 100 + i * 13;
-    struct t3_cond cond = {spk, prompt, P};
+    struct t3_cond cond = {spk, prompt, P, 0.0f};
 
     static const enum dtype types[] = {TYPE_F32, TYPE_F16, TYPE_Q8_0, TYPE_Q4_0};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         if (!bench_selected(&opt, dtype_name(types[ti]))) continue;
         struct t3_model m;
         struct weights src = bench_synth_weights(&w, "t3");
-        if (t3_load_gpt2(&m, &src, types[ti], err) != CBX_OK) {
+        if (t3_load(&m, &src, types[ti], err) != CBX_OK) {
             fprintf(stderr, "bench_t3: %s\n", err);
             return 1;
         }
@@ -224,9 +224,9 @@ int main(int argc, char **argv)
          * reps, when packing applies */
         struct t3_model mu;
         bool ab = false;
-        if (linear_pack_supported(m.tfmr.h[0].c_attn_w) || m.tfmr.h[0].c_attn_w->packed) {
+        if (linear_pack_supported(m.tfmr.gpt2[0].c_attn_w) || m.tfmr.gpt2[0].c_attn_w->packed) {
             linear_pack_enable = 0;
-            if (t3_load_gpt2(&mu, &src, types[ti], err) != CBX_OK) {
+            if (t3_load(&mu, &src, types[ti], err) != CBX_OK) {
                 fprintf(stderr, "bench_t3: %s\n", err);
                 return 1;
             }
@@ -246,22 +246,22 @@ int main(int argc, char **argv)
             return 1;
         }
         /* greedy decoding of STEPS tokens; the warm-up run is not timed */
-        struct t3_gen_params gp = t3_gen_default_params();
+        struct t3_gen_params gp = t3_gen_default_params(NULL);
         gp.s.top_k = 1;
         gp.max_gen_len = STEPS - 1;
         struct arena *a = arena_create(cpu, 0);
         for (int r = -1; r < opt.reps; r++) {
             /* prefill alone */
-            struct gpt2_kv kv;
+            struct kv_cache kv;
             arena_reset(a);
             struct arena *cache = arena_create(cpu, 0);
-            gpt2_kv_init(&kv, &m.tfmr, cache, 1 + P + L + 1);
+            t3_backbone_kv_init(&m.tfmr, &kv, 1, cache, 1 + P + L + 1);
             struct arena *s0 = arena_create(cpu, 0), *s1 = arena_create(cpu, 0);
             kv.scratch[0] = s0;
             kv.scratch[1] = s1;
             long f0 = minflt();
             double t0 = bench_now();
-            struct tensor *h = gpt2_forward(a, &m.tfmr, &kv, t3_prepare_input_embeds(a, &m, &cond, text, L));
+            struct tensor *h = t3_backbone_forward(a, &m.tfmr, &kv, t3_prepare_input_embeds(a, &m, &cond, text, L, 1));
             double tp = bench_now() - t0;
             long fp = minflt() - f0;
             arena_free(cache);
@@ -282,7 +282,7 @@ int main(int argc, char **argv)
                 m.tfmr.kv_type = w == 2 ? kv_other : kv_own;
                 f0 = minflt();
                 t0 = bench_now();
-                if (t3_inference_turbo(&m, cpu, &cond, text, L, &gp, on_step, w == 0 ? &sc : w == 1 ? &scw : &sco, &tok, &n, err) != CBX_OK) {
+                if (t3_inference(&m, cpu, &cond, text, L, &gp, on_step, w == 0 ? &sc : w == 1 ? &scw : &sco, &tok, &n, err) != CBX_OK) {
                     fprintf(stderr, "bench_t3: %s\n", err);
                     return 1;
                 }
@@ -296,7 +296,7 @@ int main(int argc, char **argv)
                 int32_t *tok = NULL;
                 int64_t n = 0;
                 gp.ws = ws;
-                cbx_status rcu = t3_inference_turbo(&mu, cpu, &cond, text, L, &gp, on_step, &scu, &tok, &n, err);
+                cbx_status rcu = t3_inference(&mu, cpu, &cond, text, L, &gp, on_step, &scu, &tok, &n, err);
                 free(tok);
                 if (rcu != CBX_OK) {
                     fprintf(stderr, "bench_t3: %s\n", err);

@@ -196,13 +196,28 @@ typedef struct cbx_synth_params {
      * large products to BF16 (accumulating in F32) for quantised models on
      * CPUs with AMX-BF16, and keeps F32 for F32/F16/BF16 models */
     int precision;             /* CBX_PRECISION_AUTO */
+    /* English / multilingual (Llama T3 with classifier-free guidance);
+     * ignored by Turbo and Nano */
+    double min_p;              /* 0.05 (0: off) */
+    double cfg_weight;         /* 0.5 (0: no unconditional row) */
+    double exaggeration;       /* < 0 (default): the voice's own (0.5 for
+                                * the built-in voice and voices from audio) */
+    const char *language;      /* multilingual models only; NULL (an error
+                                * for a model that speaks one language) */
 } cbx_synth_params;
 
 enum cbx_precision { CBX_PRECISION_AUTO = 0, CBX_PRECISION_F32 = 1, CBX_PRECISION_BF16 = 2 };
 
-/* Defaults of every field (fields are only ever appended).
+/* Defaults of every field (fields are only ever appended). The sampling
+ * fields are Turbo's; cbx_synth_default_params_for gives a model's own.
  * Thread safety: any thread, concurrently. */
 CBX_API cbx_synth_params cbx_synth_default_params(void);
+/* Upstream's defaults for model's variant: Turbo/Nano as above; English:
+ * temperature 0.8, top_k 0 (unused), top_p 1.0, min_p 0.05, repetition
+ * penalty 1.2, cfg_weight 0.5, max_tokens 1000, max_segment_tokens 150
+ * (grapheme tokens). model NULL: cbx_synth_default_params().
+ * Thread safety: any thread, concurrently. */
+CBX_API cbx_synth_params cbx_synth_default_params_for(const cbx_model *model);
 
 /* Audio returned by cbx_synthesize: mono float samples in [-1, 1]. */
 typedef struct cbx_audio {

@@ -36,4 +36,35 @@ bool cli_parse_int(const char *cmd, const char *opt, const char *s, long long lo
                    long long *out);
 bool cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t *out);
 
+/* ---- generation options shared by say and tokens (cli_gen.c) ----------
+ * Sampling knobs whose defaults depend on the model's variant: parsed
+ * before the model is open, applied on top of the variant's defaults
+ * (engine_model_default_params) after. */
+struct engine_model;
+struct engine_params;
+struct cli_gen {
+    double temperature, top_p, min_p, repetition_penalty, cfg_weight, exaggeration;
+    int top_k, max_tokens;
+    unsigned set;          /* CLI_GEN_* bits of the options given */
+    const char *language;  /* --language */
+    int32_t *text_ids;     /* --text-ids, owned (cli_gen_free) */
+    int64_t n_text_ids;
+};
+enum {
+    CLI_GEN_TEMPERATURE = 1u << 0, CLI_GEN_TOP_K = 1u << 1, CLI_GEN_TOP_P = 1u << 2,
+    CLI_GEN_MIN_P = 1u << 3, CLI_GEN_REPETITION = 1u << 4, CLI_GEN_MAX_TOKENS = 1u << 5,
+    CLI_GEN_CFG = 1u << 6, CLI_GEN_EXAGGERATION = 1u << 7,
+};
+/* The --help lines of these options. */
+extern const char cli_gen_help[];
+/* Whether opt is one of these options (each takes a value). */
+bool cli_gen_is_option(const char *opt);
+/* Parse opt's value into g; false after a usage error on stderr. */
+bool cli_gen_parse(struct cli_gen *g, const char *cmd, const char *opt, const char *val);
+/* Apply g to p over m's defaults; false after a one-line error on stderr
+ * (an option the variant does not have, a language it does not speak). */
+bool cli_gen_apply(const struct cli_gen *g, const char *cmd, const struct engine_model *m,
+                   struct engine_params *p);
+void cli_gen_free(struct cli_gen *g);
+
 #endif

@@ -49,13 +49,9 @@ static void usage(FILE *f)
             "                            files, or a reference recording (> 5 s);\n"
             "                            default: the model's built-in voice\n"
             "  --seed N                  seed of every random stream (default 0)\n"
-            "  --temperature T           default 0.8\n"
-            "  --top-k K                 default 1000 (1 = greedy)\n"
-            "  --top-p P                 default 0.95\n"
-            "  --repetition-penalty R    default 1.2\n"
-            "  --max-tokens N            speech tokens per segment, stop included\n"
-            "                            (default 1001, about 40 s)\n"
-            "  --cfm-steps N             flow-matching steps (default: the model's, 2)\n"
+            "%s"
+            "  --cfm-steps N             flow-matching steps (default: the model's: 2 for\n"
+            "                            Turbo/Nano, 10 for English)\n"
             "  --no-split                speak the whole text as one segment (as upstream)\n"
             "  --pause-ms N              silence between segments (default 100)\n"
             "  --threads N               CPU threads (default: all)\n"
@@ -85,7 +81,8 @@ static void usage(FILE *f)
             "                            another program; ends at end of input. The\n"
             "                            voice is prepared before the first line\n"
             "  -q, --quiet               nothing on stderr but errors\n"
-            "  -v, --verbose             per-stage times, tokens/s and real-time factor\n");
+            "  -v, --verbose             per-stage times, tokens/s and real-time factor\n",
+            cli_gen_help);
 }
 
 #define usage_error(...) cli_usage_error("say", __VA_ARGS__)
@@ -307,7 +304,18 @@ static cbx_status say_lines(const struct engine_model *m, const struct backend *
     return rc;
 }
 
+static int say_main(int argc, char **argv, struct cli_gen *g);
+
 int cmd_say(int argc, char **argv)
+{
+    struct cli_gen gen;
+    memset(&gen, 0, sizeof gen);
+    const int status = say_main(argc, argv, &gen);
+    cli_gen_free(&gen);
+    return status;
+}
+
+static int say_main(int argc, char **argv, struct cli_gen *g)
 {
     const char *model_path = NULL, *text_arg = NULL, *text_file = NULL,
                *voice_path = NULL, *out_path = NULL, *format = NULL;
@@ -338,9 +346,13 @@ int cmd_say(int argc, char **argv)
             continue;
         }
         static const char *const with_value[] = {
-            "-o", "--output", "--format", "--text-file", "--model", "--voice", "--seed", "--temperature",
-            "--top-k", "--top-p", "--repetition-penalty", "--max-tokens", "--cfm-steps", "--threads",
+            "-o", "--output", "--format", "--text-file", "--model", "--voice", "--seed", "--cfm-steps", "--threads",
             "--pause-ms", "--stream-prompt", "--stream-first-prompt", "--precision", "--prefix-cache", "-t"};
+        if (cli_gen_is_option(o)) {
+            if (i + 1 >= argc) return usage_error("%s needs a value", o);
+            if (!cli_gen_parse(g, "say", o, argv[++i])) return 2;
+            continue;
+        }
         int known = 0;
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(o, with_value[k]);
         if (!known) return usage_error("unknown option '%s'", o);
@@ -353,11 +365,6 @@ int cmd_say(int argc, char **argv)
         else if (!strcmp(o, "--prefix-cache")) prefix_cache = val;
         else if (!strcmp(o, "--voice")) voice_path = val;
         else if (!strcmp(o, "--seed")) { if (!cli_parse_u64("say", o, val, &ep.seed)) return 2; }
-        else if (!strcmp(o, "--temperature")) { if (!parse_num(o, val, 1e-6, 100, &ep.s.temperature)) return 2; }
-        else if (!strcmp(o, "--top-k")) { if (!parse_int(o, val, 0, 1000000, &ep.s.top_k)) return 2; }
-        else if (!strcmp(o, "--top-p")) { if (!parse_num(o, val, 0, 1, &ep.s.top_p)) return 2; }
-        else if (!strcmp(o, "--repetition-penalty")) { if (!parse_num(o, val, 1e-6, 100, &ep.s.repetition_penalty)) return 2; }
-        else if (!strcmp(o, "--max-tokens")) { if (!parse_int(o, val, 1, 100000, &ep.max_tokens)) return 2; }
         else if (!strcmp(o, "--cfm-steps")) { if (!parse_int(o, val, 1, 1000, &ep.cfm_steps)) return 2; }
         else if (!strcmp(o, "--stream-first-prompt")) { if (!parse_int(o, val, 0, 100000, &ep.stream_first_prompt_tokens)) return 2; }
         else if (!strcmp(o, "--stream-prompt")) { if (!parse_int(o, val, 0, 100000, &ep.stream_prompt_tokens)) return 2; }
@@ -373,6 +380,8 @@ int cmd_say(int argc, char **argv)
     (void)v;
     if (!out_path) return usage_error("-o OUT is required (a .wav/.flac file, or '-' for raw PCM on stdout)");
     if (text_arg && text_file) return usage_error("give the text either as an argument or with --text-file, not both");
+    if (g->text_ids && (text_arg || text_file || lines))
+        return usage_error("--text-ids is the text: give no TEXT, --text-file or --lines with it");
     if (lines && (text_arg || (text_file && strcmp(text_file, "-"))))
         return usage_error("--lines reads its text from standard input, line by line");
     const int raw = !strcmp(out_path, "-");
@@ -406,8 +415,9 @@ int cmd_say(int argc, char **argv)
     struct say s = {quiet, verbose && !quiet, isatty(2), raw ? stdout : NULL, 0, now(), 0, 0, 0, NULL, 0};
     cbx_status rc = CBX_OK;
 
-    /* text: argument, file, or standard input (--lines: read as it comes) */
-    if (lines) {
+    /* text: argument, file, or standard input (--lines: read as it comes);
+     * none with --text-ids */
+    if (lines || g->text_ids) {
         /* say_lines */
     } else if (text_arg) {
         text = strdup(text_arg);
@@ -423,11 +433,11 @@ int cmd_say(int argc, char **argv)
             return usage_error("no text: give TEXT, --text-file FILE, or pipe text on standard input");
         if (!(text = read_all(stdin, "stdin", err))) { rc = CBX_ERR_IO; goto fail; }
     }
-    if (!lines && !text[strspn(text, " \t\r\n\f\v")]) {
+    if (!lines && !g->text_ids && !text[strspn(text, " \t\r\n\f\v")]) {
         free(text);
         return usage_error("the text is empty");
     }
-    if (!lines && !engine_has_word(text)) {
+    if (!lines && !g->text_ids && !engine_has_word(text)) {
         free(text);
         return usage_error("the text has nothing to speak (no letters or digits)");
     }
@@ -456,6 +466,11 @@ int cmd_say(int argc, char **argv)
     }
     if ((rc = engine_model_load(model_path, &lp, &m, err)) != CBX_OK) goto fail;
     if (interrupted) goto fail;
+    if (!cli_gen_apply(g, "say", m, &ep)) {
+        engine_model_free(m);
+        free(text);
+        return 2;
+    }
     if (s.verbose)
         fprintf(stderr, "say: model %s (%s) loaded in %.2f s\n", model_path,
                 model_variant_info(engine_model_variant(m))->name, engine_model_load_seconds(m));

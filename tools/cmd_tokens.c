@@ -1,8 +1,10 @@
-/* cmd_tokens.c - `chatterbox tokens`: text + voice -> T3 speech tokens
- * (Turbo, Nano), printed on stdout as space-separated integers: exactly the
- * tokens that go to S3Gen (stop token and ids >= 6561 removed). This is
- * how T3 is checked in isolation; keep the output format stable. */
-#include <errno.h>
+/* cmd_tokens.c - `chatterbox tokens`: text + voice -> T3 speech tokens,
+ * printed on stdout as space-separated integers: exactly the tokens that
+ * go to S3Gen (the variant's filter applied: Turbo/Nano drop the stop token
+ * and ids >= 6561; English cuts with drop_invalid_tokens first). A client
+ * of the engine (engine_tokens): the same front end, voice handling and
+ * T3 as `say`. This is how T3 is checked in isolation; keep the output
+ * format stable. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,39 +14,32 @@
 #include "cli.h"
 #include "default_model.h"
 #include "core/backend.h"
-#include "io/model_file.h"
 #include "pipeline/engine.h"
-#include "t3/t3.h"
-#include "text/gpt2_bpe.h"
-#include "text/punc_norm.h"
 #include "voice/conds.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: chatterbox tokens [--model DIR|GGUF] --text TEXT [options]\n"
+            "usage: chatterbox tokens [--model DIR|GGUF] (--text TEXT | --text-ids IDS) [options]\n"
             "\n"
-            "Turn text into T3 speech tokens (Turbo, Nano) and print them on stdout.\n"
+            "Turn text into T3 speech tokens and print them on stdout (the tokens S3Gen\n"
+            "is given). The text is one segment: no splitting, no retries.\n"
             "\n"
             "  --model DIR|GGUF          Hugging Face model directory or converted .gguf\n"
             "                            (default $CHATTERBOX_MODEL, else the Turbo\n"
             "                            snapshot of `chatterbox download turbo`)\n"
-            "  --text TEXT               text to speak (required)\n"
-            "  --voice DIR               conditioning .npy files (speaker_emb.npy,\n"
-            "                            cond_prompt_speech_tokens.npy); default: built-in voice\n"
+            "  --text TEXT               text to speak\n"
+            "  --voice V                 a .voice file, a directory of conditioning .npy\n"
+            "                            files, or a reference recording; default: the\n"
+            "                            model's built-in voice\n"
             "  --seed N                  seed of every RNG stream (default 0)\n"
-            "  --temperature T           default 0.8\n"
-            "  --top-k K                 default 1000 (1 = greedy)\n"
-            "  --top-p P                 default 0.95\n"
-            "  --repetition-penalty R    default 1.2\n"
-            "  --max-tokens N            at most N sampled tokens (default 1001)\n"
+            "%s"
             "  --threads N               CPU threads (default: all)\n"
-            "  --quiet                   no progress on stderr\n");
+            "  --quiet                   no progress on stderr\n",
+            cli_gen_help);
 }
 
 struct progress { int quiet, tty; struct timespec t0; };
-
-
 
 static double since(const struct timespec *t0)
 {
@@ -53,109 +48,91 @@ static double since(const struct timespec *t0)
     return (double)(t.tv_sec - t0->tv_sec) + 1e-9 * (double)(t.tv_nsec - t0->tv_nsec);
 }
 
-static int on_step(void *user, int step, int32_t token, const float *logits, int64_t V)
+static int on_progress(void *user, const struct engine_progress *e)
 {
-    (void)token; (void)logits; (void)V;
     struct progress *p = user;
-    if (!p->quiet && p->tty && (step + 1) % 16 == 0)
-        fprintf(stderr, "\rt3: %d tokens, %.1f tokens/s", step + 1, (step + 1) / since(&p->t0));
+    if (!p->quiet && p->tty && e->tokens > 0 && e->tokens % 16 == 0)
+        fprintf(stderr, "\rt3: %d tokens, %.1f tokens/s", e->tokens, e->tokens / since(&p->t0));
     return 0;
 }
 
 int cmd_tokens(int argc, char **argv)
 {
     const char *model = NULL, *text = NULL, *voice = NULL;
-    struct t3_gen_params gp = t3_gen_default_params();
-    double v, threads = 0;
+    struct cli_gen g;
+    memset(&g, 0, sizeof g);
+    uint64_t seed = 0;
+    double threads = 0;
     int quiet = 0;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
-        if (!strcmp(o, "--help") || !strcmp(o, "-h")) { usage(stdout); return 0; }
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) { usage(stdout); cli_gen_free(&g); return 0; }
         if (!strcmp(o, "--quiet") || !strcmp(o, "-q")) { quiet = 1; continue; }
         const char *val = cli_option_value("tokens", argc, argv, &i);
-        if (!val) return 2;
-        if (!strcmp(o, "--model")) model = val;
+        bool ok = val != NULL;
+        if (!ok) ;
+        else if (!strcmp(o, "--model")) model = val;
         else if (!strcmp(o, "--text")) text = val;
         else if (!strcmp(o, "--voice")) voice = val;
-        else if (!strcmp(o, "--seed")) {
-            char *end;
-            errno = 0;
-            unsigned long long s = strtoull(val, &end, 10);
-            if (errno || end == val || *end || val[0] == '-') {
-                fprintf(stderr, "chatterbox tokens: --seed needs a non-negative integer, got '%s'\n", val);
-                return 2;
-            }
-            gp.seed = s;
-        } else if (!strcmp(o, "--temperature")) { if (!cli_parse_num("tokens", o, val, 1e-6, 100, &gp.s.temperature)) return 2; }
-        else if (!strcmp(o, "--top-k")) { if (!cli_parse_num("tokens", o, val, 0, 1e9, &v)) return 2; gp.s.top_k = (int)v; }
-        else if (!strcmp(o, "--top-p")) { if (!cli_parse_num("tokens", o, val, 0, 1, &gp.s.top_p)) return 2; }
-        else if (!strcmp(o, "--repetition-penalty")) { if (!cli_parse_num("tokens", o, val, 1e-6, 100, &gp.s.repetition_penalty)) return 2; }
-        else if (!strcmp(o, "--max-tokens")) { if (!cli_parse_num("tokens", o, val, 1, 100000, &v)) return 2; gp.max_gen_len = (int)v - 1; }
-        else if (!strcmp(o, "--threads")) { if (!cli_parse_num("tokens", o, val, 1, 1024, &threads)) return 2; }
+        else if (!strcmp(o, "--seed")) ok = cli_parse_u64("tokens", o, val, &seed);
+        else if (!strcmp(o, "--threads")) ok = cli_parse_num("tokens", o, val, 1, 1024, &threads);
+        else if (cli_gen_is_option(o)) ok = cli_gen_parse(&g, "tokens", o, val);
         else {
             fprintf(stderr, "chatterbox tokens: unknown option '%s' (see --help)\n", o);
+            ok = false;
+        }
+        if (!ok) {
+            cli_gen_free(&g);
             return 2;
         }
     }
     char cached[4096];
     if (!model) model = cli_default_model(cached, sizeof cached);
+    int usage_err = 0;
     if (!model || !*model) {
         char msg[ERR_MAX];
         cli_no_model_message(msg, sizeof msg);
         fprintf(stderr, "chatterbox tokens: %s\n", msg);
+        usage_err = 1;
+    } else if (!text && !g.text_ids) {
+        fprintf(stderr, "chatterbox tokens: --text or --text-ids is required\n");
+        usage_err = 1;
+    } else if (text && g.text_ids) {
+        fprintf(stderr, "chatterbox tokens: give --text or --text-ids, not both\n");
+        usage_err = 1;
+    }
+    if (usage_err) {
+        cli_gen_free(&g);
         return 2;
     }
-    if (!text) { fprintf(stderr, "chatterbox tokens: --text is required\n"); return 2; }
-
     char err[ERR_MAX] = "";
     int status = 1;
-    struct model *md = NULL;
-    struct gpt2_bpe *tok = NULL;
-    struct conds voice_c = {0};
-    struct t3_model m = {0};
+    struct engine_model *m = NULL;
     struct backend *be = NULL;
-    char *norm = NULL;
-    int32_t *ids = NULL, *out = NULL;
-    int64_t n_ids = 0, n_out = 0;
-    cbx_status rc = model_open(model, &md, err);
+    struct conds voice_c = {0};
+    int32_t *out = NULL;
+    int64_t n_out = 0;
+    struct engine_load_params lp = engine_load_default_params();
+    lp.t3_only = true;
+    struct engine_params ep = engine_default_params();
+    cbx_status rc = engine_model_load(model, &lp, &m, err);
     if (rc != CBX_OK) goto fail;
-    enum model_variant var = model_get_variant(md);
-    if (var != MODEL_TURBO && var != MODEL_NANO) {
-        rc = err_setf(err, CBX_ERR_UNSUPPORTED, "%s: the %s model is not supported by 'tokens' yet (turbo, nano)",
-                      model, model_variant_info(var)->name);
-        goto fail;
+    if (!cli_gen_apply(&g, "tokens", m, &ep)) {
+        status = 2;
+        goto done;
     }
-    if ((rc = engine_tokenizer_load(md, &tok, err)) != CBX_OK) goto fail;
-    if ((rc = punc_norm(text, PUNC_TURBO, &norm, err)) != CBX_OK) goto fail;
-    if ((rc = gpt2_bpe_encode(tok, norm, &ids, &n_ids, err)) != CBX_OK) goto fail;
-    /* tokenizer(..., truncation=True): cut at model_max_length */
-    if (gpt2_bpe_max_length(tok) > 0 && n_ids > gpt2_bpe_max_length(tok)) {
-        if (!quiet)
-            fprintf(stderr, "chatterbox tokens: text truncated from %lld to %lld tokens (as upstream)\n",
-                    (long long)n_ids, (long long)gpt2_bpe_max_length(tok));
-        n_ids = gpt2_bpe_max_length(tok);
-    }
-    rc = voice ? conds_from_npy_dir(voice, &voice_c, err) : conds_from_model(md, &voice_c, err);
-    if (rc != CBX_OK) goto fail;
-    if (voice_c.n_speaker != 256) {
-        rc = err_setf(err, CBX_ERR_FORMAT, "voice: speaker_emb has %lld values, need 256", (long long)voice_c.n_speaker);
-        goto fail;
-    }
-    struct weights t3w = model_weights(md, MODEL_T3);
-    if ((rc = t3_load_gpt2(&m, &t3w, TYPE_F32, err)) != CBX_OK) goto fail;
+    ep.seed = seed;
     if (!(be = backend_cpu_create((int)threads))) {
         rc = err_setf(err, CBX_ERR_NOMEM, "cannot start %d threads", (int)threads);
         goto fail;
     }
-    struct t3_cond cond = {voice_c.speaker_emb, voice_c.cond_prompt_tokens, voice_c.n_cond_prompt};
+    if (voice && (rc = engine_voice_load(m, be, voice, &voice_c, err)) != CBX_OK) goto fail;
     struct progress pr = {quiet, isatty(2), {0, 0}};
     clock_gettime(CLOCK_MONOTONIC, &pr.t0);
-    rc = t3_inference_turbo(&m, be, &cond, ids, n_ids, &gp, on_step, &pr, &out, &n_out, err);
+    rc = engine_tokens(m, be, voice ? &voice_c : NULL, text, &ep, on_progress, &pr, &out, &n_out, err);
     if (rc != CBX_OK) goto fail;
     if (!quiet)
-        fprintf(stderr, "%st3: %lld tokens in %.2f s (%.1f tokens/s)\n", pr.tty ? "\r" : "", (long long)n_out, since(&pr.t0),
-                n_out / since(&pr.t0));
-    n_out = t3_filter_speech_tokens(out, n_out);
+        fprintf(stderr, "%st3: %lld tokens in %.2f s\n", pr.tty ? "\r" : "", (long long)n_out, since(&pr.t0));
     for (int64_t i = 0; i < n_out; i++) printf(i ? " %d" : "%d", out[i]);
     printf("\n");
     if (fflush(stdout) != 0 || ferror(stdout)) {
@@ -165,13 +142,11 @@ int cmd_tokens(int argc, char **argv)
     status = 0;
 fail:
     if (rc != CBX_OK) fprintf(stderr, "chatterbox tokens: %s\n", err);
+done:
     free(out);
-    free(ids);
-    free(norm);
-    t3_free(&m);
     conds_free(&voice_c);
-    gpt2_bpe_free(tok);
-    model_close(md);
+    engine_model_free(m);
     backend_cpu_free(be);
+    cli_gen_free(&g);
     return status;
 }

@@ -166,9 +166,9 @@ const char *cbx_context_errmsg(const cbx_context *ctx)
 
 /* ---- synthesis ------------------------------------------------------------ */
 
-cbx_synth_params cbx_synth_default_params(void)
+static cbx_synth_params from_engine(const struct engine_params *ep)
 {
-    struct engine_params e = engine_default_params();
+    const struct engine_params e = *ep;
     cbx_synth_params p;
     memset(&p, 0, sizeof p);
     p.temperature = e.s.temperature;
@@ -189,7 +189,23 @@ cbx_synth_params cbx_synth_default_params(void)
     p.stream_prompt_tokens = e.stream_prompt_tokens;
     p.stream_first_prompt_tokens = e.stream_first_prompt_tokens;
     p.precision = e.precision;
+    p.min_p = e.s.min_p;
+    p.cfg_weight = e.cfg_weight;
+    p.exaggeration = e.exaggeration;
+    p.language = NULL;
     return p;
+}
+
+cbx_synth_params cbx_synth_default_params(void)
+{
+    const struct engine_params e = engine_default_params();
+    return from_engine(&e);
+}
+
+cbx_synth_params cbx_synth_default_params_for(const cbx_model *model)
+{
+    const struct engine_params e = model ? engine_model_default_params(model->m) : engine_default_params();
+    return from_engine(&e);
 }
 
 void cbx_audio_free(cbx_audio *audio)
@@ -256,8 +272,14 @@ cbx_status cbx_synthesize(cbx_context *ctx, const cbx_voice *voice, const char *
                         params->cfm_steps);
     cbx_status rc = ctx_backend(ctx, params->n_threads, "cbx_synthesize");
     if (rc != CBX_OK) return rc;
-    struct engine_params e = engine_default_params();
+    if (params->language)
+        return err_setf(ctx->err, CBX_ERR_INVALID_ARG, "cbx_synthesize: the %s model speaks one language (language '%s')",
+                        model_variant_info(engine_model_variant(ctx->model->m))->name, params->language);
+    struct engine_params e = engine_model_default_params(ctx->model->m);
     e.s.temperature = params->temperature;
+    e.s.min_p = params->min_p;
+    e.cfg_weight = params->cfg_weight;
+    e.exaggeration = params->exaggeration;
     e.s.top_k = params->top_k;
     e.s.top_p = params->top_p;
     e.s.repetition_penalty = params->repetition_penalty;

@@ -21,8 +21,7 @@
 #include "pipeline/stream.h"
 #include "s3gen/s3gen.h"
 #include "t3/t3.h"
-#include "text/gpt2_bpe.h"
-#include "text/punc_norm.h"
+#include "text/tokenizer.h"
 #include "voice/voice.h"
 
 /* Workspace memory a model keeps between calls (see workspace_take). */
@@ -37,9 +36,10 @@ struct ws_slot {
 struct engine_model {
     struct model *file;
     enum model_variant variant;
-    struct gpt2_bpe *tok;
+    struct text_tokenizer *tok;
     struct t3_model t3;
     struct s3gen s3;
+    bool has_s3gen;
     struct conds builtin;
     bool has_builtin;
     char builtin_err[ERR_MAX]; /* why there is no built-in voice */
@@ -86,27 +86,12 @@ static double now(void)
 
 struct engine_load_params engine_load_default_params(void)
 {
-    struct engine_load_params p = {-1, 0, NULL};
+    struct engine_load_params p = {-1, 0, NULL, false};
     return p;
 }
 
 #define ENGINE_VOICE_CACHE_DEFAULT 2
 
-cbx_status engine_tokenizer_load(const struct model *m, struct gpt2_bpe **tok, char *err)
-{
-    if (!model_is_gguf(m)) return gpt2_bpe_load_dir(model_path(m), tok, err);
-    static const char *const files[4] = {"vocab.json", "merges.txt", "added_tokens.json",
-                                         "tokenizer_config.json"};
-    char *text[4] = {NULL, NULL, NULL, NULL};
-    cbx_status rc = CBX_OK;
-    for (int i = 0; i < 4 && rc == CBX_OK; i++) {
-        rc = model_text_file(m, files[i], &text[i], NULL, err);
-        if (rc == CBX_ERR_NOT_FOUND && i >= 2) rc = CBX_OK; /* optional */
-    }
-    if (rc == CBX_OK) rc = gpt2_bpe_load_mem(text[0], text[1], text[2], text[3], tok, err);
-    for (int i = 0; i < 4; i++) free(text[i]);
-    return rc;
-}
 
 cbx_status engine_model_load(const char *path, const struct engine_load_params *p,
                              struct engine_model **out, char *err)
@@ -131,18 +116,19 @@ cbx_status engine_model_load(const char *path, const struct engine_load_params *
     cbx_status rc = model_open(path, &m->file, err);
     if (rc != CBX_OK) goto fail;
     m->variant = model_get_variant(m->file);
-    if (m->variant != MODEL_TURBO && m->variant != MODEL_NANO) {
+    if (m->variant != MODEL_TURBO && m->variant != MODEL_NANO && m->variant != MODEL_ENGLISH) {
         rc = err_setf(err, CBX_ERR_UNSUPPORTED,
-                      "%s: the %s model is not supported for synthesis yet (turbo, nano)", path,
+                      "%s: the %s model is not supported for synthesis yet (turbo, nano, english)", path,
                       model_variant_info(m->variant)->name);
         goto fail;
     }
     const int wtype = p->wtype >= 0 ? p->wtype : model_stored_wtype(m->file);
-    if ((rc = engine_tokenizer_load(m->file, &m->tok, err)) != CBX_OK) goto fail;
+    if ((rc = text_tokenizer_load_model(m->file, &m->tok, err)) != CBX_OK) goto fail;
     struct weights w3 = model_weights(m->file, MODEL_T3);
-    if ((rc = t3_load_gpt2(&m->t3, &w3, (enum dtype)wtype, err)) != CBX_OK) goto fail;
+    if ((rc = t3_load(&m->t3, &w3, (enum dtype)wtype, err)) != CBX_OK) goto fail;
     struct weights ws = model_weights(m->file, MODEL_S3GEN);
-    if ((rc = s3gen_load(&m->s3, &ws, (enum dtype)wtype, err)) != CBX_OK) goto fail;
+    if (!p->t3_only && (rc = s3gen_load(&m->s3, &ws, (enum dtype)wtype, err)) != CBX_OK) goto fail;
+    m->has_s3gen = !p->t3_only;
     /* a model without a usable built-in voice still speaks with others */
     if (conds_from_model(m->file, &m->builtin, m->builtin_err) == CBX_OK) m->has_builtin = true;
     m->t_load = now() - t0;
@@ -170,12 +156,13 @@ void engine_model_free(struct engine_model *m)
     conds_free(&m->builtin);
     s3gen_free(&m->s3);
     t3_free(&m->t3);
-    gpt2_bpe_free(m->tok);
+    text_tokenizer_free(m->tok);
     model_close(m->file);
     free(m);
 }
 
 enum model_variant engine_model_variant(const struct engine_model *m) { return m->variant; }
+const struct t3_model *engine_model_t3(const struct engine_model *m) { return &m->t3; }
 
 /* The workspace of slot s for backend be, or NULL when another call holds
  * it (that call then runs with memory of its own, as without one). The
@@ -215,7 +202,7 @@ static bool use_bf16(const struct engine_model *m, const struct engine_params *p
     return p->precision == ENGINE_PREC_BF16;
 }
 double engine_model_load_seconds(const struct engine_model *m) { return m->t_load; }
-const struct gpt2_bpe *engine_model_tokenizer(const struct engine_model *m) { return m->tok; }
+const struct text_tokenizer *engine_model_tokenizer(const struct engine_model *m) { return m->tok; }
 const struct conds *engine_model_voice(const struct engine_model *m)
 {
     return m->has_builtin ? &m->builtin : NULL;
@@ -235,6 +222,7 @@ static cbx_status check_voice(const struct engine_model *m, const struct conds *
             return err_setf(err, CBX_ERR_FORMAT, "%s: cond_prompt_speech_tokens[%lld] = %d is outside [0, %lld)",
                             name, (long long)i, v->cond_prompt_tokens[i],
                             (long long)m->t3.hp.speech_vocab);
+    if (!m->has_s3gen) return CBX_OK; /* T3 alone (engine_tokens) */
     if (!v->embedding || v->n_embedding != 192)
         return err_setf(err, CBX_ERR_FORMAT,
                         "%s: the S3Gen x-vector (embedding) has %lld values, need 192", name,
@@ -292,7 +280,8 @@ static cbx_status prefix_acquire(const struct engine_model *cm, const struct bac
                                  double *t, char *note, char *err)
 {
     struct engine_model *m = (struct engine_model *)cm;
-    const struct t3_cond c = {voice->speaker_emb, voice->cond_prompt_tokens, voice->n_cond_prompt};
+    const struct t3_cond c = {voice->speaker_emb, voice->cond_prompt_tokens, voice->n_cond_prompt,
+                              voice->emotion_adv};
     *out = NULL;
     *t = 0;
     *src = ENGINE_PREFIX_MEMORY;
@@ -465,6 +454,23 @@ struct engine_params engine_default_params(void)
     p.stream = false;
     p.stream_first_tokens = stream_default_params().first_tokens;
     p.stream_chunk_tokens = stream_default_params().chunk_tokens;
+    p.cfg_weight = 0.5;
+    p.exaggeration = -1;
+    return p;
+}
+
+struct engine_params engine_model_default_params(const struct engine_model *m)
+{
+    struct engine_params p = engine_default_params();
+    if (!m || m->t3.order != T3_ORDER_CFG) return p;
+    /* tts.py / mtl_tts.py generate() */
+    const struct sampler_params s = {0.8, 0, 1.0, 0.05, 1.2};
+    p.s = s;
+    p.max_tokens = 1000; /* max_new_tokens */
+    /* grapheme tokens: ~2-3 characters each, ~1.5 speech tokens per token
+     * of ordinary English speech (25 speech tokens/s, ~15 characters/s) */
+    p.max_segment_tokens = 150;
+    p.min_speech_per_text = 0.5;
     return p;
 }
 
@@ -604,24 +610,15 @@ static cbx_status split_sentences(const char *text, struct units *U, char *err)
     return rc;
 }
 
-static cbx_status count_tokens(const struct gpt2_bpe *tok, const char *b, const char *e,
+static cbx_status count_tokens(const struct text_tokenizer *tok, const char *b, const char *e,
                                int64_t *n, char *err)
 {
-    size_t len = (size_t)(e - b);
-    char *s = malloc(len + 1);
-    if (!s) return err_setf(err, CBX_ERR_NOMEM, "out of memory splitting the text");
-    memcpy(s, b, len);
-    s[len] = 0;
-    int32_t *ids = NULL;
-    cbx_status rc = gpt2_bpe_encode(tok, s, &ids, n, err);
-    free(ids);
-    free(s);
-    return rc;
+    return text_tokenizer_count(tok, b, (size_t)(e - b), n, err);
 }
 
 /* Step 2: a piece over budget is cut at clause marks, then between words.
  * mode 0: clauses (after , ; : or before a dash), 1: words. */
-static cbx_status split_long(const struct gpt2_bpe *tok, const struct unit *in, int budget,
+static cbx_status split_long(const struct text_tokenizer *tok, const struct unit *in, int budget,
                              int mode, struct units *U, char *err)
 {
     struct units sub = {0};
@@ -678,7 +675,7 @@ static cbx_status add_segment(struct engine_segments *S, const struct unit *u, i
     return CBX_OK;
 }
 
-cbx_status engine_split(const struct gpt2_bpe *tok, const char *text, int budget,
+cbx_status engine_split(const struct text_tokenizer *tok, const char *text, int budget,
                         struct engine_segments *out, char *err)
 {
     memset(out, 0, sizeof *out);
@@ -745,9 +742,10 @@ struct run {
     char stream_err[ERR_MAX];
 };
 
-static int on_t3_step(void *user, int step, int32_t token, const float *logits, int64_t V)
+static int on_t3_step(void *user, int step, int32_t token, const float *logits, int n_rows, int64_t V)
 {
-    (void)token; (void)logits; (void)V;
+    (void)n_rows;
+    (void)token; (void)logits; (void)n_rows; (void)V;
     struct run *r = user;
     r->steps++;
     r->pr.tokens = step + 1;
@@ -786,32 +784,83 @@ static cbx_status append(float **buf, int64_t *n, int64_t *cap, const float *src
     return CBX_OK;
 }
 
+/* What the variant does around T3 (spec/overview.md §7): Turbo/Nano keep
+ * ids < 6561 and append 3 x S3GEN_SIL; English/multilingual cut with
+ * drop_invalid_tokens, then keep ids < 6561 (the Llama head has 8194
+ * outputs; upstream multilingual would crash on the others), no tail. */
+static int n_silence(const struct engine_model *m)
+{
+    return m->t3.order == T3_ORDER_TURBO ? ENGINE_N_SIL : 0;
+}
+
+static int64_t speech_filter(const struct engine_model *m, int32_t *tok, int64_t n)
+{
+    if (m->t3.order == T3_ORDER_CFG) n = t3_drop_invalid_tokens(tok, n);
+    return t3_filter_speech_tokens(tok, n);
+}
+
+/* The text ids of a segment as T3 takes them: the caller's ids
+ * (p->text_ids) or the tokenised text, wrapped in the start/stop text
+ * tokens on the Llama T3 (generate() pads them on). *ids owned by the
+ * caller. */
+static cbx_status text_tokens(const struct engine_model *m, const char *seg, const struct engine_params *p,
+                              int32_t **ids, int64_t *n_ids, char *err)
+{
+    int32_t *raw = NULL;
+    int64_t n = 0;
+    cbx_status rc = CBX_OK;
+    *ids = NULL;
+    *n_ids = 0;
+    if (p->text_ids) {
+        n = p->n_text_ids;
+        if (!(raw = malloc(sizeof *raw * (size_t)(n > 0 ? n : 1)))) return err_setf(err, CBX_ERR_NOMEM, "out of memory");
+        memcpy(raw, p->text_ids, sizeof *raw * (size_t)n);
+    } else {
+        /* the variant's front end: punc_norm, its own steps, the BPE */
+        if ((rc = text_tokenizer_encode(m->tok, seg, &raw, &n, err)) != CBX_OK) return rc;
+        /* Turbo: tokenizer(..., truncation=True) cuts at model_max_length */
+        const int64_t maxlen = text_tokenizer_max_length(m->tok);
+        if (maxlen > 0 && n > maxlen) n = maxlen;
+    }
+    const int wrap = m->t3.hp.start_text >= 0 ? 2 : 0;
+    int32_t *out = malloc(sizeof *out * (size_t)(n + wrap + 1));
+    if (!out) {
+        free(raw);
+        return err_setf(err, CBX_ERR_NOMEM, "out of memory");
+    }
+    if (wrap) out[0] = m->t3.hp.start_text;
+    memcpy(out + (wrap ? 1 : 0), raw, sizeof *out * (size_t)n);
+    if (wrap) out[n + 1] = m->t3.hp.stop_text;
+    free(raw);
+    *ids = out;
+    *n_ids = n + wrap;
+    return CBX_OK;
+}
+
 /* One segment: normalise, tokenise, T3 (with retries). *speech owned by
- * the caller; it has room for ENGINE_N_SIL more tokens. */
+ * the caller; it has room for n_silence(m) more tokens. */
 static cbx_status segment_tokens(const struct engine_model *m, const struct backend *be,
                                  const struct t3_prefix *pfx, const char *seg, int i,
                                  const struct engine_params *p, struct run *r,
                                  struct engine_stats *st, int32_t **speech, int64_t *n_speech,
                                  uint64_t *seed_used, char *err)
 {
-    char *norm = NULL;
     int32_t *ids = NULL, *best = NULL;
     int64_t n_ids = 0, n_best = -1;
     *speech = NULL;
     *n_speech = 0;
     double t0 = now();
-    cbx_status rc = punc_norm(seg, PUNC_TURBO, &norm, err);
-    if (rc == CBX_OK) rc = gpt2_bpe_encode(m->tok, norm, &ids, &n_ids, err);
+    cbx_status rc = text_tokens(m, seg, p, &ids, &n_ids, err);
     if (rc != CBX_OK) goto cleanup;
-    /* tokenizer(..., truncation=True): cut at model_max_length */
-    const int64_t maxlen = gpt2_bpe_max_length(m->tok);
-    if (maxlen > 0 && n_ids > maxlen) n_ids = maxlen;
     st->n_text_tokens += n_ids;
     st->t_text += now() - t0;
 
-    struct t3_gen_params gp = t3_gen_default_params();
+    struct t3_gen_params gp = t3_gen_default_params(&m->t3);
     gp.s = p->s;
-    gp.max_gen_len = p->max_tokens - 1;
+    /* max_tokens counts every sample: Turbo's max_gen_len is one less,
+     * the Llama's max_new_tokens is the count itself */
+    gp.max_gen_len = m->t3.order == T3_ORDER_CFG ? p->max_tokens : p->max_tokens - 1;
+    gp.cfg_weight = p->cfg_weight;
     const bool greedy = p->s.top_k == 1;
     for (int j = 0; j <= p->max_retries; j++) {
         int32_t *tok = NULL;
@@ -822,13 +871,12 @@ static cbx_status segment_tokens(const struct engine_model *m, const struct back
         r->pr.tokens = 0;
         t0 = now();
         gp.ws = workspace_take(m, &m->t3ws, be);
-        rc = t3_inference_turbo_prefixed(&m->t3, be, pfx, ids, n_ids, &gp, on_t3_step, r, &tok, &n_tok, err);
+        rc = t3_inference_prefixed(&m->t3, be, pfx, ids, n_ids, &gp, on_t3_step, r, &tok, &n_tok, err);
         workspace_give(m, &m->t3ws, gp.ws);
         st->t_t3 += now() - t0;
         if (rc != CBX_OK) goto cleanup;
         const bool capped = n_tok >= p->max_tokens;
-        /* tts_turbo.py: speech_tokens[speech_tokens < 6561] */
-        n_tok = t3_filter_speech_tokens(tok, n_tok);
+        n_tok = speech_filter(m, tok, n_tok);
         if (n_tok > n_best) {
             free(best);
             best = tok;
@@ -842,7 +890,7 @@ static cbx_status segment_tokens(const struct engine_model *m, const struct back
         st->n_retries++;
     }
     /* room for the silence tokens */
-    int32_t *grown = realloc(best, sizeof(int32_t) * (size_t)(n_best + ENGINE_N_SIL));
+    int32_t *grown = realloc(best, sizeof(int32_t) * (size_t)(n_best + ENGINE_N_SIL + 1));
     if (!grown) { rc = err_setf(err, CBX_ERR_NOMEM, "out of memory"); goto cleanup; }
     *speech = grown;
     *n_speech = n_best;
@@ -850,7 +898,6 @@ static cbx_status segment_tokens(const struct engine_model *m, const struct back
 cleanup:
     free(best);
     free(ids);
-    free(norm);
     return rc;
 }
 
@@ -945,13 +992,53 @@ static cbx_status stream_segment(const struct engine_model *m, const struct back
     if (rc == CBX_OK) {
         /* tts_turbo.py: torch.cat([speech_tokens, S3GEN_SIL x 3]), at the true end only */
         const int32_t sil[ENGINE_N_SIL] = {ENGINE_S3GEN_SIL, ENGINE_S3GEN_SIL, ENGINE_S3GEN_SIL};
-        rc = stream_finish(r->stream, sil, ENGINE_N_SIL, err);
+        rc = stream_finish(r->stream, sil, n_silence(m), err);
         if (rc == CBX_ERR_CANCELLED && o->rc != CBX_OK) rc = err_setf(err, o->rc, "%s", o->err);
     }
     st->t_s3gen += ss->t_flow + ss->t_hift;
     stream_free(r->stream);
     r->stream = NULL;
     free(speech);
+    return rc;
+}
+
+/* The voice with p->exaggeration as its emotion_adv (T3's conditioning,
+ * and so its prefix, change; upstream rebuilds T3Cond likewise), in *tmp;
+ * or the voice itself. */
+static const struct conds *with_exaggeration(const struct engine_model *m, const struct conds *voice,
+                                             const struct engine_params *p, struct conds *tmp)
+{
+    if (!(p->exaggeration >= 0) || !t3_has_emotion(&m->t3)) return voice;
+    *tmp = *voice; /* borrowed arrays, not owned */
+    tmp->emotion_adv = (float)p->exaggeration;
+    return tmp;
+}
+
+cbx_status engine_tokens(const struct engine_model *m, const struct backend *be,
+                         const struct conds *voice, const char *text, const struct engine_params *p,
+                         engine_progress_fn progress, void *user, int32_t **tokens, int64_t *n,
+                         char *err)
+{
+    *tokens = NULL;
+    *n = 0;
+    if (!m || !be || !p) return err_setf(err, CBX_ERR_INVALID_ARG, "no model, backend or parameters");
+    if (!text && !p->text_ids) return err_setf(err, CBX_ERR_INVALID_ARG, "no text given");
+    cbx_status rc = resolve_voice(m, &voice, err);
+    if (rc != CBX_OK) return rc;
+    struct conds tmp;
+    voice = with_exaggeration(m, voice, p, &tmp);
+    struct engine_stats st;
+    memset(&st, 0, sizeof st);
+    struct prefix_ent *pe = NULL;
+    rc = prefix_acquire(m, be, voice, &pe, &st.prefix_source, &st.t_t3_prefix, st.prefix_note, err);
+    if (rc != CBX_OK) return rc;
+    struct engine_params q = *p;
+    q.max_retries = 0;
+    struct run r = {progress, user, {ENGINE_STAGE_T3, 0, 1, 0, 0, p->max_tokens, 0}, 0, NULL, CBX_OK, ""};
+    uint64_t seed = p->seed;
+    rc = segment_tokens(m, be, pe->p, text ? text : "", 0, &q, &r, &st, tokens, n, &seed, err);
+    if (rc == CBX_OK) prefix_persist(m, pe, st.prefix_note);
+    prefix_release(m, pe);
     return rc;
 }
 
@@ -966,11 +1053,15 @@ cbx_status engine_synthesize(const struct engine_model *m, const struct backend 
     memset(st, 0, sizeof *st);
     if (pcm) *pcm = NULL;
     if (n) *n = 0;
-    struct engine_params dp = engine_default_params();
-    if (!p) p = &dp;
     if (!m || !be) return err_setf(err, CBX_ERR_INVALID_ARG, "no model or backend");
+    if (!m->has_s3gen) return err_setf(err, CBX_ERR_INVALID_ARG, "the model was loaded without S3Gen (t3_only)");
+    struct engine_params dp = engine_model_default_params(m);
+    if (!p) p = &dp;
     st->s3gen_bf16 = use_bf16(m, p);
-    if (!text) return err_setf(err, CBX_ERR_INVALID_ARG, "no text given");
+    if (!text && !p->text_ids) return err_setf(err, CBX_ERR_INVALID_ARG, "no text given");
+    if (p->text_ids && p->n_text_ids < 1) return err_setf(err, CBX_ERR_INVALID_ARG, "no text ids given");
+    if (!(p->cfg_weight >= 0 && p->cfg_weight <= 100) || !(p->exaggeration <= 100) || !(p->s.min_p >= 0 && p->s.min_p <= 1))
+        return err_setf(err, CBX_ERR_INVALID_ARG, "bad parameters (cfg_weight 0..100, exaggeration <= 100, min_p in [0, 1])");
     if (p->max_tokens < 1 || p->max_tokens > 100000 || p->pause_ms < 0 || p->pause_ms > 60000 ||
         p->max_retries < 0 || p->max_retries > 16 || p->stream_prompt_tokens < 0 ||
         p->stream_first_prompt_tokens < 0 ||
@@ -983,6 +1074,8 @@ cbx_status engine_synthesize(const struct engine_model *m, const struct backend 
                         "repetition_penalty > 0)");
     cbx_status rc = resolve_voice(m, &voice, err);
     if (rc != CBX_OK) return rc;
+    struct conds tmp;
+    voice = with_exaggeration(m, voice, p, &tmp);
 
     const double t_start = now();
     struct engine_segments S = {0};
@@ -991,15 +1084,15 @@ cbx_status engine_synthesize(const struct engine_model *m, const struct backend 
     int32_t *speech = NULL;
     float *wav = NULL;
     struct prefix_ent *pe = NULL; /* the voice's T3 prefix, shared by the segments */
-    if (!engine_has_word(text)) {
+    if (!p->text_ids && !engine_has_word(text)) {
         rc = err_setf(err, CBX_ERR_INVALID_ARG, text[strspn(text, " \t\r\n")] ? "the text has nothing to speak (no letters or digits)" : "the text is empty");
         goto cleanup;
     }
     double t0 = now();
-    if (p->split) {
+    if (p->split && !p->text_ids) {
         rc = engine_split(m->tok, text, p->max_segment_tokens, &S, err);
     } else {
-        if ((S.text = malloc(sizeof *S.text)) && (S.text[0] = strdup(text))) S.n = 1;
+        if ((S.text = malloc(sizeof *S.text)) && (S.text[0] = strdup(p->text_ids ? "" : text))) S.n = 1;
         else rc = err_setf(err, CBX_ERR_NOMEM, "out of memory");
     }
     st->t_text += now() - t0;
@@ -1031,7 +1124,8 @@ cbx_status engine_synthesize(const struct engine_model *m, const struct backend 
         st->n_speech_tokens += n_speech;
         r.pr.total_tokens = st->n_speech_tokens;
         /* tts_turbo.py: torch.cat([speech_tokens, S3GEN_SIL x 3]) */
-        for (int k = 0; k < ENGINE_N_SIL; k++) speech[n_speech + k] = ENGINE_S3GEN_SIL;
+        const int n_sil = n_silence(m);
+        for (int k = 0; k < n_sil; k++) speech[n_speech + k] = ENGINE_S3GEN_SIL;
         r.pr.stage = ENGINE_STAGE_S3GEN;
         if (progress && progress(user, &r.pr)) {
             rc = err_setf(err, CBX_ERR_CANCELLED, "cancelled");
@@ -1045,7 +1139,7 @@ cbx_status engine_synthesize(const struct engine_model *m, const struct backend 
         sp.user = &r;
         t0 = now();
         sp.ws = workspace_take(m, &m->s3ws, be);
-        rc = s3gen_vocode(&m->s3, be, speech, n_speech + ENGINE_N_SIL, voice, &sp, &wav, &n_wav, err);
+        rc = s3gen_vocode(&m->s3, be, speech, n_speech + n_sil, voice, &sp, &wav, &n_wav, err);
         workspace_give(m, &m->s3ws, sp.ws);
         st->t_s3gen += now() - t0;
         free(speech);

@@ -106,6 +106,8 @@ struct engine_load_params {
     const char *prefix_dir; /* a directory keeping voice prefixes between
                              * processes (prefix_store.h), copied; NULL or
                              * "": none */
+    bool t3_only;           /* skip S3Gen (engine_tokens needs T3 alone);
+                             * engine_synthesize then fails */
 };
 struct engine_load_params engine_load_default_params(void);
 
@@ -119,6 +121,9 @@ cbx_status engine_model_load(const char *path, const struct engine_load_params *
 void engine_model_free(struct engine_model *m); /* no-op on NULL */
 
 enum model_variant engine_model_variant(const struct engine_model *m);
+/* The loaded T3 (read-only; borrowed from m). */
+struct t3_model;
+const struct t3_model *engine_model_t3(const struct engine_model *m);
 /* Wall seconds engine_model_load took. */
 double engine_model_load_seconds(const struct engine_model *m);
 /* The built-in voice (conds.pt); borrowed from m. */
@@ -166,9 +171,29 @@ struct engine_params {
                                * 0: as every other chunk */
     int precision;            /* S3Gen products: ENGINE_PREC_AUTO (default: BF16
                                * for quantised weights, else F32), _F32, _BF16 */
+    /* Llama T3 (English, multilingual) */
+    double cfg_weight;        /* classifier-free guidance: 0.5; 0 decodes the
+                               * conditional row alone (upstream English
+                               * fails there; the result is what the formula
+                               * gives) */
+    double exaggeration;      /* emotion_adv: < 0 (default) the voice's own
+                               * (conds.pt / voice file: 0.5 unless made
+                               * otherwise) */
+    /* Text given as token ids (T3's text vocabulary), without the start/stop
+     * text tokens, which are added as upstream's generate() does; the text
+     * argument is then ignored and not split. For checking T3 where the
+     * tokenizer file is not at hand. Borrowed for the call. */
+    const int32_t *text_ids;
+    int64_t n_text_ids;
 };
 enum { ENGINE_PREC_AUTO = 0, ENGINE_PREC_F32 = 1, ENGINE_PREC_BF16 = 2 };
 struct engine_params engine_default_params(void);
+/* Upstream's generate() defaults for m's variant (spec/overview.md §4):
+ * Turbo/Nano as engine_default_params; English/multilingual temperature
+ * 0.8, min_p 0.05, top_p 1.0, repetition 1.2, cfg_weight 0.5, top_k 0
+ * (unused), 1000 tokens, and a segment budget and early-stop threshold
+ * for their grapheme tokens. */
+struct engine_params engine_model_default_params(const struct engine_model *m);
 
 /* Seed of segment i, attempt j (seed itself for i = j = 0). */
 uint64_t engine_seed(uint64_t seed, int i, int j);
@@ -179,20 +204,15 @@ struct engine_segments {
     char **text;   /* [n] raw segment text (before punc_norm), owned */
     int n;
 };
-struct gpt2_bpe;
+struct text_tokenizer;
 /* Split text as described above, counting tokens with tok (the model's:
  * engine_model_tokenizer). Segments without word characters are dropped
  * here. *out owned by the caller, engine_segments_free(). */
-cbx_status engine_split(const struct gpt2_bpe *tok, const char *text, int max_segment_tokens,
+cbx_status engine_split(const struct text_tokenizer *tok, const char *text, int max_segment_tokens,
                         struct engine_segments *out, char *err);
-/* The model's tokenizer; borrowed from m. */
-struct model;
-/* The text tokenizer of an open model: a directory's tokenizer files as
- * gpt2_bpe_load_dir reads them, or a GGUF's stored copies (vocab.json,
- * merges.txt, optional added_tokens.json and tokenizer_config.json). *tok
- * owned by the caller, gpt2_bpe_free(). */
-cbx_status engine_tokenizer_load(const struct model *m, struct gpt2_bpe **tok, char *err);
-const struct gpt2_bpe *engine_model_tokenizer(const struct engine_model *m);
+/* The model's text front end (text/tokenizer.h: GPT-2 BPE for Turbo and
+ * Nano, grapheme BPE from tokenizer.json for English); borrowed from m. */
+const struct text_tokenizer *engine_model_tokenizer(const struct engine_model *m);
 void engine_segments_free(struct engine_segments *s);
 /* True when s (UTF-8) has a letter or digit. */
 bool engine_has_word(const char *s);
@@ -247,6 +267,16 @@ cbx_status engine_prepare_voice(const struct engine_model *m, const struct backe
                                 const struct conds *voice, char *err);
 /* Empty the voice prefix cache (prefixes in use are freed by their calls). */
 void engine_voice_cache_clear(const struct engine_model *m);
+
+/* T3 alone on one segment (no split, no retries): text (or p->text_ids)
+ * through the variant's front end and T3, then the variant's speech-token
+ * filter: exactly the tokens S3Gen is given (before Turbo's silence tail).
+ * Seeds and voice as engine_synthesize. *tokens owned by the caller
+ * (free()). */
+cbx_status engine_tokens(const struct engine_model *m, const struct backend *be,
+                         const struct conds *voice, const char *text, const struct engine_params *p,
+                         engine_progress_fn progress, void *user, int32_t **tokens, int64_t *n,
+                         char *err);
 
 /* Speak text with voice (NULL: the built-in voice) on backend be. *pcm
  * (when pcm is not NULL) receives the whole audio, owned by the caller

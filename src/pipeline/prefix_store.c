@@ -96,23 +96,16 @@ void prefix_store_model_id(const struct t3_model *m, uint8_t id[PREFIX_STORE_ID_
     /* the kernels that computed it: results differ between CPU families */
     hash_u64(&s, (uint64_t)cpu_level());
     hash_u64(&s, cpu_amx_ready());
-    const struct gpt2 *g = &m->tfmr;
+    const struct t3_backbone *g = &m->tfmr;
+    hash_u64(&s, (uint64_t)g->arch);
     hash_u64(&s, (uint64_t)g->kv_type);
     hash_u64(&s, (uint64_t)g->n_layer);
     hash_u64(&s, (uint64_t)g->n_head);
     hash_u64(&s, (uint64_t)g->d_model);
     hash_u64(&s, (uint64_t)m->hp.speaker_embed_size);
-    hash_tensor(&s, "speech_emb", m->speech_emb);
-    hash_tensor(&s, "spkr_enc_w", m->spkr_enc_w);
-    hash_tensor(&s, "spkr_enc_b", m->spkr_enc_b);
-    hash_tensor(&s, "wpe", g->wpe);
-    for (int i = 0; i < g->n_layer; i++) {
-        const struct gpt2_layer *l = &g->h[i];
-        const struct tensor *ts[12] = {l->ln_1_w, l->ln_1_b, l->c_attn_w, l->c_attn_b,
-                                       l->c_proj_w, l->c_proj_b, l->ln_2_w, l->ln_2_b,
-                                       l->c_fc_w, l->c_fc_b, l->mlp_proj_w, l->mlp_proj_b};
-        for (int j = 0; j < 12; j++) hash_tensor(&s, "layer", ts[j]);
-    }
+    const struct tensor *ts[T3_MAX_COND_TENSORS];
+    const int nt = t3_cond_tensors(m, ts, T3_MAX_COND_TENSORS);
+    for (int i = 0; i < nt; i++) hash_tensor(&s, "t", ts[i]);
     sha256_final(&s, id);
 }
 
@@ -128,6 +121,7 @@ cbx_status prefix_store_path(const char *dir, const uint8_t id[PREFIX_STORE_ID_S
     sha256_update(&s, c->speaker_emb, sizeof(float) * (size_t)m->hp.speaker_embed_size);
     hash_u64(&s, (uint64_t)c->n_prompt);
     if (c->n_prompt > 0) sha256_update(&s, c->prompt_tokens, sizeof(int32_t) * (size_t)c->n_prompt);
+    if (t3_has_emotion(m)) sha256_update(&s, &c->emotion_adv, sizeof c->emotion_adv);
     sha256_final(&s, d);
     sha256_hex(d, hex);
     int k = snprintf(buf, n, "%s/%s" SUFFIX, dir, hex);
@@ -154,13 +148,13 @@ static cbx_status parse(const void *data, size_t n, const uint8_t id[PREFIX_STOR
     if (memcmp(h.magic, magic, sizeof magic)) return bad(err, "not a prefix file (bad magic)");
     if (h.bom != BOM || h.header_bytes != sizeof h) return bad(err, "written by another build or byte order");
     if (memcmp(h.id, id, PREFIX_STORE_ID_SIZE)) return bad(err, "made with another model or build");
-    const struct gpt2 *g = &m->tfmr;
+    const struct t3_backbone *g = &m->tfmr;
     const int64_t ns = m->hp.speaker_embed_size;
     if (h.n_layer != (uint32_t)g->n_layer || h.d_model != (uint32_t)g->d_model ||
-        h.n_speaker != (uint64_t)ns || h.n_prompt != c->n_prompt || (int64_t)h.n != 1 + c->n_prompt)
+        h.n_speaker != (uint64_t)ns || h.n_prompt != c->n_prompt || (int64_t)h.n != t3_cond_len(m, c->n_prompt))
         return bad(err, "sizes differ from the model's or the voice's");
     if ((enum dtype)h.kv_type != g->kv_type) return bad(err, "values in another type than the model's cache");
-    const size_t kvb = gpt2_kv_bytes(g, (int)h.n);
+    const size_t kvb = t3_backbone_kv_bytes(g, (int)h.n);
     if (!kvb) return bad(err, "values in an unexpected type");
     const size_t want = sizeof(float) * (size_t)ns + sizeof(int32_t) * (size_t)h.n_prompt + kvb;
     if (h.payload_bytes != want || n - sizeof h != want) return bad(err, "truncated or of the wrong size");
@@ -187,6 +181,7 @@ static cbx_status parse(const void *data, size_t n, const uint8_t id[PREFIX_STOR
     p->n = (int)h.n;
     p->kv_type = g->kv_type;
     p->n_prompt = c->n_prompt;
+    p->emotion_adv = t3_has_emotion(m) ? c->emotion_adv : 0.0f;
     memcpy(p->speaker_emb, c->speaker_emb, sizeof(float) * (size_t)ns);
     if (c->n_prompt > 0) memcpy(p->prompt_tokens, c->prompt_tokens, sizeof(int32_t) * (size_t)c->n_prompt);
     if (!in_place) memcpy(p->kv, pl + want - kvb, kvb);
@@ -279,7 +274,7 @@ cbx_status prefix_store_save(const char *dir, const uint8_t id[PREFIX_STORE_ID_S
                              const struct t3_prefix *p, char *err)
 {
     const struct t3_model *m = p->m;
-    const struct t3_cond c = {p->speaker_emb, p->prompt_tokens, p->n_prompt};
+    const struct t3_cond c = {p->speaker_emb, p->prompt_tokens, p->n_prompt, p->emotion_adv};
     char path[4096];
     if (prefix_store_path(dir, id, m, &c, path, sizeof path) != CBX_OK)
         return err_setf(err, CBX_ERR_INVALID_ARG, "voice prefix directory name too long: %s", dir);
@@ -290,7 +285,7 @@ cbx_status prefix_store_save(const char *dir, const uint8_t id[PREFIX_STORE_ID_S
     if (p->kv_type != m->tfmr.kv_type)
         return err_setf(err, CBX_ERR_INVALID_ARG, "voice prefix of %s values for a %s cache", dtype_name(p->kv_type),
                         dtype_name(m->tfmr.kv_type));
-    const size_t kvb = gpt2_kv_bytes(&m->tfmr, p->n), ns = (size_t)m->hp.speaker_embed_size;
+    const size_t kvb = t3_backbone_kv_bytes(&m->tfmr, p->n), ns = (size_t)m->hp.speaker_embed_size;
 
     struct header h;
     memset(&h, 0, sizeof h);

@@ -1,7 +1,7 @@
-/* t3.c - T3 for Turbo/Nano: loading, T3CondEnc (GPT-2 path), input
- * assembly and inference_turbo. Ports chatterbox models/t3/t3.py
- * (prepare_conditioning, prepare_input_embeds, inference_turbo) and
- * modules/cond_enc.py; spec/t3.md §4, §6.2, §7.2. */
+/* t3.c - T3: loading (GPT-2 and Llama backbones), T3CondEnc, input
+ * assembly, inference_turbo and the CFG inference. Ports chatterbox
+ * models/t3/t3.py (prepare_conditioning, prepare_input_embeds, inference,
+ * inference_turbo) and modules/cond_enc.py; spec/t3.md §4, §6, §7. */
 #include "t3.h"
 
 #include <math.h>
@@ -15,19 +15,19 @@
 #include "core/cpu/linear_kernels.h"
 #include "core/quant.h"
 
-/* The linear weights of the decode step: 4 per block, then the head. */
-static const struct tensor **linear_weight(struct t3_model *m, int i)
+/* The linear weights of the decode step: the backbone's, then the head.
+ * slots: room for t3_backbone_linears + 1. */
+static int linear_weights(struct t3_model *m, const struct tensor ***slots, int max)
 {
-    if (i == 4 * m->tfmr.n_layer) return &m->speech_head_w;
-    struct gpt2_layer *l = &m->tfmr.h[i / 4];
-    const struct tensor **f[4] = {&l->c_attn_w, &l->c_proj_w, &l->c_fc_w, &l->mlp_proj_w};
-    return f[i % 4];
+    int n = t3_backbone_linears(&m->tfmr, slots, max);
+    if (n < max) slots[n] = &m->speech_head_w;
+    return n + 1;
 }
 
 void t3_free(struct t3_model *m)
 {
     if (!m) return;
-    free(m->tfmr.h);
+    t3_backbone_free(&m->tfmr);
     free(m->owned);
     free(m->packed);
     memset(m, 0, sizeof *m);
@@ -92,11 +92,14 @@ static const struct tensor *converted(const struct tensor *w, enum dtype wtype, 
  * stay as they are (the usual path). */
 static void pack_weights(struct t3_model *m, struct tensor *desc, const char *own0, const char *own1)
 {
-    const int n = 4 * m->tfmr.n_layer + 1;
+    const int max = 7 * m->tfmr.n_layer + 1;
+    const struct tensor ***slots = malloc(sizeof *slots * (size_t)max);
+    if (!slots) return; /* unpacked: the usual path */
+    const int n = linear_weights(m, slots, max);
     const bool copies = linear_pack_copies();
     size_t copy = 0;
     for (int i = 0; copies && i < n; i++) {
-        const struct tensor *t = *linear_weight(m, i);
+        const struct tensor *t = *slots[i];
         const char *p = t->data;
         bool owned = p >= own0 && p < own1;
         if (!owned && linear_pack_supported(t))
@@ -118,7 +121,7 @@ static void pack_weights(struct t3_model *m, struct tensor *desc, const char *ow
 #endif
     }
     for (int i = 0; i < n; i++) {
-        const struct tensor **f = linear_weight(m, i), *t = *f;
+        const struct tensor **f = slots[i], *t = *f;
         const char *p = t->data;
         if (!linear_pack_supported(t)) continue;
         if (p >= own0 && p < own1) {
@@ -134,91 +137,44 @@ static void pack_weights(struct t3_model *m, struct tensor *desc, const char *ow
         uintptr_t e = ((uintptr_t)p + tensor_nbytes(t)) & ~(uintptr_t)4095;
         if (e > a) (void)madvise((void *)a, e - a, MADV_DONTNEED);
     }
+    free(slots);
 }
 
-cbx_status t3_load_gpt2(struct t3_model *m, const struct weights *w, enum dtype wtype, char *err)
+/* GPT2Model's blocks (tfmr.h.*): sizes from wpe and the tensor names. A
+ * converted GGUF (io/model_file.h, chatterbox.t3.conv1d_layout = "out_in")
+ * stores the Conv1D weights already transposed to [out, in], possibly
+ * quantised: recognised by c_attn being [3D, D] rather than upstream's
+ * [D, 3D]; *transpose tells which. */
+static cbx_status load_gpt2(struct t3_backbone *g, const struct weights *w, bool *transpose, char *err)
 {
-    memset(m, 0, sizeof *m);
     cbx_status rc = CBX_OK;
-    const int64_t any1[1] = {-1}, any2[2] = {-1, -1};
+    const int64_t any2[2] = {-1, -1};
     const struct tensor *wpe = weights_get(w, "tfmr.wpe.weight", 2, any2, &rc, err);
     if (!wpe) return rc;
-    int64_t D = wpe->ne[1];
+    const int64_t D = wpe->ne[1];
     if (D % 64) return err_setf(err, CBX_ERR_FORMAT, "T3 weights: width %lld is not a multiple of 64", (long long)D);
     int n_layer = 0;
-    for (;; n_layer++) {
-        if (!weights_has(w, "tfmr.h.%d.ln_1.weight", n_layer)) break;
-    }
+    while (weights_has(w, "tfmr.h.%d.ln_1.weight", n_layer)) n_layer++;
     if (n_layer == 0) return err_setf(err, CBX_ERR_FORMAT, "T3 weights: no tfmr.h.0 block");
-
-    struct gpt2 *g = &m->tfmr;
+    g->arch = T3_ARCH_GPT2;
     g->n_layer = n_layer;
     g->d_model = (int)D;
-    g->n_head = (int)(D / 64);
+    g->head_dim = 64; /* every GPT-2 config here */
+    g->n_head = g->n_kv_head = (int)(D / 64);
     g->n_ctx = (int)wpe->ne[0];
     g->eps = 1e-5f;
     g->wpe = wpe;
-    g->kv_type = TYPE_F32;
-    const int64_t d1[1] = {D}, dd[2] = {-1, D};
-    g->ln_f_w = weights_get(w, "tfmr.ln_f.weight", 1, d1, &rc, err);
-    g->ln_f_b = weights_get(w, "tfmr.ln_f.bias", 1, d1, &rc, err);
-    m->text_emb = weights_get(w, "text_emb.weight", 2, dd, &rc, err);
-    m->speech_emb = weights_get(w, "speech_emb.weight", 2, dd, &rc, err);
-    m->speech_head_w = weights_get(w, "speech_head.weight", 2, dd, &rc, err);
-    m->speech_head_b = weights_get(w, "speech_head.bias", 1, any1, &rc, err);
-    m->spkr_enc_w = weights_get(w, "cond_enc.spkr_enc.weight", 2, any2, &rc, err);
-    m->spkr_enc_b = weights_get(w, "cond_enc.spkr_enc.bias", 1, d1, &rc, err);
-    if (rc != CBX_OK) return rc;
-    if (m->spkr_enc_w->ne[0] != D || m->speech_head_b->ne[0] != m->speech_head_w->ne[0] ||
-        m->speech_head_w->ne[0] != m->speech_emb->ne[0])
-        return err_setf(err, CBX_ERR_FORMAT, "T3 weights: speech head / embedding / speaker projection sizes disagree");
-    m->hp.text_vocab = m->text_emb->ne[0];
-    m->hp.speech_vocab = m->speech_emb->ne[0];
-    m->hp.start_speech = 6561;
-    m->hp.stop_speech = 6562;
-    m->hp.speaker_embed_size = m->spkr_enc_w->ne[1];
-    if (m->hp.speech_vocab <= m->hp.stop_speech)
-        return err_setf(err, CBX_ERR_FORMAT, "T3 weights: speech vocabulary of %lld has no stop token",
-                        (long long)m->hp.speech_vocab);
-
-    /* A converted GGUF (io/model_file.h, chatterbox.t3.conv1d_layout =
-     * "out_in") stores the Conv1D weights already transposed to [out, in],
-     * possibly quantised: recognised by c_attn being [3D, D] rather than
-     * upstream's [D, 3D]. Those weights, and the speech head, are then used
-     * in place as stored (convert chose their types), not copied. */
+    const int64_t d1[1] = {D};
+    g->norm_w = weights_get(w, "tfmr.ln_f.weight", 1, d1, &rc, err);
+    g->norm_b = weights_get(w, "tfmr.ln_f.bias", 1, d1, &rc, err);
     const struct tensor *ca = weights_get(w, "tfmr.h.0.attn.c_attn.weight", 2, any2, &rc, err);
-    if (!ca) return rc;
+    if (rc != CBX_OK) return rc;
     const bool out_in = ca->ne[0] == 3 * D && ca->ne[1] == D;
-    const struct dtype_traits *wt = dtype_traits(wtype);
-    if (!wt || wtype == TYPE_I32 || wtype == TYPE_I64 || D % wt->blck || (4 * D) % wt->blck)
-        return err_setf(err, CBX_ERR_INVALID_ARG, "T3: cannot hold weights as %s", dtype_name(wtype));
-    /* one buffer: transposed/converted linear weights, their descriptors,
-     * one float row of scratch */
-    g->h = calloc((size_t)n_layer, sizeof *g->h);
-    size_t per_layer = out_in ? 0 : dtype_row_size(wtype, D) * (size_t)(3 * D + D + 4 * D) +
-                                    dtype_row_size(wtype, 4 * D) * (size_t)D;
-    size_t head = out_in ? 0 : dtype_row_size(wtype, D) * (size_t)m->speech_head_w->ne[0];
-    size_t n_desc = 4 * (size_t)n_layer + 1;
-    /* huge-page aligned and asked for (the decode streams the weights) */
-    size_t own_bytes = per_layer * (size_t)n_layer + head + sizeof(struct tensor) * n_desc +
-                       sizeof(float) * 4 * (size_t)D + 64;
-    own_bytes = (own_bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
-    m->owned = aligned_alloc(HUGE_PAGE, own_bytes);
-#ifdef MADV_HUGEPAGE
-    if (m->owned && per_layer) (void)madvise(m->owned, own_bytes, MADV_HUGEPAGE);
-#endif
-    if (!g->h || !m->owned) {
-        t3_free(m);
+    *transpose = !out_in;
+    if (!(g->gpt2 = calloc((size_t)n_layer, sizeof *g->gpt2)))
         return err_setf(err, CBX_ERR_NOMEM, "T3: out of memory for %d layers", n_layer);
-    }
-    struct tensor *desc = m->owned;
-    float *row = (float *)(desc + n_desc);
-    char *buf = (char *)(row + 4 * D);
-    buf += (64 - (uintptr_t)buf % 64) % 64;
-    char *const wbeg = buf;
-    if (!out_in) m->speech_head_w = converted(m->speech_head_w, wtype, &buf, &desc, row);
     for (int i = 0; i < n_layer && rc == CBX_OK; i++) {
-        struct gpt2_layer *l = &g->h[i];
+        struct gpt2_layer *l = &g->gpt2[i];
 #define W(field, suffix, nd, shape) \
     l->field = weights_getf(w, &rc, err, nd, shape, "tfmr.h.%d." suffix, i)
         const int64_t d3[1] = {3 * D}, d4[1] = {4 * D};
@@ -237,23 +193,236 @@ cbx_status t3_load_gpt2(struct t3_model *m, const struct weights *w, enum dtype 
         W(mlp_proj_w, "mlp.c_proj.weight", 2, out_in ? mp_oi : mp_w);
         W(mlp_proj_b, "mlp.c_proj.bias", 1, d1);
 #undef W
-        if (rc != CBX_OK || out_in) continue; /* [out, in] already: used in place */
-        if (dtype_traits(l->c_attn_w->type)->quantized) {
+        if (rc == CBX_OK && !out_in && dtype_traits(l->c_attn_w->type)->quantized)
             rc = err_setf(err, CBX_ERR_FORMAT, "T3 weights: quantised Conv1D weights must be stored [out, in]");
-            break;
-        }
-        l->c_attn_w = transposed(l->c_attn_w, wtype, &buf, &desc, row);
-        l->c_proj_w = transposed(l->c_proj_w, wtype, &buf, &desc, row);
-        l->c_fc_w = transposed(l->c_fc_w, wtype, &buf, &desc, row);
-        l->mlp_proj_w = transposed(l->mlp_proj_w, wtype, &buf, &desc, row);
     }
-    if (rc == CBX_OK) {
-        g->kv_type = gpt2_kv_type(g->h[0].c_attn_w->type);
-        m->bf16 = dtype_traits(g->h[0].c_attn_w->type)->quantized;
-    }
-    if (rc == CBX_OK) pack_weights(m, desc, wbeg, buf);
-    if (rc != CBX_OK) t3_free(m);
     return rc;
+}
+
+/* LlamaModel's layers (tfmr.layers.*): sizes from the tensors (head dim
+ * 64 as Llama_520M; heads = q rows / 64, KV heads = k rows / 64), RoPE as
+ * Llama_520M (llama_configs.py). */
+static cbx_status load_llama(struct t3_backbone *g, const struct weights *w, char *err)
+{
+    cbx_status rc = CBX_OK;
+    const int64_t any2[2] = {-1, -1};
+    const struct tensor *q0 = weights_get(w, "tfmr.layers.0.self_attn.q_proj.weight", 2, any2, &rc, err);
+    const struct tensor *k0 = weights_get(w, "tfmr.layers.0.self_attn.k_proj.weight", 2, any2, &rc, err);
+    const struct tensor *g0 = weights_get(w, "tfmr.layers.0.mlp.gate_proj.weight", 2, any2, &rc, err);
+    if (rc != CBX_OK) return rc;
+    const int64_t D = q0->ne[1], Dh = 64, I = g0->ne[0];
+    if (D % Dh || q0->ne[0] % Dh || k0->ne[0] % Dh || k0->ne[1] != D || q0->ne[0] % k0->ne[0] || g0->ne[1] != D)
+        return err_setf(err, CBX_ERR_FORMAT, "T3 weights: attention of width %lld with q %lld / k %lld rows",
+                        (long long)D, (long long)q0->ne[0], (long long)k0->ne[0]);
+    int n_layer = 0;
+    while (weights_has(w, "tfmr.layers.%d.input_layernorm.weight", n_layer)) n_layer++;
+    g->arch = T3_ARCH_LLAMA;
+    g->n_layer = n_layer;
+    g->d_model = (int)D;
+    g->head_dim = (int)Dh;
+    g->n_head = (int)(q0->ne[0] / Dh);
+    g->n_kv_head = (int)(k0->ne[0] / Dh);
+    g->eps = 1e-5f;
+    g->rope = llama_rope_520m((int)Dh);
+    const int64_t d1[1] = {D};
+    g->norm_w = weights_get(w, "tfmr.norm.weight", 1, d1, &rc, err);
+    if (rc != CBX_OK) return rc;
+    if (!(g->llama = calloc((size_t)n_layer, sizeof *g->llama)))
+        return err_setf(err, CBX_ERR_NOMEM, "T3: out of memory for %d layers", n_layer);
+    const int64_t HD = q0->ne[0], KD = k0->ne[0];
+    const int64_t qs[2] = {HD, D}, ks[2] = {KD, D}, os[2] = {D, HD}, up[2] = {I, D}, dn[2] = {D, I};
+    for (int i = 0; i < n_layer && rc == CBX_OK; i++) {
+        struct llama_layer *l = &g->llama[i];
+#define W(field, suffix, nd, shape) \
+    l->field = weights_getf(w, &rc, err, nd, shape, "tfmr.layers.%d." suffix, i)
+        W(input_layernorm_w, "input_layernorm.weight", 1, d1);
+        W(q_proj_w, "self_attn.q_proj.weight", 2, qs);
+        W(k_proj_w, "self_attn.k_proj.weight", 2, ks);
+        W(v_proj_w, "self_attn.v_proj.weight", 2, ks);
+        W(o_proj_w, "self_attn.o_proj.weight", 2, os);
+        W(post_attention_layernorm_w, "post_attention_layernorm.weight", 1, d1);
+        W(gate_proj_w, "mlp.gate_proj.weight", 2, up);
+        W(up_proj_w, "mlp.up_proj.weight", 2, up);
+        W(down_proj_w, "mlp.down_proj.weight", 2, dn);
+#undef W
+    }
+    return rc;
+}
+
+/* Bytes of weight t held as wtype [out, in] (transposed: t is [in, out]). */
+static size_t held_bytes(const struct tensor *t, enum dtype wtype, bool transpose)
+{
+    int64_t out = transpose ? t->ne[1] : t->ne[0], in = transpose ? t->ne[0] : t->ne[1];
+    return dtype_row_size(wtype, in) * (size_t)out;
+}
+
+/* Whether linear weight t is used as stored, whatever wtype asks: the
+ * quantised ones (a converted GGUF: convert chose their types) and, in a
+ * GGUF whose GPT-2 Conv1D weights are stored [out, in], all of them. */
+static bool as_stored(const struct t3_model *m, const struct tensor *t, bool transpose)
+{
+    return (m->tfmr.arch == T3_ARCH_GPT2 && !transpose) || dtype_traits(t->type)->quantized;
+}
+
+cbx_status t3_load(struct t3_model *m, const struct weights *w, enum dtype wtype, char *err)
+{
+    memset(m, 0, sizeof *m);
+    cbx_status rc = CBX_OK;
+    const struct tensor ***slots = NULL;
+    bool transpose = false;
+    const bool gpt2 = weights_has(w, "tfmr.wpe.weight");
+    if (gpt2) rc = load_gpt2(&m->tfmr, w, &transpose, err);
+    else if (weights_has(w, "tfmr.layers.0.input_layernorm.weight")) rc = load_llama(&m->tfmr, w, err);
+    else rc = err_setf(err, CBX_ERR_FORMAT, "T3 weights: neither a GPT-2 (tfmr.wpe) nor a Llama (tfmr.layers.0) backbone");
+    if (rc != CBX_OK) goto fail;
+    struct t3_backbone *g = &m->tfmr;
+    const int64_t D = g->d_model;
+    const int64_t any1[1] = {-1}, any2[2] = {-1, -1}, d1[1] = {D}, dd[2] = {-1, D};
+    m->text_emb = weights_get(w, "text_emb.weight", 2, dd, &rc, err);
+    m->speech_emb = weights_get(w, "speech_emb.weight", 2, dd, &rc, err);
+    m->speech_head_w = weights_get(w, "speech_head.weight", 2, dd, &rc, err);
+    if (gpt2) m->speech_head_b = weights_get(w, "speech_head.bias", 1, any1, &rc, err);
+    m->spkr_enc_w = weights_get(w, "cond_enc.spkr_enc.weight", 2, any2, &rc, err);
+    m->spkr_enc_b = weights_get(w, "cond_enc.spkr_enc.bias", 1, d1, &rc, err);
+    if (!gpt2) {
+        const int64_t e1[2] = {D, 1};
+        m->text_pos_emb = weights_get(w, "text_pos_emb.emb.weight", 2, dd, &rc, err);
+        m->speech_pos_emb = weights_get(w, "speech_pos_emb.emb.weight", 2, dd, &rc, err);
+        m->emotion_adv_fc_w = weights_get(w, "cond_enc.emotion_adv_fc.weight", 2, e1, &rc, err);
+        if (rc == CBX_OK) rc = perceiver_load(&m->perceiver, w, "cond_enc.perceiver.", D, err);
+    }
+    if (rc != CBX_OK) goto fail;
+    if (m->spkr_enc_w->ne[0] != D || m->speech_head_w->ne[0] != m->speech_emb->ne[0] ||
+        (m->speech_head_b && m->speech_head_b->ne[0] != m->speech_head_w->ne[0])) {
+        rc = err_setf(err, CBX_ERR_FORMAT, "T3 weights: speech head / embedding / speaker projection sizes disagree");
+        goto fail;
+    }
+    m->hp.text_vocab = m->text_emb->ne[0];
+    m->hp.speech_vocab = m->speech_emb->ne[0];
+    m->hp.start_speech = 6561;
+    m->hp.stop_speech = 6562;
+    m->hp.start_text = gpt2 ? -1 : 255;
+    m->hp.stop_text = gpt2 ? -1 : 0;
+    m->hp.speaker_embed_size = m->spkr_enc_w->ne[1];
+    m->order = gpt2 ? T3_ORDER_TURBO : T3_ORDER_CFG;
+    if (m->hp.speech_vocab <= m->hp.stop_speech || (!gpt2 && m->hp.text_vocab <= m->hp.start_text)) {
+        rc = err_setf(err, CBX_ERR_FORMAT, "T3 weights: vocabularies of %lld text / %lld speech ids lack the start/stop tokens",
+                      (long long)m->hp.text_vocab, (long long)m->hp.speech_vocab);
+        goto fail;
+    }
+    if (!gpt2) /* [cond (34); text (<= text table); 2 x start; speech (<= speech table)] */
+        g->n_ctx = (int)(t3_cond_len(m, 1) + m->text_pos_emb->ne[0] + 1 + m->speech_pos_emb->ne[0]);
+
+    const struct dtype_traits *wt = dtype_traits(wtype);
+    if (!wt || wtype == TYPE_I32 || wtype == TYPE_I64 || D % wt->blck || (4 * D) % wt->blck) {
+        rc = err_setf(err, CBX_ERR_INVALID_ARG, "T3: cannot hold weights as %s", dtype_name(wtype));
+        goto fail;
+    }
+    /* one buffer: the linear weights converted to wtype (GPT-2 Conv1D ones
+     * transposed), their descriptors, one float row of scratch. Weights
+     * already of wtype and [out, in] are used in place as stored. */
+    const int max = 7 * g->n_layer + 1;
+    if (!(slots = malloc(sizeof *slots * (size_t)max))) {
+        rc = err_setf(err, CBX_ERR_NOMEM, "T3: out of memory");
+        goto fail;
+    }
+    const int n = linear_weights(m, slots, max);
+    size_t conv_bytes = 0;
+    int64_t max_in = 0;
+    for (int i = 0; i < n; i++) {
+        const struct tensor *t = *slots[i];
+        const bool tr = transpose && slots[i] != &m->speech_head_w;
+        const int64_t in = tr ? t->ne[0] : t->ne[1];
+        if (in % wt->blck) {
+            rc = err_setf(err, CBX_ERR_INVALID_ARG, "T3: %s rows of %lld cannot be held as %s", t->name, (long long)in,
+                          dtype_name(wtype));
+            goto fail;
+        }
+        if (in > max_in) max_in = in;
+        if (!as_stored(m, t, transpose) && (tr || t->type != wtype))
+            conv_bytes += (held_bytes(t, wtype, tr) + 63) & ~(size_t)63;
+    }
+    size_t own_bytes = conv_bytes + sizeof(struct tensor) * (size_t)n + sizeof(float) * (size_t)max_in + 64;
+    own_bytes = (own_bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE; /* the decode streams the weights */
+    if (!(m->owned = aligned_alloc(HUGE_PAGE, own_bytes))) {
+        rc = err_setf(err, CBX_ERR_NOMEM, "T3: out of memory for %zu bytes of weights", own_bytes);
+        goto fail;
+    }
+#ifdef MADV_HUGEPAGE
+    if (conv_bytes) (void)madvise(m->owned, own_bytes, MADV_HUGEPAGE);
+#endif
+    struct tensor *desc = m->owned;
+    float *row = (float *)(desc + n);
+    char *buf = (char *)(row + max_in);
+    buf += (64 - (uintptr_t)buf % 64) % 64;
+    char *const wbeg = buf;
+    for (int i = 0; i < n; i++) {
+        const bool tr = transpose && slots[i] != &m->speech_head_w;
+        if (as_stored(m, *slots[i], transpose)) continue;
+        if (tr) *slots[i] = transposed(*slots[i], wtype, &buf, &desc, row);
+        else *slots[i] = converted(*slots[i], wtype, &buf, &desc, row);
+        buf += (64 - (uintptr_t)buf % 64) % 64;
+    }
+    free(slots);
+    slots = NULL;
+    g->kv_type = kv_cache_type(g->gpt2 ? g->gpt2[0].c_attn_w->type : g->llama[0].q_proj_w->type);
+    m->bf16 = dtype_traits(m->speech_head_w->type)->quantized;
+    pack_weights(m, desc, wbeg, buf);
+    return CBX_OK;
+fail:
+    free(slots);
+    t3_free(m);
+    return rc;
+}
+
+int t3_cond_len(const struct t3_model *m, int64_t n_prompt)
+{
+    if (m->tfmr.arch == T3_ARCH_LLAMA) return 1 + (int)m->perceiver.pre_attention_query->ne[1] + 1;
+    return (int)(1 + n_prompt);
+}
+
+bool t3_has_emotion(const struct t3_model *m) { return m->emotion_adv_fc_w != NULL; }
+
+int t3_cond_tensors(const struct t3_model *m, const struct tensor **ts, int max)
+{
+    int n = 0;
+#define ADD(t) do { if ((t) && n < max) ts[n++] = (t); } while (0)
+    const struct perceiver *pc = &m->perceiver;
+    const struct t3_backbone *g = &m->tfmr;
+    ADD(m->speech_emb); ADD(m->spkr_enc_w); ADD(m->spkr_enc_b);
+    ADD(m->speech_pos_emb); ADD(m->emotion_adv_fc_w); ADD(g->wpe);
+    ADD(pc->pre_attention_query); ADD(pc->norm_w); ADD(pc->norm_b);
+    ADD(pc->to_q_w); ADD(pc->to_q_b); ADD(pc->to_k_w); ADD(pc->to_k_b);
+    ADD(pc->to_v_w); ADD(pc->to_v_b); ADD(pc->proj_out_w); ADD(pc->proj_out_b);
+    for (int i = 0; i < g->n_layer; i++) {
+        if (g->gpt2) {
+            const struct gpt2_layer *l = &g->gpt2[i];
+            ADD(l->ln_1_w); ADD(l->ln_1_b); ADD(l->c_attn_w); ADD(l->c_attn_b);
+            ADD(l->c_proj_w); ADD(l->c_proj_b); ADD(l->ln_2_w); ADD(l->ln_2_b);
+            ADD(l->c_fc_w); ADD(l->c_fc_b); ADD(l->mlp_proj_w); ADD(l->mlp_proj_b);
+        } else {
+            const struct llama_layer *l = &g->llama[i];
+            ADD(l->input_layernorm_w); ADD(l->q_proj_w); ADD(l->k_proj_w); ADD(l->v_proj_w);
+            ADD(l->o_proj_w); ADD(l->post_attention_layernorm_w); ADD(l->gate_proj_w);
+            ADD(l->up_proj_w); ADD(l->down_proj_w);
+        }
+    }
+#undef ADD
+    return n;
+}
+
+/* Rows [from, from + n) of a position table, [1, n, D]. */
+static struct tensor *pos_rows(struct arena *a, const struct tensor *table, int64_t from, int64_t n)
+{
+    const int64_t ne[3] = {1, n, table->ne[1]};
+    return op_reshape(a, op_slice(a, table, 0, from, n), 3, ne);
+}
+
+/* embedding rows of ids[n] -> [1, n, D] */
+static struct tensor *embed(struct arena *a, const struct tensor *table, const int32_t *ids, int64_t n)
+{
+    const int64_t ne[2] = {1, n};
+    return op_get_rows(a, table, op_from_host(a, TYPE_I32, 2, ne, ids));
 }
 
 struct tensor *t3_prepare_conditioning(struct arena *a, const struct t3_model *m,
@@ -263,36 +432,85 @@ struct tensor *t3_prepare_conditioning(struct arena *a, const struct t3_model *m
     const int64_t spk_ne[3] = {1, 1, m->hp.speaker_embed_size};
     struct tensor *spk = op_from_host(a, TYPE_F32, 3, spk_ne, c->speaker_emb);
     struct tensor *cond_spkr = op_linear(a, spk, m->spkr_enc_w, m->spkr_enc_b); /* [1, 1, D] */
-    if (c->n_prompt == 0) return cond_spkr;
-    /* cond_prompt_speech_emb = speech_emb(tokens); no position table on GPT-2 */
-    const int64_t pne[2] = {1, c->n_prompt};
-    struct tensor *ids = op_from_host(a, TYPE_I32, 2, pne, c->prompt_tokens);
-    struct tensor *prompt = op_get_rows(a, m->speech_emb, ids);                  /* [1, P, D] */
-    return op_concat(a, cond_spkr, prompt, 1);
+    if (m->tfmr.arch == T3_ARCH_GPT2) {
+        if (c->n_prompt == 0) return cond_spkr;
+        /* cond_prompt_speech_emb = speech_emb(tokens); no position table on GPT-2 */
+        return op_concat(a, cond_spkr, embed(a, m->speech_emb, c->prompt_tokens, c->n_prompt), 1);
+    }
+    /* Llama: speech_emb(tokens) + speech_pos_emb(0..P-1) -> Perceiver; then
+     * emotion_adv_fc(exaggeration) = exaggeration x its weight column */
+    if (c->n_prompt < 1 || c->n_prompt > m->speech_pos_emb->ne[0]) {
+        arena_fail(a, CBX_ERR_INVALID_ARG, "T3: a voice prompt of %lld speech tokens (the model takes 1 to %lld)",
+                   (long long)c->n_prompt, (long long)m->speech_pos_emb->ne[0]);
+        return NULL;
+    }
+    struct tensor *e = op_add(a, embed(a, m->speech_emb, c->prompt_tokens, c->n_prompt),
+                              pos_rows(a, m->speech_pos_emb, 0, c->n_prompt));
+    const int64_t one[3] = {1, 1, 1};
+    struct tensor *emo = op_linear(a, op_from_host(a, TYPE_F32, 3, one, &c->emotion_adv), m->emotion_adv_fc_w, NULL);
+    return op_concat(a, op_concat(a, cond_spkr, perceiver_forward(a, &m->perceiver, e), 1), emo, 1);
 }
 
-/* The part of prepare_input_embeds after the conditioning:
- * [text_emb(text); speech_emb(start)] -> [1, L + 1, D]. */
-static struct tensor *text_and_start(struct arena *a, const struct t3_model *m, const int32_t *text,
-                                     int64_t n_text)
+/* x[1, T, D] repeated to [n_rows, T, D] */
+static struct tensor *rows(struct arena *a, struct tensor *x, int n_rows)
 {
-    const int64_t one[2] = {1, 1};
-    struct tensor *bos = op_get_rows(a, m->speech_emb, op_from_host(a, TYPE_I32, 2, one, &m->hp.start_speech));
+    struct tensor *r = x;
+    for (int i = 1; i < n_rows; i++) r = op_concat(a, r, x, 0);
+    return r;
+}
+
+/* speech_emb(token) (+ speech_pos_emb[pos] on Llama) for n_rows rows:
+ * [n_rows, 1, D] */
+static struct tensor *speech_input(struct arena *a, const struct t3_model *m, const int32_t *token, int64_t pos,
+                                   int n_rows)
+{
+    struct tensor *x = embed(a, m->speech_emb, token, 1);
+    if (m->speech_pos_emb) x = op_add(a, x, pos_rows(a, m->speech_pos_emb, pos, 1));
+    return rows(a, x, n_rows);
+}
+
+/* The part of prepare_input_embeds after the conditioning, for n_rows
+ * rows: [text; start] -> [n_rows, L + 1, D]. GPT-2: text_emb(text);
+ * Llama: text_emb(text) + text_pos_emb (row 1, unconditional: the
+ * position embeddings alone). */
+static struct tensor *text_and_start(struct arena *a, const struct t3_model *m, const int32_t *text,
+                                     int64_t n_text, int n_rows)
+{
+    struct tensor *bos = speech_input(a, m, &m->hp.start_speech, 0, n_rows);
     if (n_text == 0) return bos;
-    const int64_t tne[2] = {1, n_text};
-    return op_concat(a, op_get_rows(a, m->text_emb, op_from_host(a, TYPE_I32, 2, tne, text)), bos, 1);
+    if (m->text_pos_emb && n_text > m->text_pos_emb->ne[0]) {
+        arena_fail(a, CBX_ERR_INVALID_ARG, "T3: %lld text tokens exceed the %lld-position text table",
+                   (long long)n_text, (long long)m->text_pos_emb->ne[0]);
+        return NULL;
+    }
+    struct tensor *t = embed(a, m->text_emb, text, n_text);
+    if (!m->text_pos_emb) return op_concat(a, rows(a, t, n_rows), bos, 1);
+    struct tensor *tp = pos_rows(a, m->text_pos_emb, 0, n_text);
+    t = op_add(a, t, tp);
+    if (n_rows == 2) t = op_concat(a, t, op_cont(a, tp), 0);
+    return op_concat(a, t, bos, 1);
 }
 
 struct tensor *t3_prepare_input_embeds(struct arena *a, const struct t3_model *m,
                                        const struct t3_cond *c, const int32_t *text,
-                                       int64_t n_text)
+                                       int64_t n_text, int n_rows)
 {
-    return op_concat(a, t3_prepare_conditioning(a, m, c), text_and_start(a, m, text, n_text), 1);
+    if (n_rows < 1 || n_rows > (m->order == T3_ORDER_CFG ? 2 : 1)) {
+        arena_fail(a, CBX_ERR_INVALID_ARG, "T3: %d rows (GPT-2: 1; Llama: 1, or 2 with CFG)", n_rows);
+        return NULL;
+    }
+    return op_concat(a, rows(a, t3_prepare_conditioning(a, m, c), n_rows),
+                     text_and_start(a, m, text, n_text, n_rows), 1);
 }
 
-struct t3_gen_params t3_gen_default_params(void)
+struct t3_gen_params t3_gen_default_params(const struct t3_model *m)
 {
-    struct t3_gen_params p = {{0.8, 1000, 0.95, 0.0, 1.2}, 1000, 0, false, NULL};
+    struct t3_gen_params p = {{0.8, 1000, 0.95, 0.0, 1.2}, 1000, 0.0, 0, false, NULL};
+    if (m && m->order == T3_ORDER_CFG) {
+        struct sampler_params s = {0.8, 0, 1.0, 0.05, 1.2};
+        p.s = s;
+        p.cfg_weight = 0.5;
+    }
     return p;
 }
 
@@ -304,7 +522,19 @@ int64_t t3_filter_speech_tokens(int32_t *tokens, int64_t n)
     return k;
 }
 
-/* speech_head(hidden[:, -1]) -> host logits */
+int64_t t3_drop_invalid_tokens(int32_t *tokens, int64_t n)
+{
+    int64_t from = 0, to = n;
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] == 6561) { from = i + 1; break; }
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] == 6562) { to = i; break; }
+    if (to < from) to = from; /* a stop before the start: nothing between */
+    memmove(tokens, tokens + from, sizeof *tokens * (size_t)(to - from));
+    return to - from;
+}
+
+/* speech_head(hidden[:, -1]) of every row -> host logits [n_rows, V] */
 static cbx_status last_logits(struct arena *a, const struct t3_model *m, const struct tensor *h,
                               float *logits)
 {
@@ -380,18 +610,20 @@ void t3_prefix_free(struct t3_prefix *p)
 bool t3_prefix_matches(const struct t3_prefix *p, const struct t3_model *m, const struct t3_cond *c)
 {
     return p && c && p->m == m && p->n_prompt == c->n_prompt &&
+           (!t3_has_emotion(m) || !memcmp(&p->emotion_adv, &c->emotion_adv, sizeof c->emotion_adv)) &&
            !memcmp(p->speaker_emb, c->speaker_emb, sizeof(float) * (size_t)m->hp.speaker_embed_size) &&
            (c->n_prompt == 0 ||
             !memcmp(p->prompt_tokens, c->prompt_tokens, sizeof(int32_t) * (size_t)c->n_prompt));
 }
 
-/* The prompt must fit the context with at least the start-of-speech token
- * after it. */
+/* The conditioning must fit the context with at least the start-of-speech
+ * token after it. */
 static cbx_status check_prompt(const struct t3_model *m, int64_t n_prompt, char *err)
 {
-    if (n_prompt < 0 || 1 + n_prompt + 1 > m->tfmr.n_ctx)
-        return err_setf(err, CBX_ERR_INVALID_ARG, "T3: a prompt of %lld tokens does not fit the %d-position context",
-                        (long long)n_prompt, m->tfmr.n_ctx);
+    const int64_t lim = m->speech_pos_emb ? m->speech_pos_emb->ne[0] : m->tfmr.n_ctx;
+    if (n_prompt < (m->speech_pos_emb ? 1 : 0) || n_prompt > lim || t3_cond_len(m, n_prompt) + 1 > m->tfmr.n_ctx)
+        return err_setf(err, CBX_ERR_INVALID_ARG, "T3: a voice prompt of %lld tokens does not fit the model",
+                        (long long)n_prompt);
     return CBX_OK;
 }
 
@@ -401,8 +633,8 @@ cbx_status t3_prefix_build(const struct t3_model *m, const struct backend *be,
     *out = NULL;
     cbx_status rc = check_prompt(m, c->n_prompt, err);
     if (rc != CBX_OK) return rc;
-    const int n = (int)(1 + c->n_prompt);
-    const size_t kb = gpt2_kv_bytes(&m->tfmr, n), ns = (size_t)m->hp.speaker_embed_size;
+    const int n = t3_cond_len(m, c->n_prompt);
+    const size_t kb = t3_backbone_kv_bytes(&m->tfmr, n), ns = (size_t)m->hp.speaker_embed_size;
     struct t3_prefix *p = calloc(1, sizeof *p);
     struct arena *ar[WS_N] = {0};
     const bool have = make_arenas(be, ar);
@@ -420,19 +652,20 @@ cbx_status t3_prefix_build(const struct t3_model *m, const struct backend *be,
     p->n = n;
     p->kv_type = m->tfmr.kv_type;
     p->n_prompt = c->n_prompt;
+    p->emotion_adv = t3_has_emotion(m) ? c->emotion_adv : 0.0f;
     memcpy(p->speaker_emb, c->speaker_emb, sizeof(float) * ns);
     if (c->n_prompt > 0) memcpy(p->prompt_tokens, c->prompt_tokens, sizeof(int32_t) * (size_t)c->n_prompt);
     p->bytes = sizeof *p + kb + sizeof(float) * ns + sizeof(int32_t) * (size_t)c->n_prompt;
-    struct gpt2_kv kv;
-    if ((rc = gpt2_kv_init(&kv, &m->tfmr, cache, n)) != CBX_OK) {
+    struct kv_cache kv;
+    if ((rc = t3_backbone_kv_init(&m->tfmr, &kv, 1, cache, n)) != CBX_OK) {
         rc = err_setf(err, rc, "T3: %s", arena_errmsg(cache));
         goto done;
     }
     kv.scratch[0] = ar[WS_SCRATCH0];
     kv.scratch[1] = ar[WS_SCRATCH1];
     set_precision(m, ar);
-    rc = gpt2_prefill_kv(a, &m->tfmr, &kv, t3_prepare_conditioning(a, m, c));
-    if (rc == CBX_OK) rc = gpt2_kv_save(a, &m->tfmr, &kv, n, p->kv);
+    rc = t3_backbone_prefill_kv(a, &m->tfmr, &kv, t3_prepare_conditioning(a, m, c));
+    if (rc == CBX_OK) rc = kv_cache_save(a, &kv, n, p->kv);
     if (rc != CBX_OK) err_setf(err, rc, "T3: voice prefix: %s", arena_errmsg(a));
 done:
     free_arenas(ar);
@@ -441,8 +674,44 @@ done:
     return rc;
 }
 
-/* inference_turbo with the prefix from pfx (when not NULL) or computed from
- * c (one or two passes, p->one_pass). */
+/* Apply the processors of m's order to l (the row a token is sampled
+ * from) and draw it: top_k 1 is the argmax after the repetition penalty.
+ * hist: the repetition history. Returns the token, or -1 when nothing can
+ * be drawn (every logit -inf). */
+struct sample_buf { float *probs, *scratch; int32_t *idx; uint8_t *seen; };
+static int64_t sample(const struct t3_model *m, const struct sampler_params *s, float *l, int64_t V,
+                      const int32_t *hist, int64_t n_hist, struct rng_stream *rs, const struct sample_buf *b)
+{
+    const bool greedy = s->top_k == 1;
+    if (m->order == T3_ORDER_TURBO) {
+        /* inference_turbo: temperature, top-k, top-p, repetition penalty */
+        if (s->temperature > 0 && s->temperature != 1.0) sampler_temperature(l, V, (float)s->temperature);
+        if (s->top_k > 0) sampler_top_k(l, V, s->top_k, b->scratch);
+        if (s->top_p < 1.0) sampler_top_p(l, V, s->top_p, b->scratch, b->idx);
+        if (s->repetition_penalty != 1.0) sampler_repetition_penalty(l, V, hist, n_hist, (float)s->repetition_penalty, b->seen);
+    } else {
+        /* inference: repetition penalty, temperature, min-p, top-p (greedy:
+         * the argmax, which none of the later steps moves); no top-k */
+        if (s->repetition_penalty != 1.0) sampler_repetition_penalty(l, V, hist, n_hist, (float)s->repetition_penalty, b->seen);
+        if (!greedy) {
+            if (s->temperature > 0 && s->temperature != 1.0) sampler_temperature(l, V, (float)s->temperature);
+            if (s->min_p > 0) sampler_min_p(l, V, s->min_p, b->scratch);
+            if (s->top_p < 1.0) sampler_top_p(l, V, s->top_p, b->scratch, b->idx);
+        }
+    }
+    if (sampler_all_neg_inf(l, V)) return -1;
+    if (greedy) {
+        int64_t best = 0;
+        for (int64_t i = 1; i < V; i++)
+            if (l[i] > l[best]) best = i;
+        return best;
+    }
+    sampler_softmax(l, b->probs, V);
+    return rng_categorical(rs, b->probs, V);
+}
+
+/* t3_inference with the prefix from pfx (when not NULL) or computed from c
+ * (one or two passes, p->one_pass). */
 static cbx_status generate(const struct t3_model *m, const struct backend *be, const struct t3_cond *c,
                            const struct t3_prefix *pfx, const int32_t *text, int64_t n_text,
                            const struct t3_gen_params *p, t3_step_cb cb, void *user, int32_t **tokens,
@@ -456,9 +725,29 @@ static cbx_status generate(const struct t3_model *m, const struct backend *be, c
                         dtype_name(pfx->kv_type), dtype_name(m->tfmr.kv_type));
     const int64_t n_prompt = pfx ? pfx->n_prompt : c->n_prompt;
     if (n_text < 0) return err_setf(err, CBX_ERR_INVALID_ARG, "T3: %lld text tokens", (long long)n_text);
-    const int64_t V = m->hp.speech_vocab;
-    int64_t L0 = 1 + n_prompt + n_text + 1;
-    int cap = (int)(L0 + p->max_gen_len + 1);
+    if (p->max_gen_len < 0) return err_setf(err, CBX_ERR_INVALID_ARG, "T3: at most %d tokens", p->max_gen_len);
+    cbx_status rc = pfx ? CBX_OK : check_prompt(m, n_prompt, err);
+    if (rc != CBX_OK) return rc;
+    for (int64_t i = 0; i < n_text; i++)
+        if (text[i] < 0 || text[i] >= m->hp.text_vocab)
+            return err_setf(err, CBX_ERR_INVALID_ARG, "T3: text token %d at %lld is outside the vocabulary of %lld",
+                            text[i], (long long)i, (long long)m->hp.text_vocab);
+    const bool cfg = m->order == T3_ORDER_CFG;
+    /* CFG: [cond, uncond] rows; weight 0 gives cond exactly, so one row */
+    const int n_rows = cfg && p->cfg_weight != 0 ? 2 : 1;
+    const int64_t V = m->hp.speech_vocab, C = t3_cond_len(m, n_prompt);
+    /* Llama: inference appends a second start-of-speech (bos_embed) */
+    const int64_t L0 = C + n_text + 1 + (cfg ? 1 : 0);
+    /* samples: GPT-2 up to 1 + max_gen_len, Llama up to max_gen_len */
+    const int max_samples = p->max_gen_len + (cfg ? 0 : 1);
+    int64_t cap = L0 + max_samples;
+    if (cfg && max_samples >= m->speech_pos_emb->ne[0])
+        return err_setf(err, CBX_ERR_INVALID_ARG, "T3: %d speech tokens exceed the %lld-position speech table",
+                        max_samples, (long long)m->speech_pos_emb->ne[0]);
+    if (L0 > m->tfmr.n_ctx)
+        return err_setf(err, CBX_ERR_INVALID_ARG, "T3: prompt of %lld positions exceeds the %d-position context",
+                        (long long)L0, m->tfmr.n_ctx);
+    if (cap > m->tfmr.n_ctx) cap = m->tfmr.n_ctx;
     if (p->ws && p->ws->be != be) return err_setf(err, CBX_ERR_INVALID_ARG, "T3: the workspace belongs to another backend");
     /* the caller's workspace (reset, blocks kept) or arenas of this call */
     struct arena *own[WS_N] = {0}, *const *ar = own;
@@ -470,74 +759,76 @@ static cbx_status generate(const struct t3_model *m, const struct backend *be, c
         have = make_arenas(be, own);
     }
     struct arena *cache = ar[WS_CACHE], *a = ar[WS_STEP];
-    float *logits = malloc(sizeof(float) * (size_t)V * 5);
+    float *logits = malloc(sizeof(float) * (size_t)V * 7);
     int32_t *idx = malloc(sizeof(int32_t) * (size_t)V);
     uint8_t *seen = malloc((size_t)V);
-    int32_t *out = malloc(sizeof(int32_t) * (size_t)(p->max_gen_len + 2));
+    /* hist[0] = start token, then the samples (out = hist + 1) */
+    int32_t *hist = malloc(sizeof(int32_t) * (size_t)(max_samples + 2));
+    struct t3_prefix *tmp = NULL;
     int64_t n = 0;
-    struct gpt2_kv kv;
-    cbx_status rc = CBX_OK;
-    if (!have || !logits || !idx || !seen || !out) {
+    struct kv_cache kv;
+    if (!have || !logits || !idx || !seen || !hist) {
         rc = err_setf(err, CBX_ERR_NOMEM, "T3: out of memory");
         goto cleanup;
     }
-    if (L0 > m->tfmr.n_ctx) {
-        rc = err_setf(err, CBX_ERR_INVALID_ARG, "T3: prompt of %lld positions exceeds the %d-position context",
-                      (long long)L0, m->tfmr.n_ctx);
-        goto cleanup;
-    }
-    if (cap > m->tfmr.n_ctx) cap = m->tfmr.n_ctx;
-    if ((rc = gpt2_kv_init(&kv, &m->tfmr, cache, cap)) != CBX_OK) {
+    int32_t *out = hist + 1;
+    hist[0] = m->hp.start_speech;
+    if ((rc = t3_backbone_kv_init(&m->tfmr, &kv, n_rows, cache, (int)cap)) != CBX_OK) {
         rc = err_setf(err, rc, "T3: %s", arena_errmsg(cache));
         goto cleanup;
     }
     kv.scratch[0] = ar[WS_SCRATCH0];
     kv.scratch[1] = ar[WS_SCRATCH1];
     set_precision(m, ar);
-    float *probs = logits + V, *scratch = logits + 2 * V, *raw = logits + 4 * V;
+    float *raw = logits + 2 * (size_t)V, *l = logits + 4 * (size_t)V;
+    const struct sample_buf sb = {l + V, logits + 5 * (size_t)V, idx, seen};
     struct rng_stream rs;
     rng_stream_init(&rs, "t3.sample", p->seed);
 
-    /* prefill over [cond; text; start-of-speech]: the voice prefix (restored,
-     * or computed as t3_prefix_build does), then the rest */
+    /* prefill over [cond; text; start-of-speech (x2 on Llama)]: the voice
+     * prefix (restored, or computed as t3_prefix_build does), then the rest */
     struct tensor *x;
     if (p->one_pass && !pfx) {
-        x = t3_prepare_input_embeds(a, m, c, text, n_text);
+        x = t3_prepare_input_embeds(a, m, c, text, n_text, n_rows);
     } else {
-        if (pfx) rc = gpt2_kv_restore(a, &m->tfmr, &kv, pfx->n, pfx->kv);
-        else rc = gpt2_prefill_kv(a, &m->tfmr, &kv, t3_prepare_conditioning(a, m, c));
-        if (rc == CBX_OK) arena_reset(a);
-        x = rc == CBX_OK ? text_and_start(a, m, text, n_text) : NULL;
-    }
-    if (rc == CBX_OK) rc = last_logits(a, m, gpt2_forward(a, &m->tfmr, &kv, x), logits);
-    int32_t cur = 0;
-    for (int step = 0; rc == CBX_OK; step++) {
-        if (cb) memcpy(raw, logits, sizeof(float) * (size_t)V);
-        /* processors in inference_turbo's order: temperature, top-k, top-p,
-         * repetition penalty (history: [6561] at the first step, then the
-         * generated tokens) */
-        const struct sampler_params *s = &p->s;
-        if (s->temperature > 0 && s->temperature != 1.0) sampler_temperature(logits, V, (float)s->temperature);
-        if (s->top_k > 0) sampler_top_k(logits, V, s->top_k, scratch);
-        if (s->top_p < 1.0) sampler_top_p(logits, V, s->top_p, scratch, idx);
-        if (s->repetition_penalty != 1.0) {
-            if (step == 0) sampler_repetition_penalty(logits, V, &m->hp.start_speech, 1, (float)s->repetition_penalty, seen);
-            else sampler_repetition_penalty(logits, V, out, n, (float)s->repetition_penalty, seen);
+        if (!pfx && n_rows == 1) {
+            rc = t3_backbone_prefill_kv(a, &m->tfmr, &kv, t3_prepare_conditioning(a, m, c));
+        } else {
+            /* a CFG pair: one row's prefix, restored into both */
+            if (!pfx && (rc = t3_prefix_build(m, be, c, &tmp, err)) != CBX_OK) goto cleanup;
+            const struct t3_prefix *use = pfx ? pfx : tmp;
+            rc = kv_cache_restore(a, &kv, use->n, use->kv);
         }
-        if (step > 0 && sampler_all_neg_inf(logits, V)) break; /* upstream warns and stops */
-        sampler_softmax(logits, probs, V);
-        int64_t tok = rng_categorical(&rs, probs, V);
-        if (tok < 0) break;
-        cur = (int32_t)tok;
+        if (rc == CBX_OK) arena_reset(a);
+        x = rc == CBX_OK ? text_and_start(a, m, text, n_text, n_rows) : NULL;
+    }
+    if (cfg && x) x = op_concat(a, x, speech_input(a, m, &m->hp.start_speech, 0, n_rows), 1);
+    if (rc == CBX_OK) rc = last_logits(a, m, t3_backbone_forward(a, &m->tfmr, &kv, x), logits);
+    for (int step = 0; rc == CBX_OK && step < max_samples; step++) {
+        if (cb) memcpy(raw, logits, sizeof(float) * (size_t)(V * n_rows));
+        /* CFG: l = cond + w (cond - uncond) */
+        if (n_rows == 2) {
+            const float w = (float)p->cfg_weight;
+            for (int64_t i = 0; i < V; i++) l[i] = logits[i] + w * (logits[i] - logits[V + i]);
+        } else {
+            memcpy(l, logits, sizeof(float) * (size_t)V);
+        }
+        /* repetition history: Turbo [start] at the first step, then the
+         * samples alone; Llama the start token and the samples */
+        const int32_t *h = cfg || n == 0 ? hist : out;
+        const int64_t nh = cfg ? n + 1 : (n == 0 ? 1 : n);
+        int64_t tok = sample(m, &p->s, l, V, h, nh, &rs, &sb);
+        if (tok < 0) break; /* every logit -inf: upstream warns and stops */
+        const int32_t cur = (int32_t)tok;
         out[n++] = cur;
-        if (cb && cb(user, step, cur, raw, V)) { rc = CBX_ERR_CANCELLED; break; }
-        /* the first sample is not checked for the stop token */
-        if ((step > 0 && cur == m->hp.stop_speech) || step >= p->max_gen_len) break;
-        if (kv.n_past >= cap) break;
+        if (cb && cb(user, step, cur, raw, n_rows, V)) { rc = CBX_ERR_CANCELLED; break; }
+        /* Turbo does not check the first sample for the stop token */
+        if ((cfg || step > 0) && cur == m->hp.stop_speech) break;
+        if (step + 1 >= max_samples || kv.n_past >= cap) break;
         arena_reset(a);
-        const int64_t one[2] = {1, 1};
-        x = op_get_rows(a, m->speech_emb, op_from_host(a, TYPE_I32, 2, one, &cur));
-        rc = last_logits(a, m, gpt2_forward(a, &m->tfmr, &kv, x), logits);
+        /* Llama: the k-th sample is fed back at speech position k + 1 */
+        x = speech_input(a, m, &cur, step + 1, n_rows);
+        rc = last_logits(a, m, t3_backbone_forward(a, &m->tfmr, &kv, x), logits);
     }
     if (rc != CBX_OK && rc != CBX_ERR_CANCELLED) {
         const char *msg = arena_status(a) != CBX_OK ? arena_errmsg(a) : cbx_status_str(rc);
@@ -546,13 +837,19 @@ static cbx_status generate(const struct t3_model *m, const struct backend *be, c
         err_setf(err, rc, "T3: cancelled");
     }
     if (rc == CBX_OK) {
-        if (n > 0 && out[n - 1] == m->hp.stop_speech) n--;
-        *tokens = out;
-        *n_tokens = n;
-        out = NULL;
+        if (!cfg && n > 0 && out[n - 1] == m->hp.stop_speech) n--;
+        int32_t *res = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+        if (!res) {
+            rc = err_setf(err, CBX_ERR_NOMEM, "T3: out of memory");
+        } else {
+            memcpy(res, out, sizeof(int32_t) * (size_t)n);
+            *tokens = res;
+            *n_tokens = n;
+        }
     }
 cleanup:
-    free(out);
+    t3_prefix_free(tmp);
+    free(hist);
     free(seen);
     free(idx);
     free(logits);
@@ -560,19 +857,17 @@ cleanup:
     return rc;
 }
 
-cbx_status t3_inference_turbo(const struct t3_model *m, const struct backend *be,
-                              const struct t3_cond *c, const int32_t *text, int64_t n_text,
-                              const struct t3_gen_params *p, t3_step_cb cb, void *user,
-                              int32_t **tokens, int64_t *n_tokens, char *err)
+cbx_status t3_inference(const struct t3_model *m, const struct backend *be, const struct t3_cond *c,
+                        const int32_t *text, int64_t n_text, const struct t3_gen_params *p,
+                        t3_step_cb cb, void *user, int32_t **tokens, int64_t *n_tokens, char *err)
 {
     return generate(m, be, c, NULL, text, n_text, p, cb, user, tokens, n_tokens, err);
 }
 
-cbx_status t3_inference_turbo_prefixed(const struct t3_model *m, const struct backend *be,
-                                       const struct t3_prefix *pfx, const int32_t *text,
-                                       int64_t n_text, const struct t3_gen_params *p,
-                                       t3_step_cb cb, void *user, int32_t **tokens,
-                                       int64_t *n_tokens, char *err)
+cbx_status t3_inference_prefixed(const struct t3_model *m, const struct backend *be,
+                                 const struct t3_prefix *pfx, const int32_t *text, int64_t n_text,
+                                 const struct t3_gen_params *p, t3_step_cb cb, void *user,
+                                 int32_t **tokens, int64_t *n_tokens, char *err)
 {
     if (!pfx) {
         *tokens = NULL;

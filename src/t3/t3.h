@@ -1,7 +1,11 @@
 /* t3.h - T3: text tokens + conditioning -> speech tokens (chatterbox
- * models/t3/t3.py). This file holds the GPT-2 variant used by Turbo and
- * Nano (inference_turbo); the Llama variant arrives with the English and
- * multilingual models and shares the conditioning and sampling code.
+ * models/t3/t3.py, modules/cond_enc.py). One model, two backbones
+ * (backbone.h): GPT-2 for Turbo and Nano (inference_turbo: one row,
+ * processors temperature -> top-k -> top-p -> repetition penalty) and Llama
+ * for English and multilingual (inference: a CFG pair of rows decoded as
+ * one batch, CFG combine -> repetition penalty -> temperature -> min-p ->
+ * top-p). The architecture is decided by the weights' tensor names; the
+ * sampling policy follows it (t3_policy). spec/t3.md.
  * Thread safety: a loaded t3_model is read-only and may serve any number of
  * concurrent calls, each with its own arenas. */
 #ifndef CBX_T3_T3_H
@@ -12,23 +16,43 @@
 
 #include "core/ops.h"
 #include "io/weights.h"
-#include "t3/gpt2.h"
+#include "t3/backbone.h"
+#include "t3/perceiver.h"
 #include "t3/sampler.h"
 
 struct t3_hparams {
     int64_t text_vocab, speech_vocab;   /* rows of text_emb / speech_emb */
     int32_t start_speech, stop_speech;  /* 6561, 6562 */
+    int32_t start_text, stop_text;      /* Llama: 255, 0 (added around the
+                                         * tokenizer's ids by the caller,
+                                         * as generate() does); GPT-2: -1 */
     int64_t speaker_embed_size;         /* 256 */
+};
+
+/* How a T3 samples and stops (spec/t3.md §7-§9), decided by the backbone. */
+enum t3_order {
+    T3_ORDER_TURBO, /* temperature, top-k, top-p, repetition penalty (history:
+                     * [start] at the first step, then the generated ids);
+                     * the first sample is not checked for the stop token;
+                     * a trailing stop token is removed */
+    T3_ORDER_CFG,   /* CFG combine, repetition penalty (history: start +
+                     * generated), temperature, min-p, top-p; the stop token
+                     * is checked at every step and kept */
 };
 
 struct t3_model {
     struct t3_hparams hp;
+    enum t3_order order;
     const struct tensor *text_emb, *speech_emb;       /* [V, D] */
-    const struct tensor *speech_head_w, *speech_head_b;
+    const struct tensor *speech_head_w, *speech_head_b; /* bias: GPT-2 only */
     const struct tensor *spkr_enc_w, *spkr_enc_b;     /* cond_enc.spkr_enc */
-    struct gpt2 tfmr;
-    void *owned;      /* transposed Conv1D weights and descriptors */
-    void *packed;     /* packed copies of weights used in place (t3_load_gpt2) */
+    /* Llama T3 only (NULL otherwise): learned position tables,
+     * cond_enc.emotion_adv_fc [D, 1] and the Perceiver */
+    const struct tensor *text_pos_emb, *speech_pos_emb, *emotion_adv_fc_w;
+    struct perceiver perceiver;
+    struct t3_backbone tfmr;
+    void *owned;      /* converted linear weights and descriptors */
+    void *packed;     /* packed copies of weights used in place (t3_load) */
     bool bf16;        /* BF16 products (arena_set_bf16) for the linears of
                        * prefills (64 rows or more: the voice prefix, long
                        * texts); set at load for quantised weights, whose
@@ -37,32 +61,52 @@ struct t3_model {
                        * before the model is used */
 };
 
-/* The conditioning of T3Cond used by the GPT-2 variant. */
+/* T3Cond as inference uses it. */
 struct t3_cond {
     const float *speaker_emb;               /* [speaker_embed_size] */
     const int32_t *prompt_tokens;           /* cond_prompt_speech_tokens */
     int64_t n_prompt;
+    float emotion_adv;                      /* exaggeration (Llama T3 only) */
 };
 
-/* Load a GPT-2 T3 (t3_turbo_v1 / t3_nano_v1 layout) from a weight source.
- * The linear weights (Conv1D blocks, speech head) are held as wtype (F32,
- * F16, BF16 or a block type; quantisation policy: tables, norms and biases
- * stay as stored). The KV cache type follows (tfmr.kv_type, gpt2_kv_type):
- * Q8_0 with quantised weights, F32 otherwise; a caller may set it (F16
- * too) before the model is used. On failure the model is left empty and
- * err names the missing/odd tensor. */
-cbx_status t3_load_gpt2(struct t3_model *m, const struct weights *w, enum dtype wtype, char *err);
+/* Load a T3 from a weight source: GPT-2 (t3_turbo_v1 / t3_nano_v1
+ * layout, tfmr.h.*) or Llama (t3_cfg / t3_mtl23ls_*, tfmr.layers.*), sizes
+ * from the tensors. The linear weights of the backbone and the speech head
+ * are held as wtype (F32, F16, BF16 or a block type; quantisation policy:
+ * tables, norms, biases and the conditioning encoder stay as stored). The
+ * Weights stored quantised (a converted GGUF) are used as stored, and so
+ * are all of a GGUF's GPT-2 Conv1D weights stored [out, in]. The
+ * KV cache type follows (tfmr.kv_type, kv_cache_type): Q8_0 with quantised
+ * weights, F32 otherwise; a caller may set it (F16 too) before the model
+ * is used. On failure the model is left empty and err names the missing
+ * or odd tensor. */
+cbx_status t3_load(struct t3_model *m, const struct weights *w, enum dtype wtype, char *err);
 void t3_free(struct t3_model *m); /* no-op on a zeroed model */
 
-/* T3.prepare_conditioning: [spkr_enc(speaker_emb); speech_emb(prompt)]
- * -> [1, 1 + P, D]. */
+/* Positions the conditioning takes: GPT-2 1 + n_prompt; Llama 1 + 32 + 1. */
+int t3_cond_len(const struct t3_model *m, int64_t n_prompt);
+/* Whether the model reads t3_cond.emotion_adv (exaggeration). */
+bool t3_has_emotion(const struct t3_model *m);
+/* Every tensor the conditioning's keys and values depend on (what a voice
+ * prefix is a function of, besides the voice): up to max into ts; returns
+ * the count. */
+#define T3_MAX_COND_TENSORS 4096
+int t3_cond_tensors(const struct t3_model *m, const struct tensor **ts, int max);
+
+/* T3.prepare_conditioning: [spkr_enc(speaker_emb); prompt; emotion]
+ * -> [1, C, D] (C = t3_cond_len): GPT-2 prompt = speech_emb(tokens);
+ * Llama prompt = Perceiver(speech_emb(tokens) + speech_pos_emb) and the
+ * emotion token emotion_adv_fc(exaggeration). */
 struct tensor *t3_prepare_conditioning(struct arena *a, const struct t3_model *m,
                                        const struct t3_cond *c);
-/* T3.prepare_input_embeds: [cond; text_emb(text); speech_emb(start)]
- * -> [1, 1 + P + L + 1, D]. */
+/* T3.prepare_input_embeds for n_rows rows (1; or 2 = [cond, uncond] for
+ * CFG: the unconditional row has its text embeddings zeroed, positions
+ * kept): [cond; text; speech_emb(start)] (+ learned position embeddings
+ * on Llama) -> [n_rows, C + L + 1, D]. text: the ids as T3 takes them
+ * (Llama: with the start/stop text tokens). */
 struct tensor *t3_prepare_input_embeds(struct arena *a, const struct t3_model *m,
                                        const struct t3_cond *c, const int32_t *text,
-                                       int64_t n_text);
+                                       int64_t n_text, int n_rows);
 
 /* Memory kept from one call to the next: the arenas of the KV cache, the
  * per-layer scratch and the per-step values keep their blocks, so calls
@@ -74,8 +118,17 @@ struct t3_workspace *t3_workspace_create(const struct backend *be); /* NULL: no 
 void t3_workspace_free(struct t3_workspace *w);                      /* no-op on NULL */
 
 struct t3_gen_params {
-    struct sampler_params s;  /* upstream defaults: 0.8, 1000, 0.95, 0, 1.2 */
-    int max_gen_len;          /* inference_turbo max_gen_len (1000) */
+    struct sampler_params s;  /* GPT-2: 0.8, top_k 1000, top_p 0.95, 0, 1.2;
+                               * Llama: 0.8, top_k 0, top_p 1.0, min_p 0.05,
+                               * 1.2 (top_k unused). top_k 1 is greedy on
+                               * both (argmax after the repetition
+                               * penalty) */
+    int max_gen_len;          /* GPT-2: inference_turbo max_gen_len (1000:
+                               * up to 1001 samples); Llama: max_new_tokens
+                               * (1000 samples) */
+    double cfg_weight;        /* Llama: 0.5; 0 decodes the conditional row
+                               * alone (l = cond exactly, as upstream's
+                               * formula gives); ignored by GPT-2 */
     uint64_t seed;            /* seeds the "t3.sample" stream */
     bool one_pass;            /* false: prefill the voice prefix, then the
                                * text (see t3_prefix below); true: the whole
@@ -84,43 +137,47 @@ struct t3_gen_params {
     struct t3_workspace *ws;  /* arenas to reuse, or NULL: made and freed
                                * by the call */
 };
-struct t3_gen_params t3_gen_default_params(void);
+/* Upstream's defaults for m's backbone (spec/overview.md §4). */
+struct t3_gen_params t3_gen_default_params(const struct t3_model *m);
 
 /* Called after each sampled token (progress, tests); nonzero return
- * cancels. logits: the raw speech-head row the token was sampled from
- * (V floats, borrowed for the call). */
-typedef int (*t3_step_cb)(void *user, int step, int32_t token, const float *logits,
+ * cancels. logits: the raw speech-head rows the token was sampled from
+ * (n_rows x V floats: [cond, uncond] for CFG; borrowed for the call). */
+typedef int (*t3_step_cb)(void *user, int step, int32_t token, const float *logits, int n_rows,
                           int64_t V);
 
-/* T3.inference_turbo: prefill + KV-cache decode with the processors in
- * upstream order. *tokens (owned by the caller, free()) receives the
- * generated ids with a trailing stop token removed, as upstream returns
- * them. `be` runs the model; weights must be addressable by it. */
-cbx_status t3_inference_turbo(const struct t3_model *m, const struct backend *be,
-                              const struct t3_cond *c, const int32_t *text, int64_t n_text,
-                              const struct t3_gen_params *p, t3_step_cb cb, void *user,
-                              int32_t **tokens, int64_t *n_tokens, char *err);
+/* T3.inference_turbo (GPT-2) or T3.inference (Llama, CFG): prefill +
+ * KV-cache decode with the processors in upstream order (t3_order).
+ * *tokens (owned by the caller, free()) receives the generated ids as
+ * upstream returns them (GPT-2: a trailing stop token removed; Llama: the
+ * stop token kept). `be` runs the model; weights must be addressable by
+ * it. */
+cbx_status t3_inference(const struct t3_model *m, const struct backend *be, const struct t3_cond *c,
+                        const int32_t *text, int64_t n_text, const struct t3_gen_params *p,
+                        t3_step_cb cb, void *user, int32_t **tokens, int64_t *n_tokens, char *err);
 
 /* ---- voice prefix --------------------------------------------------------
- * In inference_turbo's input (spec/t3.md §6.2) the conditioning
- * [spkr_enc(speaker_emb); speech_emb(prompt)] takes positions 0..P and the
- * text comes after it. GPT-2 is causal with learned absolute positions, so
- * the keys and values of those 1 + P positions depend on the voice alone:
+ * In T3's input (spec/t3.md §6) the conditioning takes the first C
+ * positions (GPT-2: speaker + P prompt embeddings; Llama: speaker, 32
+ * Perceiver outputs, emotion) and the text comes after it. Both backbones
+ * are causal with absolute positions, so the keys and values of those C
+ * positions depend on the voice (and exaggeration) alone:
  * a t3_prefix holds them (host memory, in the cache's type, as
- * gpt2_kv_save lays them out)
+ * kv_cache_save lays them out)
  * with a copy of the conditioning they were made from, and every utterance
  * in that voice starts its prefill after them (the prompt is 376 of the
  * ~410 positions of a sentence's prefill with Turbo's 375-token prompt).
- * t3_inference_turbo prefills in the same two passes (prefix, then text +
+ * t3_inference prefills in the same two passes (prefix, then text +
  * start-of-speech), so a run with a prebuilt prefix is bit-identical to one
- * without. Size: 2 * n_layer * (1 + P) * D values of the cache type
+ * without; a CFG pair restores the prefix into both rows. Size: 2 * n_layer * (1 + P) * D values of the cache type
  * (Turbo, P = 375: 74 MB with an F32 cache, 19.6 MB with Q8_0).
  * A prefix is read-only once built: any number of concurrent calls may
  * share it. */
 struct t3_prefix {
     const struct t3_model *m;  /* the model it was computed with */
-    int n;                     /* positions: 1 + n_prompt */
-    void *kv;                  /* gpt2_kv_bytes(&m->tfmr, n) bytes, read only */
+    int n;                     /* positions: t3_cond_len */
+    void *kv;                  /* t3_backbone_kv_bytes(&m->tfmr, n) bytes of
+                                * one row, read only */
     enum dtype kv_type;        /* their type: m->tfmr.kv_type when built */
     void *map;                 /* NULL: kv is malloc'ed; else kv lies in this
                                 * read-only file mapping of map_bytes
@@ -130,6 +187,7 @@ struct t3_prefix {
     float *speaker_emb;        /* copies of the conditioning */
     int32_t *prompt_tokens;
     int64_t n_prompt;
+    float emotion_adv;
     size_t bytes;              /* memory held */
 };
 
@@ -141,15 +199,18 @@ void t3_prefix_free(struct t3_prefix *p); /* no-op on NULL */
 bool t3_prefix_matches(const struct t3_prefix *p, const struct t3_model *m,
                        const struct t3_cond *c);
 
-/* t3_inference_turbo for the conditioning pfx was built from, its prefill
+/* t3_inference for the conditioning pfx was built from, its prefill
  * starting after the prefix (p->one_pass is ignored). */
-cbx_status t3_inference_turbo_prefixed(const struct t3_model *m, const struct backend *be,
-                                       const struct t3_prefix *pfx, const int32_t *text,
-                                       int64_t n_text, const struct t3_gen_params *p,
-                                       t3_step_cb cb, void *user, int32_t **tokens,
-                                       int64_t *n_tokens, char *err);
+cbx_status t3_inference_prefixed(const struct t3_model *m, const struct backend *be,
+                                 const struct t3_prefix *pfx, const int32_t *text, int64_t n_text,
+                                 const struct t3_gen_params *p, t3_step_cb cb, void *user,
+                                 int32_t **tokens, int64_t *n_tokens, char *err);
 
 /* tts_turbo.py: keep only ids < 6561 (drops stop/start and out-of-range). */
 int64_t t3_filter_speech_tokens(int32_t *tokens, int64_t n);
+/* tts.py drop_invalid_tokens: cut after the first start token (6561) and
+ * before the first stop token (6562), when present. Returns the new
+ * length; the kept ids move to the front. */
+int64_t t3_drop_invalid_tokens(int32_t *tokens, int64_t n);
 
 #endif

@@ -175,9 +175,9 @@ bool test_load_t3_f32_q4(const struct model *md, struct t3_model *m, struct t3_m
 {
     char err[ERR_MAX] = "";
     struct weights w = model_weights(md, MODEL_T3);
-    cbx_status rc = t3_load_gpt2(m, &w, TYPE_F32, err);
+    cbx_status rc = t3_load(m, &w, TYPE_F32, err);
     CHECK(rc == CBX_OK, "t3_load_gpt2 f32: %s", err);
-    cbx_status rcq = t3_load_gpt2(mq, &w, TYPE_Q4_0, err);
+    cbx_status rcq = t3_load(mq, &w, TYPE_Q4_0, err);
     CHECK(rcq == CBX_OK, "t3_load_gpt2 q4_0: %s", err);
     return rc == CBX_OK && rcq == CBX_OK;
 }

@@ -401,8 +401,9 @@ struct run {
     int64_t rows;
 };
 
-static int record(void *user, int step, int32_t token, const float *logits, int64_t V)
+static int record(void *user, int step, int32_t token, const float *logits, int n_rows, int64_t V)
 {
+    (void)n_rows;
     (void)token;
     struct run *r = user;
     if (step < 16) {
@@ -416,19 +417,19 @@ static bool run_t3(const struct model *m, struct backend *be, struct run *r, str
 {
     char err[ERR_MAX] = "";
     struct weights w = model_weights(m, MODEL_T3);
-    cbx_status rc = t3_load_gpt2(t3, &w, TYPE_F32, err);
+    cbx_status rc = t3_load(t3, &w, TYPE_F32, err);
     CHECK(rc == CBX_OK, "t3_load_gpt2 from %s: %s", model_path(m), err);
     if (rc) return false;
     struct conds c;
     if ((rc = conds_from_model(m, &c, err)) != CBX_OK) return false;
-    struct t3_cond cond = {c.speaker_emb, c.cond_prompt_tokens, c.n_cond_prompt};
+    struct t3_cond cond = {c.speaker_emb, c.cond_prompt_tokens, c.n_cond_prompt, c.emotion_adv};
     const int32_t text[5] = {3, 14, 15, 92, 65};
-    struct t3_gen_params p = t3_gen_default_params();
+    struct t3_gen_params p = t3_gen_default_params(NULL);
     p.s.top_k = 1;
     p.max_gen_len = 15;
     memset(r, 0, sizeof *r);
     r->logits = calloc((size_t)16 * V_SPEECH, sizeof(float));
-    rc = t3_inference_turbo(t3, be, &cond, text, 5, &p, record, r, &r->tok, &r->n, err);
+    rc = t3_inference(t3, be, &cond, text, 5, &p, record, r, &r->tok, &r->n, err);
     CHECK(rc == CBX_OK, "t3 greedy from %s: %s", model_path(m), err);
     conds_free(&c);
     return rc == CBX_OK;
@@ -447,11 +448,11 @@ static void compare_t3(const struct model *dir, const struct model *f32, const s
         const struct tensor *ca = model_find(f32, MODEL_T3, "tfmr.h.1.attn.c_attn.weight");
         const struct tensor *hq = model_find(q8, MODEL_T3, "speech_head.weight");
         const struct tensor *fq = model_find(q8, MODEL_T3, "tfmr.h.0.mlp.c_fc.weight");
-        const struct tensor *hw = q.speech_head_w, *fw = q.tfmr.h[0].c_fc_w;
-        CHECK(b.tfmr.h[1].c_attn_w->data == ca->data && (hw->data == hq->data || hw->packed) &&
+        const struct tensor *hw = q.speech_head_w, *fw = q.tfmr.gpt2[0].c_fc_w;
+        CHECK(b.tfmr.gpt2[1].c_attn_w->data == ca->data && (hw->data == hq->data || hw->packed) &&
                   (fw->data == fq->data || fw->packed) && fw->type == TYPE_Q8_0,
               "GGUF Conv1D weights and head used in place or packed (no other copy, q8_0 kept)");
-        CHECK(a.tfmr.h[1].c_attn_w->data != model_find(dir, MODEL_T3, "tfmr.h.1.attn.c_attn.weight")->data,
+        CHECK(a.tfmr.gpt2[1].c_attn_w->data != model_find(dir, MODEL_T3, "tfmr.h.1.attn.c_attn.weight")->data,
               "directory Conv1D weights transposed into owned memory");
         bool same_tok = ra.n == rb.n && !memcmp(ra.tok, rb.tok, (size_t)ra.n * 4);
         printf("t3 greedy: dir %lld tokens, f32 gguf %lld, q8_0 gguf %lld\n", (long long)ra.n, (long long)rb.n,

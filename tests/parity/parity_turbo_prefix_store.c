@@ -204,7 +204,7 @@ static void direct(const char *dir)
         struct t3_model m;
         memset(&m, 0, sizeof m);
         struct weights w = model_weights(md, MODEL_T3);
-        if ((rc = t3_load_gpt2(&m, &w, types[i], err)) != CBX_OK) {
+        if ((rc = t3_load(&m, &w, types[i], err)) != CBX_OK) {
             CHECK(false, "t3_load_gpt2: %s", err);
             break;
         }
@@ -213,7 +213,7 @@ static void direct(const char *dir)
             t3_free(&m);
             break;
         }
-        const struct t3_cond c = {v.speaker_emb, v.cond_prompt_tokens, v.n_cond_prompt};
+        const struct t3_cond c = {v.speaker_emb, v.cond_prompt_tokens, v.n_cond_prompt, v.emotion_adv};
         struct t3_prefix *p = NULL, *q = NULL;
         rc = t3_prefix_build(&m, be, &c, &p, err);
         CHECK(rc == CBX_OK, "t3_prefix_build: %s", err);
@@ -222,7 +222,7 @@ static void direct(const char *dir)
         if (rc == CBX_OK) rc = prefix_store_load(sdir, ids[i], &m, &c, &q, err);
         CHECK(rc == CBX_OK && q, "prefix_store_load: %s", err);
         if (q) {
-            const size_t nb = gpt2_kv_bytes(&m.tfmr, p->n);
+            const size_t nb = t3_backbone_kv_bytes(&m.tfmr, p->n);
             const unsigned char *x = p->kv, *y = q->kv;
             size_t differ = 0;
             for (size_t j = 0; j < nb; j++) differ += x[j] != y[j];

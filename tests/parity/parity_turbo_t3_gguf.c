@@ -1,6 +1,6 @@
 /* parity_turbo_t3_gguf.c - Turbo T3 vs upstream fixtures, the model read
  * from a GGUF converted (F32) from the synthetic directory: the checks of
- * t3_gpt2.inc (greedy and sampled tokens identical to the fixture), so the
+ * t3_parity.inc (greedy and sampled tokens identical to the fixture), so the
  * converted file is shown to be the same model. The ~3 GB file is written
  * under the build tree and removed at exit. */
 #include <stdbool.h>
@@ -39,4 +39,4 @@ static bool t3_model_gguf(char *path, size_t n)
 
 #define VARIANT "turbo"
 #define T3_MODEL_PATH t3_model_gguf
-#include "t3_gpt2.inc"
+#include "t3_parity.inc"

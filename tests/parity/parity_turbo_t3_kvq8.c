@@ -54,24 +54,24 @@ static double max_diff(const float *a, const float *b, size_t n, double *amax)
 }
 
 /* cache of type kt filled with the prefill of x; its first n positions saved to dst */
-static bool prefill_save(struct backend *be, const struct gpt2 *g0, enum dtype kt, const struct tensor *x, int cap,
-                         struct arena *cache, struct gpt2_kv *kv, void *dst)
+static bool prefill_save(struct backend *be, const struct t3_backbone *g0, enum dtype kt, const struct tensor *x, int cap,
+                         struct arena *cache, struct kv_cache *kv, void *dst)
 {
-    struct gpt2 g = *g0;
+    struct t3_backbone g = *g0;
     g.kv_type = kt;
     struct arena *a = arena_create(be, 0);
-    bool ok = a && gpt2_kv_init(kv, &g, cache, cap) == CBX_OK && gpt2_prefill_kv(a, &g, kv, x) == CBX_OK;
-    ok = ok && gpt2_kv_save(a, &g, kv, kv->n_past, dst) == CBX_OK;
+    bool ok = a && t3_backbone_kv_init(&g, kv, 1, cache, cap) == CBX_OK && t3_backbone_prefill_kv(a, &g, kv, x) == CBX_OK;
+    ok = ok && kv_cache_save(a, kv, kv->n_past, dst) == CBX_OK;
     CHECK(ok, "prefill and save with a %s cache: %s", dtype_name(kt), a ? arena_errmsg(a) : "no arena");
     arena_free(a);
     return ok;
 }
 
 /* ln_f output of one decode step of x (position row of x) on kv, to host */
-static float *step(struct backend *be, const struct gpt2 *g, struct gpt2_kv *kv, const struct tensor *x)
+static float *step(struct backend *be, const struct t3_backbone *g, struct kv_cache *kv, const struct tensor *x)
 {
     struct arena *a = arena_create(be, 0);
-    struct tensor *h = a ? gpt2_forward(a, g, kv, op_slice(a, x, 1, 3, 1)) : NULL;
+    struct tensor *h = a ? t3_backbone_forward(a, g, kv, op_slice(a, x, 1, 3, 1)) : NULL;
     float *y = h ? test_host_copy(a, h) : NULL;
     CHECK(y != NULL, "decode step: %s", a ? arena_errmsg(a) : "no arena");
     arena_free(a);
@@ -80,25 +80,25 @@ static float *step(struct backend *be, const struct gpt2 *g, struct gpt2_kv *kv,
 
 static void save_restore(struct backend *be, const struct t3_model *mq, const struct t3_cond *c, const struct npy *text)
 {
-    const struct gpt2 *g = &mq->tfmr;
+    const struct t3_backbone *g = &mq->tfmr;
     struct arena *xa = arena_create(be, 0);
-    struct tensor *x = xa ? t3_prepare_input_embeds(xa, mq, c, text->data, test_numel(text)) : NULL;
+    struct tensor *x = xa ? t3_prepare_input_embeds(xa, mq, c, text->data, test_numel(text), 1) : NULL;
     CHECK(x != NULL, "input embeddings");
     if (!x) {
         arena_free(xa);
         return;
     }
     const int n = (int)x->ne[1], cap = n + 4;
-    struct gpt2 gq = *g, gf = *g;
+    struct t3_backbone gq = *g, gf = *g;
     gq.kv_type = TYPE_Q8_0;
     gf.kv_type = TYPE_F32;
-    const size_t nf = 2 * (size_t)g->n_layer * (size_t)n * (size_t)g->d_model, nb = gpt2_kv_bytes(&gq, n);
-    CHECK(gpt2_kv_bytes(&gf, n) == nf * sizeof(float) && nb == nf / 32 * sizeof(struct block_q8_0),
-          "gpt2_kv_bytes: %zu (F32), %zu (Q8_0) for %zu values", gpt2_kv_bytes(&gf, n), nb, nf);
+    const size_t nf = 2 * (size_t)g->n_layer * (size_t)n * (size_t)g->d_model, nb = t3_backbone_kv_bytes(&gq, n);
+    CHECK(t3_backbone_kv_bytes(&gf, n) == nf * sizeof(float) && nb == nf / 32 * sizeof(struct block_q8_0),
+          "gpt2_kv_bytes: %zu (F32), %zu (Q8_0) for %zu values", t3_backbone_kv_bytes(&gf, n), nb, nf);
     unsigned char *s8 = malloc(nb), *s8b = malloc(nb);
     float *s32 = malloc(nf * sizeof *s32), *d8 = malloc(nf * sizeof *d8);
     struct arena *c8 = arena_create(be, 0), *c32 = arena_create(be, 0), *c8b = arena_create(be, 0);
-    struct gpt2_kv k8, k32, k8b;
+    struct kv_cache k8, k32, k8b;
     bool ok = s8 && s32 && s8b && d8 && c8 && c32 && c8b && prefill_save(be, g, TYPE_Q8_0, x, cap, c8, &k8, s8) &&
               prefill_save(be, g, TYPE_F32, x, cap, c32, &k32, s32);
     CHECK(ok, "setup");
@@ -113,8 +113,8 @@ static void save_restore(struct backend *be, const struct t3_model *mq, const st
         CHECK(d > 0 && d <= 0.05 * amax, "Q8_0 cache values: max |d| %.3g, max |kv| %.3g (want 0 < d <= 5%%)", d, amax);
         /* restore into a fresh Q8_0 cache, save again */
         struct arena *a = arena_create(be, 0);
-        ok = a && gpt2_kv_init(&k8b, &gq, c8b, cap) == CBX_OK && gpt2_kv_restore(a, &gq, &k8b, n, s8) == CBX_OK &&
-             gpt2_kv_save(a, &gq, &k8b, n, s8b) == CBX_OK;
+        ok = a && t3_backbone_kv_init(&gq, &k8b, 1, c8b, cap) == CBX_OK && kv_cache_restore(a, &k8b, n, s8) == CBX_OK &&
+             kv_cache_save(a, &k8b, n, s8b) == CBX_OK;
         CHECK(ok, "restore and save again: %s", a ? arena_errmsg(a) : "no arena");
         arena_free(a);
         if (ok) {
@@ -168,7 +168,7 @@ int main(void)
     const enum dtype kv_default = mq.tfmr.kv_type;
 
     struct npy spk = load("ve_embedding"), prompt = load("t3_cond_prompt_tokens"), text = load("text_tokens");
-    struct t3_cond cond = {spk.data, prompt.data, test_numel(&prompt)};
+    struct t3_cond cond = {spk.data, prompt.data, test_numel(&prompt), 0.0f};
     struct backend *cpu = backend_cpu_create(0);
     CHECK(cpu != NULL, "backend");
 
@@ -181,7 +181,7 @@ int main(void)
     ok = ok && run(&mq, cpu, &cond, NULL, &text, NULL, &r32);
     /* the F32 weights with an F32 cache; a Q4_0 file loads as stored both
      * times, so there is no weight error to compare with */
-    const bool f32w = m.tfmr.h[0].c_attn_w->type == TYPE_F32;
+    const bool f32w = m.tfmr.gpt2[0].c_attn_w->type == TYPE_F32;
     m.tfmr.kv_type = TYPE_F32;
     ok = ok && run(&m, cpu, &cond, NULL, &text, NULL, &rf);
     if (ok) {

@@ -41,8 +41,9 @@ struct run {
     int64_t n;
 };
 
-static int record(void *user, int step, int32_t token, const float *logits, int64_t V)
+static int record(void *user, int step, int32_t token, const float *logits, int n_rows, int64_t V)
 {
+    (void)n_rows;
     (void)token;
     struct run *r = user;
     if (step <= MAX_GEN) {
@@ -59,7 +60,7 @@ static bool run(const struct t3_model *m, const struct backend *be, const struct
                 enum mode mode, struct run *r)
 {
     char err[ERR_MAX] = "";
-    struct t3_gen_params p = t3_gen_default_params();
+    struct t3_gen_params p = t3_gen_default_params(NULL);
     if (greedy) p.s.top_k = 1;
     p.max_gen_len = MAX_GEN;
     p.seed = 42;
@@ -68,8 +69,8 @@ static bool run(const struct t3_model *m, const struct backend *be, const struct
     r->rows = 0;
     r->logits = calloc((size_t)(MAX_GEN + 1) * (size_t)r->V, sizeof(float));
     cbx_status rc = mode == CACHED
-        ? t3_inference_turbo_prefixed(m, be, pfx, text, n_text, &p, record, r, &r->tok, &r->n, err)
-        : t3_inference_turbo(m, be, c, text, n_text, &p, record, r, &r->tok, &r->n, err);
+        ? t3_inference_prefixed(m, be, pfx, text, n_text, &p, record, r, &r->tok, &r->n, err)
+        : t3_inference(m, be, c, text, n_text, &p, record, r, &r->tok, &r->n, err);
     CHECK(rc == CBX_OK, "T3 run (mode %d): %s", (int)mode, err);
     return rc == CBX_OK;
 }
@@ -152,7 +153,7 @@ int main(void)
 
     struct npy spk = load("ve_embedding"), prompt = load("t3_cond_prompt_tokens"), text = load("text_tokens");
     struct npy want_gt = load("t3_greedy_tokens"), want_st = load("t3_sampled_tokens");
-    struct t3_cond cond = {spk.data, prompt.data, test_numel(&prompt)};
+    struct t3_cond cond = {spk.data, prompt.data, test_numel(&prompt), 0.0f};
     struct backend *cpu = backend_cpu_create(0);
 
     /* one prefix per model, shared by every text */
@@ -171,7 +172,7 @@ int main(void)
         float *spk2 = malloc(sizeof(float) * 256);
         memcpy(spk2, spk.data, sizeof(float) * 256);
         spk2[255] += 1e-3f;
-        struct t3_cond c2 = {spk2, prompt.data, test_numel(&prompt)};
+        struct t3_cond c2 = {spk2, prompt.data, test_numel(&prompt), 0.0f};
         CHECK(!t3_prefix_matches(pfx, &m, &c2), "another speaker embedding must not match");
         c2.speaker_emb = spk.data;
         c2.n_prompt--;
@@ -179,8 +180,8 @@ int main(void)
         free(spk2);
         int32_t *t = NULL;
         int64_t n = 0;
-        struct t3_gen_params gp = t3_gen_default_params();
-        rc = t3_inference_turbo_prefixed(&m, cpu, pfxq, text.data, test_numel(&text), &gp, NULL, NULL, &t, &n, err);
+        struct t3_gen_params gp = t3_gen_default_params(NULL);
+        rc = t3_inference_prefixed(&m, cpu, pfxq, text.data, test_numel(&text), &gp, NULL, NULL, &t, &n, err);
         CHECK(rc == CBX_ERR_INVALID_ARG && !t, "a prefix of another model is refused (%s)", err);
 
         int32_t *ids_s = NULL, *ids_l = NULL;

@@ -11,15 +11,16 @@
 #include "pipeline/engine.h"
 #include "testutil.h"
 #include "text/gpt2_bpe.h"
+#include "text/tokenizer.h"
 
-static struct gpt2_bpe *tok;
+static struct text_tokenizer *tok;
 
 static int64_t count(const char *s)
 {
     int32_t *ids = NULL;
     int64_t n = 0;
     char err[ERR_MAX];
-    if (gpt2_bpe_encode(tok, s, &ids, &n, err) != CBX_OK) return -1;
+    if (gpt2_bpe_encode(text_tokenizer_gpt2(tok), s, &ids, &n, err) != CBX_OK) return -1;
     free(ids);
     return n;
 }
@@ -97,7 +98,7 @@ int main(void)
 {
     char err[ERR_MAX] = "", dir[512];
     snprintf(dir, sizeof dir, "%s/data/chatterbox-turbo", CBX_SOURCE_DIR);
-    cbx_status rc = gpt2_bpe_load_dir(dir, &tok, err);
+    cbx_status rc = text_tokenizer_load_dir(TEXT_TOK_GPT2, dir, &tok, err);
     CHECK(rc == CBX_OK, "tokenizer %s: %s", dir, err);
     if (rc != CBX_OK) return test_summary();
 
@@ -156,6 +157,6 @@ int main(void)
               engine_seed(42, 1, 0) != engine_seed(43, 1, 0),
           "derived seeds: distinct per segment/attempt, deterministic");
 
-    gpt2_bpe_free(tok);
+    text_tokenizer_free(tok);
     return test_summary();
 }

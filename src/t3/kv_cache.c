@@ -1,0 +1,124 @@
+/* kv_cache.c - T3 key/value cache of B rows and the shared cached
+ * attention step (see kv_cache.h for the invariants). */
+#include "kv_cache.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "core/backend.h"
+
+enum dtype kv_cache_type(enum dtype w)
+{
+    const struct dtype_traits *t = dtype_traits(w);
+    return t && t->quantized ? TYPE_Q8_0 : TYPE_F32;
+}
+
+cbx_status kv_cache_init(struct kv_cache *kv, int n_layer, int n_head, int head_dim,
+                         enum dtype type, int n_rows, struct arena *cache, int capacity)
+{
+    memset(kv, 0, sizeof *kv);
+    kv->n_layer = n_layer;
+    kv->n_rows = n_rows;
+    kv->n_head = n_head;
+    kv->head_dim = head_dim;
+    kv->capacity = capacity;
+    kv->type = type;
+    if (n_rows < 1 || capacity < 1)
+        return arena_fail(cache, CBX_ERR_INVALID_ARG, "kv cache: %d rows of %d positions", n_rows, capacity);
+    kv->k = arena_alloc_host(cache, sizeof *kv->k * (size_t)n_layer);
+    kv->v = arena_alloc_host(cache, sizeof *kv->v * (size_t)n_layer);
+    if (!kv->k || !kv->v) return arena_status(cache);
+    const int64_t ne[4] = {n_rows, n_head, capacity, head_dim};
+    for (int i = 0; i < n_layer; i++) {
+        kv->k[i] = arena_tensor(cache, type, 4, ne);
+        kv->v[i] = arena_tensor(cache, type, 4, ne);
+    }
+    return arena_status(cache);
+}
+
+struct tensor *kv_cache_attend(struct arena *a, struct kv_cache *kv, int il,
+                               const struct tensor *q, const struct tensor *k,
+                               const struct tensor *v, bool kv_only)
+{
+    if (!q || !k || !v) return NULL;
+    const int64_t B = q->ne[0], H = q->ne[1], T = q->ne[2], Dh = q->ne[3];
+    const int n_past = kv->n_past;
+    op_copy_into(a, op_slice(a, kv->k[il], 2, n_past, T), k);
+    op_copy_into(a, op_slice(a, kv->v[il], 2, n_past, T), v);
+    if (kv_only) return arena_status(a) == CBX_OK ? kv->v[il] : NULL;
+    struct attn_params ap = {1.0f / sqrtf((float)Dh), true};
+    struct tensor *o = op_attention(a, q, op_slice(a, kv->k[il], 2, 0, n_past + T),
+                                    op_slice(a, kv->v[il], 2, 0, n_past + T), NULL, &ap);
+    const int to_rows[4] = {0, 2, 1, 3};                                 /* [B,H,T,Dh] -> [B,T,H,Dh] */
+    const int64_t merged[3] = {B, T, H * Dh};
+    return op_reshape(a, op_cont(a, op_permute(a, o, to_rows)), 3, merged);
+}
+
+/* bytes of one head's n cached positions */
+static size_t head_run(enum dtype type, int head_dim, int n)
+{
+    return (size_t)n * dtype_row_size(type, head_dim);
+}
+
+size_t kv_cache_bytes(int n_layer, int n_head, int head_dim, enum dtype type, int n)
+{
+    return 2 * (size_t)n_layer * (size_t)n_head * head_run(type, head_dim, n);
+}
+
+/* The cache tensors are [B, H, capacity, Dh] of kv->type, so row b's head
+ * h's first n positions are one contiguous run at data + b * nb[0] +
+ * h * nb[1]. */
+static bool cache_ok(struct arena *a, const struct kv_cache *kv)
+{
+    for (int il = 0; il < kv->n_layer; il++)
+        for (int s = 0; s < 2; s++) {
+            const struct tensor *c = s ? kv->v[il] : kv->k[il];
+            if (c->type != kv->type || c->ndim != 4 || c->ne[0] != kv->n_rows || c->ne[1] != kv->n_head ||
+                c->nb[2] != (int64_t)dtype_row_size(kv->type, kv->head_dim)) {
+                arena_fail(a, CBX_ERR_INTERNAL, "kv cache: not laid out as kv_cache_init makes it");
+                return false;
+            }
+        }
+    return true;
+}
+
+cbx_status kv_cache_save(struct arena *a, const struct kv_cache *kv, int n, void *dst)
+{
+    if (n < 0 || n > kv->n_past)
+        return arena_fail(a, CBX_ERR_INVALID_ARG, "kv cache: saving %d of %d cached positions", n, kv->n_past);
+    if (!cache_ok(a, kv)) return arena_status(a);
+    const size_t run = head_run(kv->type, kv->head_dim, n);
+    char *o = dst;
+    for (int il = 0; il < kv->n_layer; il++)
+        for (int s = 0; s < 2; s++) {
+            const struct tensor *c = s ? kv->v[il] : kv->k[il];
+            for (int h = 0; h < kv->n_head; h++, o += run) {
+                const char *src = (const char *)c->data + h * c->nb[1];
+                if (!c->be || c->be->host) memcpy(o, src, run);
+                else c->be->to_host(c->be, o, src, run);
+            }
+        }
+    return CBX_OK;
+}
+
+cbx_status kv_cache_restore(struct arena *a, struct kv_cache *kv, int n, const void *src)
+{
+    if (n < 0 || n > kv->capacity)
+        return arena_fail(a, CBX_ERR_INVALID_ARG, "kv cache: restoring %d positions into a cache of %d", n,
+                          kv->capacity);
+    if (!cache_ok(a, kv)) return arena_status(a);
+    const size_t run = head_run(kv->type, kv->head_dim, n);
+    const char *in = src;
+    for (int il = 0; il < kv->n_layer; il++)
+        for (int s = 0; s < 2; s++) {
+            struct tensor *c = s ? kv->v[il] : kv->k[il];
+            for (int h = 0; h < kv->n_head; h++, in += run)
+                for (int b = 0; b < kv->n_rows; b++) {
+                    char *d = (char *)c->data + b * c->nb[0] + h * c->nb[1];
+                    if (!c->be || c->be->host) memcpy(d, in, run);
+                    else c->be->from_host(c->be, d, in, run);
+                }
+        }
+    kv->n_past = n;
+    return CBX_OK;
+}

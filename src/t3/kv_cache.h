@@ -1,0 +1,72 @@
+/* kv_cache.h - the key/value cache of a T3 backbone (GPT-2 or Llama) for a
+ * batch of B rows that advance together (one sequence: B = 1; a CFG pair:
+ * the conditional and the unconditional row, B = 2), and the attention
+ * step both backbones share.
+ *
+ * Invariants:
+ *  1. k[il], v[il] are [B, H, capacity, Dh] of `type`; positions
+ *     [0, n_past) of every row hold the keys/values written so far.
+ *  2. Every row has the same length: a forward appends T positions to all
+ *     B rows at once (rows differ in content only, e.g. the CFG row's
+ *     zeroed text embeddings).
+ *  3. A saved prefix is one row (row 0); restoring it writes it into every
+ *     row (the conditioning of a CFG pair is the same in both rows).
+ *
+ * scratch: two arenas of the same backend, owned by the caller, or NULL
+ * (kv_cache_init leaves them NULL). When set, a backbone forward computes
+ * each layer in one of them in turn, resetting it first, so a prefill
+ * touches two layers' worth of memory; only the result is allocated in the
+ * caller's arena.
+ * Thread safety: a cache belongs to one caller at a time. */
+#ifndef CBX_T3_KV_CACHE_H
+#define CBX_T3_KV_CACHE_H
+
+#include <stdbool.h>
+
+#include "core/ops.h"
+
+struct kv_cache {
+    int n_layer, n_rows, n_head, head_dim, capacity, n_past;
+    enum dtype type;
+    struct tensor **k, **v; /* n_layer entries, arena-owned */
+    struct arena *scratch[2];
+};
+
+/* The cache type for linear weights of type w: Q8_0 when they are
+ * quantised (the cache would otherwise cost a decode step about a third of
+ * the weights' bandwidth at 400-650 positions; measured with Q4_0 weights:
+ * 5-6% less CPU time per step than an F16 cache at context 409-659, and
+ * logits as close to an F32 cache's as the F16 cache's, under a tenth of
+ * the Q4_0 weights' own error; bench_t3 t3_decode_long,
+ * parity_turbo_t3_kvq8), F32 otherwise (so float models match upstream bit
+ * for bit). F16 stays available through t3_backbone.kv_type. Head dims
+ * here are 64: whole Q8_0 blocks. */
+enum dtype kv_cache_type(enum dtype w);
+
+/* A cache of `type` for n_rows rows of up to capacity positions in arena
+ * `cache`. */
+cbx_status kv_cache_init(struct kv_cache *kv, int n_layer, int n_head, int head_dim,
+                         enum dtype type, int n_rows, struct arena *cache, int capacity);
+
+/* Layer il's attention over the cache: writes k, v ([B, H, T, Dh] views,
+ * T new positions) at n_past, then causal attention of q [B, H, T, Dh]
+ * over positions [0, n_past + T) with scale 1/sqrt(Dh). Returns the heads
+ * merged to [B, T, H * Dh]; with kv_only the keys and values are written
+ * and a non-NULL placeholder (the value cache) is returned. Does not
+ * advance n_past (the backbone does, after its last layer). */
+struct tensor *kv_cache_attend(struct arena *a, struct kv_cache *kv, int il,
+                               const struct tensor *q, const struct tensor *k,
+                               const struct tensor *v, bool kv_only);
+
+/* Host copies of row 0's positions [0, n), byte for byte in the cache's own
+ * type: per layer the keys, then the values, each head's n rows of Dh
+ * values in turn ([H, n, Dh]; with Dh a multiple of 32 a Q8_0 row is whole
+ * blocks); kv_cache_bytes(...) bytes in all. Restoring them gives back the
+ * cache exactly (parity_turbo_t3_kvq8). A failure is recorded in arena a. */
+size_t kv_cache_bytes(int n_layer, int n_head, int head_dim, enum dtype type, int n);
+cbx_status kv_cache_save(struct arena *a, const struct kv_cache *kv, int n, void *dst);
+/* The reverse, into every row (invariant 3); n_past becomes n. Needs
+ * n <= capacity. */
+cbx_status kv_cache_restore(struct arena *a, struct kv_cache *kv, int n, const void *src);
+
+#endif
