@@ -458,7 +458,7 @@ int cmd_say(int argc, char **argv)
     if (interrupted) goto fail;
     if (s.verbose)
         fprintf(stderr, "say: model %s (%s) loaded in %.2f s\n", model_path,
-                model_variant_info(engine_model_variant(m))->name, engine_model_load_seconds(m));
+                variant_get(engine_model_variant(m))->name, engine_model_load_seconds(m));
     if (!(be = backend_cpu_create(threads))) {
         rc = err_setf(err, CBX_ERR_NOMEM, "cannot start %d threads", threads);
         goto fail;

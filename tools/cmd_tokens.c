@@ -120,9 +120,9 @@ int cmd_tokens(int argc, char **argv)
     cbx_status rc = model_open(model, &md, err);
     if (rc != CBX_OK) goto fail;
     enum model_variant var = model_get_variant(md);
-    if (var != MODEL_TURBO && var != MODEL_NANO) {
+    if (variant_get(var)->backbone != VARIANT_T3_GPT2) {
         rc = err_setf(err, CBX_ERR_UNSUPPORTED, "%s: the %s model is not supported by 'tokens' yet (turbo, nano)",
-                      model, model_variant_info(var)->name);
+                      model, variant_get(var)->name);
         goto fail;
     }
     if ((rc = engine_tokenizer_load(md, &tok, err)) != CBX_OK) goto fail;

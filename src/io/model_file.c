@@ -90,14 +90,13 @@ static cbx_status open_gguf(struct model *m, int variant, char *err)
     rc = io_gguf_get_str(g, "chatterbox.variant", &s, NULL, err);
     if (rc == CBX_ERR_NOT_FOUND) return err_setf(err, CBX_ERR_FORMAT, "%s: chatterbox.variant is missing", p);
     if (rc != CBX_OK) return rc;
-    int v = model_variant_from_name(s);
-    if (v < 0)
-        return err_setf(err, CBX_ERR_FORMAT, "%s: chatterbox.variant '%s' unknown (turbo, nano, english, mtl-v2, mtl-v3)",
-                        p, s);
+    const struct variant *row = variant_by_name(s);
+    if (!row)
+        return err_setf(err, CBX_ERR_FORMAT, "%s: chatterbox.variant '%s' unknown (%s)", p, s, variant_names());
+    int v = (int)row->id;
     if (variant >= 0 && v != variant)
         return err_setf(err, CBX_ERR_INVALID_ARG, "%s: holds the %s model, not %s", p, s,
-                        model_variant_info((enum model_variant)variant) ? model_variant_info((enum model_variant)variant)->name
-                                                                         : "?");
+                        variant_get((enum model_variant)variant) ? variant_get((enum model_variant)variant)->name : "?");
     m->variant = (enum model_variant)v;
     rc = io_gguf_get_str(g, "chatterbox.t3.conv1d_layout", &s, NULL, err);
     if (rc == CBX_OK && strcmp(s, "out_in") != 0)
@@ -332,7 +331,7 @@ static bool is_conv1d(enum model_variant v, enum model_component c, const struct
 {
     static const char *const suffix[] = {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight",
                                          ".mlp.c_proj.weight"};
-    if ((v != MODEL_TURBO && v != MODEL_NANO) || c != MODEL_T3 || t->ndim != 2 || strncmp(t->name, "tfmr.h.", 7))
+    if (variant_get(v)->backbone != VARIANT_T3_GPT2 || c != MODEL_T3 || t->ndim != 2 || strncmp(t->name, "tfmr.h.", 7))
         return false;
     size_t n = strlen(t->name);
     for (int i = 0; i < 4; i++) {
@@ -395,16 +394,8 @@ static cbx_status set_hparams(struct io_gguf_writer *w, const struct model_dir *
 /* Every tokenizer file of the directory as a string. */
 static cbx_status set_tokenizer(struct io_gguf_writer *w, const struct model_dir *md, char *err)
 {
-    const struct model_variant_info *vi = model_variant_info(model_dir_variant(md));
-    const char *files[MODEL_MAX_TOKENIZER_FILES + 2];
-    int n = 0;
-    bool have_tj = false;
-    for (int i = 0; vi->tokenizer_files[i]; i++) {
-        files[n++] = vi->tokenizer_files[i];
-        have_tj = have_tj || !strcmp(vi->tokenizer_files[i], "tokenizer.json");
-    }
-    if (!have_tj) files[n++] = "tokenizer.json";
-    for (int i = 0; i < n; i++) {
+    const char *const *files = variant_get(model_dir_variant(md))->tokenizer_files;
+    for (int i = 0; files[i]; i++) {
         char path[4096], key[256];
         bool exists = false;
         if (!model_dir_file_path(md, files[i], path, sizeof path, &exists) || !exists) continue;
@@ -513,7 +504,7 @@ cbx_status model_convert(const char *src, const char *dst, const struct model_co
                 snprintf(p->name, sizeof p->name, "conds.%s", cond_paths[i]);
             }
             const struct tensor *s = p->src;
-            const char *file = c < MODEL_N_COMPONENTS ? model_variant_info(v)->file[c] : "conds.pt";
+            const char *file = c < MODEL_N_COMPONENTS ? variant_get(v)->file[c] : variant_get(v)->conds_file;
             if (s->type == TYPE_U8 || s->type == TYPE_BOOL) {
                 rc = err_setf(err, CBX_ERR_UNSUPPORTED, "%s/%s: tensor %s has type %s, which GGUF cannot hold", src,
                               file, p->name, dtype_name(s->type));
@@ -552,7 +543,7 @@ cbx_status model_convert(const char *src, const char *dst, const struct model_co
 
     /* metadata */
     const enum dtype T = prm->type;
-    const struct model_variant_info *vi = model_variant_info(v);
+    const struct variant *vi = variant_get(v);
     if ((rc = io_gguf_writer_create(&w, err)) != CBX_OK) goto cleanup;
     rc = io_gguf_writer_set_str(w, "general.architecture", "chatterbox", err);
     if (rc == CBX_OK) rc = io_gguf_writer_set_u32(w, "general.alignment", 64, err);
@@ -572,10 +563,10 @@ cbx_status model_convert(const char *src, const char *dst, const struct model_co
         snprintf(key, sizeof key, "chatterbox.%s.tensor_count", part_names[c]);
         if (rc == CBX_OK) rc = io_gguf_writer_set_u32(w, key, (uint32_t)count[c], err);
     }
-    if (rc == CBX_OK && (v == MODEL_TURBO || v == MODEL_NANO))
+    if (rc == CBX_OK && vi->backbone == VARIANT_T3_GPT2)
         rc = io_gguf_writer_set_str(w, "chatterbox.t3.conv1d_layout", "out_in", err);
     if (rc == CBX_OK) rc = set_hparams(w, md, err);
-    if (rc == CBX_OK) rc = io_gguf_writer_set_u32(w, "chatterbox.conds.cond_prompt_len", (uint32_t)vi->cond_prompt_len, err);
+    if (rc == CBX_OK) rc = io_gguf_writer_set_u32(w, "chatterbox.conds.cond_prompt_len", (uint32_t)vi->voice.prompt_len, err);
     if (rc == CBX_OK) rc = io_gguf_writer_set_arr(w, "chatterbox.conds.none", GGUF_TYPE_STRING, none, (uint64_t)n_none, err);
     if (rc == CBX_OK) rc = set_tokenizer(w, md, err);
     uint64_t bytes_total = 0;

@@ -306,7 +306,7 @@ static void test_checksums(void)
     CHECK(cJSON_GetArraySize(conds) == MODEL_N_VARIANTS, "conds checksums for %d variants",
           cJSON_GetArraySize(conds));
     for (int v = 0; v < MODEL_N_VARIANTS; v++) {
-        const char *name = model_variant_info((enum model_variant)v)->name;
+        const char *name = variant_get((enum model_variant)v)->name;
         const cJSON *cv = cJSON_GetObjectItem(conds, name);
         struct synth_tensor ct[SYNTH_N_CONDS];
         uint64_t mine[SYNTH_N_CONDS];
