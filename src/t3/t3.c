@@ -14,6 +14,7 @@
 #include "core/backend.h"
 #include "core/cpu/linear_kernels.h"
 #include "core/quant.h"
+#include "io/variant.h"
 
 /* The linear weights of the decode step: 4 per block, then the head. */
 static const struct tensor **linear_weight(struct t3_model *m, int i)
@@ -292,16 +293,16 @@ struct tensor *t3_prepare_input_embeds(struct arena *a, const struct t3_model *m
 
 struct t3_gen_params t3_gen_default_params(void)
 {
-    struct t3_gen_params p = {{0.8, 1000, 0.95, 0.0, 1.2}, 1000, 0, false, NULL};
+    /* the Turbo row's generate() defaults; max_gen_len excludes the first sample */
+    const struct variant_sampling *d = &variant_get(MODEL_TURBO)->sampling;
+    struct t3_gen_params p = {{d->temperature, d->top_k, d->top_p, d->min_p, d->repetition_penalty},
+                              d->max_tokens - 1, 0, false, NULL};
     return p;
 }
 
 int64_t t3_filter_speech_tokens(int32_t *tokens, int64_t n)
 {
-    int64_t k = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (tokens[i] >= 0 && tokens[i] < 6561) tokens[k++] = tokens[i];
-    return k;
+    return variant_filter_speech(variant_get(MODEL_TURBO), tokens, n);
 }
 
 /* speech_head(hidden[:, -1]) -> host logits */
