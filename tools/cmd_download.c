@@ -1,5 +1,5 @@
 /* cmd_download.c - `chatterbox download VARIANT`: fetch the official Hugging
- * Face snapshot of a variant (src/io/hf_download.h) and print its directory
+ * Face snapshot of a variant (tools/lib/hf_download.h) and print its directory
  * on stdout, so scripts can write `m=$(chatterbox download turbo --quiet)`.
  * Progress on stderr: a bar on a terminal, one line per file otherwise,
  * nothing with --quiet; failures are one line and exit 1. */
@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "io/hf_download.h"
+#include "hf_download.h"
 #include "io/variant.h"
 
 static void usage(FILE *f)

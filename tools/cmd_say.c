@@ -22,7 +22,7 @@
 #include "default_model.h"
 #include "core/backend.h"
 #include "io/audio.h"
-#include "io/hf_download.h"
+#include "hf_download.h"
 #include "pipeline/engine.h"
 
 #define PROG "chatterbox say"

@@ -1,6 +1,6 @@
 /* cmd_synth.c - `chatterbox synth VARIANT -o DIR [--seed N]`: write a
  * synthetic Hugging Face model directory (spec/synthetic-weights.md §6)
- * through src/io/synth.h. */
+ * through tools/lib/synth.h. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -12,7 +12,7 @@
 
 #include "cli.h"
 #include "core/threadpool.h"
-#include "io/synth.h"
+#include "synth.h"
 
 static void usage(FILE *f)
 {

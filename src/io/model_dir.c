@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 #include "io/safetensors.h"
-#include "io/synth.h"
+#include "core/hash.h"
 #include "io/torch_pt.h"
 
 const char *model_component_name(enum model_component c)
@@ -43,7 +43,7 @@ struct model_dir {
     struct pt_table conds;
 };
 
-static uint64_t hash_name(const char *s) { return synth_fnv1a64(s, strlen(s)); }
+static uint64_t hash_name(const char *s) { return hash_fnv1a64(s, strlen(s)); }
 
 static int collect(void *user, const char *name, const struct pt_value *v)
 {

@@ -11,7 +11,7 @@
 
 #include "core/quant.h"
 #include "io/quant_policy.h"
-#include "io/synth.h"
+#include "core/hash.h"
 
 /* conds.pt entries (upstream T3Cond fields and the S3Gen ref_dict) that a
  * converted file carries; other entries of the file are not used by any
@@ -50,7 +50,7 @@ void model_close(struct model *m)
     free(m);
 }
 
-static uint64_t hash_name(const char *s) { return synth_fnv1a64(s, strlen(s)); }
+static uint64_t hash_name(const char *s) { return hash_fnv1a64(s, strlen(s)); }
 
 static int gguf_index(const struct model *m, const char *name)
 {

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "io/model_dir.h"
-#include "io/synth.h"
+#include "synth.h"
 #include "io/torch_pt.h"
 #include "testutil.h"
 

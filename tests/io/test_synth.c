@@ -1,4 +1,4 @@
-/* test_synth.c - the synthetic-weight generator (src/io/synth.c) against
+/* test_synth.c - the synthetic-weight generator (tools/lib/synth.c) against
  * spec/synthetic-weights.md: the §3 test vectors, manifest parsing (good
  * and bad input), and every tensor of every manifest plus every variant's
  * conds.pt tensors regenerated in memory and compared with checksums made
@@ -13,7 +13,7 @@
 #include <time.h>
 
 #include "core/threadpool.h"
-#include "io/synth.h"
+#include "synth.h"
 #include "testutil.h"
 
 static uint32_t fbits(float f)

@@ -3,7 +3,7 @@
  * hf_download.h; the files per variant follow spec/overview.md §3 (what
  * each upstream from_pretrained fetches, restricted to what our loaders
  * read). */
-#include "io/hf_download.h"
+#include "hf_download.h"
 #include "io/atomic_file.h"
 
 #include <curl/curl.h>

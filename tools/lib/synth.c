@@ -2,7 +2,7 @@
  * value generator (§2-3), manifest parsing (§1, §5), directory writer (§6).
  * Matches oracle/synthspec.py and oracle/synth.py bit for bit; the float
  * arithmetic below relies on -ffp-contract=off (set for the whole build). */
-#include "io/synth.h"
+#include "synth.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -13,28 +13,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/hash.h"
 #include "core/threadpool.h"
 #include "io/atomic_file.h"
 #include "io/npy.h"
 #include "io/safetensors.h"
 #include "io/torch_pt.h"
+#include "torch_pt_write.h"
 
 #define GOLDEN 0x9E3779B97F4A7C15ULL
-#define FNV_OFFSET 0xCBF29CE484222325ULL
-#define FNV_PRIME 0x100000001B3ULL
 
 /* ---- 1. generator ----------------------------------------------------- */
 
-uint64_t synth_fnv1a64(const void *bytes, size_t n)
-{
-    const unsigned char *p = bytes;
-    uint64_t h = FNV_OFFSET;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= FNV_PRIME;
-    }
-    return h;
-}
+uint64_t synth_fnv1a64(const void *bytes, size_t n) { return hash_fnv1a64(bytes, n); }
 
 uint64_t synth_key(const char *name, uint64_t file_seed)
 {
