@@ -142,13 +142,14 @@ int cmd_model_info(int argc, char **argv)
     for (int c = 0; c < MODEL_N_COMPONENTS; c++) summarise(m, (enum model_component)c, list, &longest, &n_long);
 
     printf("voice:     built-in (%s)\n", variant_get(v)->conds_file);
-    for (int i = 0; model_cond_path(i); i++) {
+    const char *const *keys = variant_get(v)->conds_keys;
+    for (int i = 0; keys[i]; i++) {
         bool none = false;
-        const struct tensor *t = model_cond(m, model_cond_path(i), &none);
+        const struct tensor *t = model_cond(m, keys[i], &none);
         if (!t && !none) continue;
         char shape[96];
-        if (t) printf("  %-30s %-5s %s\n", model_cond_path(i), dtype_name(t->type), tensor_shape_str(t, shape, sizeof shape));
-        else printf("  %-30s None\n", model_cond_path(i));
+        if (t) printf("  %-30s %-5s %s\n", keys[i], dtype_name(t->type), tensor_shape_str(t, shape, sizeof shape));
+        else printf("  %-30s None\n", keys[i]);
     }
 
     printf("tokenizer:");

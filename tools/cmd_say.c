@@ -30,6 +30,7 @@
 
 static void usage(FILE *f)
 {
+    const struct engine_params d = engine_default_params(); /* the Turbo row's */
     fprintf(f,
             "usage: chatterbox say [TEXT] -o OUT [options]\n"
             "\n"
@@ -49,12 +50,12 @@ static void usage(FILE *f)
             "                            files, or a reference recording (> 5 s);\n"
             "                            default: the model's built-in voice\n"
             "  --seed N                  seed of every random stream (default 0)\n"
-            "  --temperature T           default 0.8\n"
-            "  --top-k K                 default 1000 (1 = greedy)\n"
-            "  --top-p P                 default 0.95\n"
-            "  --repetition-penalty R    default 1.2\n"
+            "  --temperature T           default %g\n"
+            "  --top-k K                 default %d (1 = greedy)\n"
+            "  --top-p P                 default %g\n"
+            "  --repetition-penalty R    default %g\n"
             "  --max-tokens N            speech tokens per segment, stop included\n"
-            "                            (default 1001, about 40 s)\n"
+            "                            (default %d, about %.0f s)\n"
             "  --cfm-steps N             flow-matching steps (default: the model's, 2)\n"
             "  --no-split                speak the whole text as one segment (as upstream)\n"
             "  --pause-ms N              silence between segments (default 100)\n"
@@ -85,7 +86,8 @@ static void usage(FILE *f)
             "                            another program; ends at end of input. The\n"
             "                            voice is prepared before the first line\n"
             "  -q, --quiet               nothing on stderr but errors\n"
-            "  -v, --verbose             per-stage times, tokens/s and real-time factor\n");
+            "  -v, --verbose             per-stage times, tokens/s and real-time factor\n",
+            d.s.temperature, d.s.top_k, d.s.top_p, d.s.repetition_penalty, d.max_tokens, d.max_tokens * 0.04);
 }
 
 #define usage_error(...) cli_usage_error("say", __VA_ARGS__)

@@ -21,6 +21,7 @@
 
 static void usage(FILE *f)
 {
+    const struct t3_gen_params d = t3_gen_default_params(); /* the Turbo row's */
     fprintf(f,
             "usage: chatterbox tokens [--model DIR|GGUF] --text TEXT [options]\n"
             "\n"
@@ -33,13 +34,14 @@ static void usage(FILE *f)
             "  --voice DIR               conditioning .npy files (speaker_emb.npy,\n"
             "                            cond_prompt_speech_tokens.npy); default: built-in voice\n"
             "  --seed N                  seed of every RNG stream (default 0)\n"
-            "  --temperature T           default 0.8\n"
-            "  --top-k K                 default 1000 (1 = greedy)\n"
-            "  --top-p P                 default 0.95\n"
-            "  --repetition-penalty R    default 1.2\n"
-            "  --max-tokens N            at most N sampled tokens (default 1001)\n"
+            "  --temperature T           default %g\n"
+            "  --top-k K                 default %d (1 = greedy)\n"
+            "  --top-p P                 default %g\n"
+            "  --repetition-penalty R    default %g\n"
+            "  --max-tokens N            at most N sampled tokens (default %d)\n"
             "  --threads N               CPU threads (default: all)\n"
-            "  --quiet                   no progress on stderr\n");
+            "  --quiet                   no progress on stderr\n",
+            d.s.temperature, d.s.top_k, d.s.top_p, d.s.repetition_penalty, d.max_gen_len + 1);
 }
 
 struct progress { int quiet, tty; struct timespec t0; };

@@ -13,16 +13,6 @@
 #include "io/quant_policy.h"
 #include "core/hash.h"
 
-/* conds.pt entries (upstream T3Cond fields and the S3Gen ref_dict) that a
- * converted file carries; other entries of the file are not used by any
- * loader. */
-static const char *const cond_paths[] = {
-    "t3.speaker_emb",    "t3.clap_emb",      "t3.cond_prompt_speech_tokens",
-    "t3.cond_prompt_speech_emb", "t3.emotion_adv", "gen.prompt_token",
-    "gen.prompt_token_len", "gen.prompt_feat", "gen.prompt_feat_len", "gen.embedding",
-};
-#define N_COND_PATHS ((int)(sizeof cond_paths / sizeof cond_paths[0]))
-
 #define N_PARTS (MODEL_N_COMPONENTS + 1) /* t3, s3gen, ve, conds */
 static const char *const part_names[N_PARTS] = {"t3", "s3gen", "ve", "conds"};
 
@@ -240,8 +230,6 @@ const struct tensor *model_cond(const struct model *m, const char *path, bool *i
             if (!strcmp(m->none[i].s, path)) *is_none = true;
     return t;
 }
-
-const char *model_cond_path(int i) { return i >= 0 && i < N_COND_PATHS ? cond_paths[i] : NULL; }
 
 /* ---- tokenizer files ---------------------------------------------------- */
 
@@ -467,7 +455,9 @@ cbx_status model_convert(const char *src, const char *dst, const struct model_co
     char *obuf = NULL;
     bool streaming = false;
     int n = 0, count[N_PARTS] = {0};
-    const char *none[N_COND_PATHS];
+    const char *none[VARIANT_MAX_CONDS_KEYS];
+    const char *const *cond_paths = NULL; /* the row's conds.pt entries */
+    int n_cond_paths = 0;
     int n_none = 0;
 
     if (!quant_policy_target_ok(prm->type))
@@ -479,9 +469,11 @@ cbx_status model_convert(const char *src, const char *dst, const struct model_co
         return err_setf(err, CBX_ERR_INVALID_ARG, "%s: convert reads a Hugging Face model directory, not a file", src);
     if ((rc = model_dir_open_as(src, prm->variant, &md, err)) != CBX_OK) return rc;
     enum model_variant v = model_dir_variant(md);
+    cond_paths = variant_get(v)->conds_keys;
+    while (cond_paths[n_cond_paths]) n_cond_paths++;
 
     /* the plan: every tensor of t3, s3gen, ve, then the conds */
-    int total = N_COND_PATHS;
+    int total = n_cond_paths;
     for (int c = 0; c < MODEL_N_COMPONENTS; c++) total += model_dir_count(md, (enum model_component)c);
     if (!(plan = calloc((size_t)total, sizeof *plan))) {
         rc = err_setf(err, CBX_ERR_NOMEM, "convert: out of memory");
@@ -490,7 +482,7 @@ cbx_status model_convert(const char *src, const char *dst, const struct model_co
     int64_t max_f = 1;
     size_t max_tile = 1;
     for (int c = 0; c < N_PARTS && rc == CBX_OK; c++) {
-        int k = c < MODEL_N_COMPONENTS ? model_dir_count(md, (enum model_component)c) : N_COND_PATHS;
+        int k = c < MODEL_N_COMPONENTS ? model_dir_count(md, (enum model_component)c) : n_cond_paths;
         for (int i = 0; i < k; i++) {
             struct plan *p = &plan[n];
             bool is_none = false;

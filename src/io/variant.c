@@ -13,6 +13,15 @@ _Static_assert((int)VARIANT_TEXT_ENGLISH == (int)PUNC_ENGLISH &&
                    (int)VARIANT_TEXT_TURBO == (int)PUNC_TURBO,
                "variant_text_rules mirrors punc_variant");
 
+/* conds.pt entries (upstream T3Cond fields, then the S3Gen ref_dict,
+ * voice.md §8) that loaders read and a converted file carries; other
+ * entries of the file are not used. The same for every variant. */
+static const char *const conds_keys[VARIANT_MAX_CONDS_KEYS + 1] = {
+    "t3.speaker_emb",       "t3.clap_emb",     "t3.cond_prompt_speech_tokens",
+    "t3.cond_prompt_speech_emb", "t3.emotion_adv", "gen.prompt_token",
+    "gen.prompt_token_len", "gen.prompt_feat", "gen.prompt_feat_len", "gen.embedding", NULL,
+};
+
 /* mtl_tts.py SUPPORTED_LANGUAGES (tokenizers.md §3) */
 static const char *const mtl_languages[VARIANT_N_LANGUAGES + 1] = {
     "ar", "da", "de", "el", "en", "es", "fi", "fr", "he", "hi", "it", "ja",
@@ -102,7 +111,7 @@ static const struct variant rows[MODEL_N_VARIANTS] = {
         .id = MODEL_TURBO, .name = "turbo", .aliases = {"chatterbox-turbo", NULL},
         .description = "Chatterbox-Turbo: GPT-2 medium T3, meanflow S3Gen, English",
         .file = {"t3_turbo_v1.safetensors", "s3gen_meanflow.safetensors", "ve.safetensors"},
-        .conds_file = "conds.pt",
+        .conds_file = "conds.pt", .conds_keys = conds_keys,
         .hf_repo = "ResembleAI/chatterbox-turbo", .hf_cache_subdir = "ResembleAI/chatterbox-turbo",
         TURBO_DOWNLOAD("t3_turbo_v1.safetensors"),
         GPT2_TOKENIZER, TURBO_T3, TURBO_AUDIO, .voice = TURBO_VOICE,
@@ -111,7 +120,7 @@ static const struct variant rows[MODEL_N_VARIANTS] = {
         .id = MODEL_NANO, .name = "nano", .aliases = {"chatterbox-nano", NULL},
         .description = "Chatterbox-Nano: GPT-2 small T3, meanflow S3Gen, English",
         .file = {"t3_nano_v1.safetensors", "s3gen_meanflow.safetensors", "ve.safetensors"},
-        .conds_file = "conds.pt",
+        .conds_file = "conds.pt", .conds_keys = conds_keys,
         .hf_repo = "ResembleAI/chatterbox-nano", .hf_cache_subdir = "ResembleAI/chatterbox-nano",
         TURBO_DOWNLOAD("t3_nano_v1.safetensors"),
         GPT2_TOKENIZER, TURBO_T3, TURBO_AUDIO, .voice = TURBO_VOICE,
@@ -120,7 +129,7 @@ static const struct variant rows[MODEL_N_VARIANTS] = {
         .id = MODEL_ENGLISH, .name = "english", .aliases = {NULL},
         .description = "Chatterbox (original): Llama T3 with CFG and exaggeration, standard CFM, English",
         .file = {"t3_cfg.safetensors", "s3gen.safetensors", "ve.safetensors"},
-        .conds_file = "conds.pt",
+        .conds_file = "conds.pt", .conds_keys = conds_keys,
         .hf_repo = "ResembleAI/chatterbox", .hf_cache_subdir = "ResembleAI/chatterbox",
         .download_required = {"ve.safetensors", "t3_cfg.safetensors", "s3gen.safetensors",
                               "tokenizer.json", "conds.pt", NULL},
@@ -137,7 +146,7 @@ static const struct variant rows[MODEL_N_VARIANTS] = {
         .id = MODEL_MTL_V2, .name = "mtl-v2", .aliases = {"multilingual", "mtl", NULL},
         .description = "Chatterbox Multilingual v2: Llama T3, standard CFM, 23 languages",
         .file = {"t3_mtl23ls_v2.safetensors", "s3gen.pt", "ve.pt"},
-        .conds_file = "conds.pt",
+        .conds_file = "conds.pt", .conds_keys = conds_keys,
         .hf_repo = "ResembleAI/chatterbox", .hf_cache_subdir = "ResembleAI/chatterbox-multilingual",
         MTL_DOWNLOAD("t3_mtl23ls_v2.safetensors"),
         MTL_TOKENIZER, LLAMA_T3, LLAMA_AUDIO(true), .voice = LLAMA_VOICE,
@@ -146,7 +155,7 @@ static const struct variant rows[MODEL_N_VARIANTS] = {
         .id = MODEL_MTL_V3, .name = "mtl-v3", .aliases = {"multilingual-v3", NULL},
         .description = "Chatterbox Multilingual v3: v2's architecture, newer T3 weights",
         .file = {"t3_mtl23ls_v3.safetensors", "s3gen.pt", "ve.pt"},
-        .conds_file = "conds.pt",
+        .conds_file = "conds.pt", .conds_keys = conds_keys,
         .hf_repo = "ResembleAI/chatterbox", .hf_cache_subdir = "ResembleAI/chatterbox-multilingual-v3",
         MTL_DOWNLOAD("t3_mtl23ls_v3.safetensors"),
         MTL_TOKENIZER, LLAMA_T3, LLAMA_AUDIO(true), .voice = LLAMA_VOICE,

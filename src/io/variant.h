@@ -47,6 +47,7 @@ enum model_component {
 #define VARIANT_MAX_PROCESSORS 6
 #define VARIANT_MAX_SILENCE 3
 #define VARIANT_N_LANGUAGES 23
+#define VARIANT_MAX_CONDS_KEYS 10
 
 /* The S3 speech vocabulary and its two control ids (overview.md §10). */
 #define VARIANT_SPEECH_VOCAB 6561
@@ -118,6 +119,7 @@ struct variant {
     /* files (overview.md §3) */
     const char *file[MODEL_N_COMPONENTS];               /* weight file per component */
     const char *conds_file;                             /* built-in voice: "conds.pt" */
+    const char *const *conds_keys;                      /* its entries loaders use, NULL-terminated */
     const char *hf_repo;                                /* Hugging Face repository */
     const char *hf_cache_subdir;                        /* under the download cache */
     const char *download_required[VARIANT_MAX_DOWNLOAD_FILES + 1];

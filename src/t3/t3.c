@@ -175,8 +175,8 @@ cbx_status t3_load_gpt2(struct t3_model *m, const struct weights *w, enum dtype 
         return err_setf(err, CBX_ERR_FORMAT, "T3 weights: speech head / embedding / speaker projection sizes disagree");
     m->hp.text_vocab = m->text_emb->ne[0];
     m->hp.speech_vocab = m->speech_emb->ne[0];
-    m->hp.start_speech = 6561;
-    m->hp.stop_speech = 6562;
+    m->hp.start_speech = VARIANT_START_SPEECH; /* 6561 */
+    m->hp.stop_speech = VARIANT_STOP_SPEECH;   /* 6562 */
     m->hp.speaker_embed_size = m->spkr_enc_w->ne[1];
     if (m->hp.speech_vocab <= m->hp.stop_speech)
         return err_setf(err, CBX_ERR_FORMAT, "T3 weights: speech vocabulary of %lld has no stop token",

@@ -38,6 +38,10 @@ static void check_row(const struct variant *v)
         CHECK(v->file[c] && (ends_with(v->file[c], ".safetensors") || ends_with(v->file[c], ".pt")),
               "%s: weight file %d is %s", n, c, v->file[c] ? v->file[c] : "(null)");
     CHECK(v->conds_file && !strcmp(v->conds_file, "conds.pt"), "%s: built-in voice %s", n, v->conds_file);
+    CHECK(n_items(v->conds_keys) >= 1 && n_items(v->conds_keys) <= VARIANT_MAX_CONDS_KEYS &&
+              in_list(v->conds_keys, "t3.speaker_emb") && in_list(v->conds_keys, "t3.cond_prompt_speech_tokens") &&
+              in_list(v->conds_keys, "gen.prompt_feat") && in_list(v->conds_keys, "gen.embedding"),
+          "%s: %d built-in voice keys", n, n_items(v->conds_keys));
     CHECK(v->hf_repo && !strncmp(v->hf_repo, "ResembleAI/", 11) && v->hf_cache_subdir && *v->hf_cache_subdir,
           "%s: repo %s, cache dir %s", n, v->hf_repo, v->hf_cache_subdir);
 
