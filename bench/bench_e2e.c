@@ -171,8 +171,8 @@ static int run_type(const char *path, int wtype, int N, const struct bench_opts 
         free(tokw);
         tokw = NULL;
         n = t3_filter_speech_tokens(tok, n);
-        for (int i = 0; i < n_want; i++) feed[i] = n > 0 ? tok[i % n] : ENGINE_S3GEN_SIL;
-        for (int i = 0; i < ENGINE_N_SIL; i++) feed[n_want + i] = ENGINE_S3GEN_SIL;
+        for (int i = 0; i < n_want; i++) feed[i] = n > 0 ? tok[i % n] : variant_get(MODEL_TURBO)->silence[0];
+        for (int i = 0; i < ENGINE_N_SIL; i++) feed[n_want + i] = variant_get(MODEL_TURBO)->silence[i];
         free(tok);
         tok = NULL;
         int64_t n_pcm = 0;
@@ -180,7 +180,7 @@ static int run_type(const char *path, int wtype, int N, const struct bench_opts 
         /* the warm-up vocodes all N tokens too, so that the workspace has
          * its full size before any timed run */
         for (int i = n_want; i < N; i++) feed[i] = feed[i % n_want];
-        for (int i = 0; i < ENGINE_N_SIL; i++) feed[N + i] = ENGINE_S3GEN_SIL;
+        for (int i = 0; i < ENGINE_N_SIL; i++) feed[N + i] = variant_get(MODEL_TURBO)->silence[i];
         if (s3gen_vocode(&s3, be, feed, N + ENGINE_N_SIL, &voice, &sp, &pcm, &n_pcm, err) != CBX_OK) goto done;
         double ts = bench_now() - t0;
         free(pcm);

@@ -33,7 +33,7 @@
 #include "core/backend.h"
 #include "core/threadpool.h"
 #include "io/model_file.h"
-#include "io/synth.h"
+#include "synth.h"
 #include "s3gen/cfm.h"
 #include "s3gen/encoder.h"
 #include "s3gen/hift.h"

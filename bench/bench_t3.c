@@ -31,7 +31,7 @@
 #include "core/backend.h"
 #include "core/cpu/linear_kernels.h"
 #include "core/threadpool.h"
-#include "io/synth.h"
+#include "synth.h"
 #include "t3/t3.h"
 
 /* tfmr.wte was deleted upstream and is never read */

@@ -10,7 +10,7 @@
 #include "core/tensor.h"
 #include "core/threadpool.h"
 #include "io/model_file.h"
-#include "io/synth.h"
+#include "synth.h"
 #include "io/weights.h"
 
 static void usage(const char *prog)

@@ -101,9 +101,9 @@ int cmd_convert(int argc, char **argv)
                 return usage_error("--quant '%s' unknown (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1)", val);
             prm.type = (enum dtype)t;
         } else if (!strcmp(o, "--variant")) {
-            prm.variant = model_variant_from_name(val);
-            if (prm.variant < 0)
-                return usage_error("--variant '%s' unknown (turbo, nano, english, mtl-v2, mtl-v3)", val);
+            const struct variant *vr = variant_by_name(val);
+            if (!vr) return usage_error("--variant '%s' unknown (%s)", val, variant_names());
+            prm.variant = (int)vr->id;
         } else {
             return usage_error("unknown option '%s'", o);
         }

@@ -1,5 +1,5 @@
 /* cmd_download.c - `chatterbox download VARIANT`: fetch the official Hugging
- * Face snapshot of a variant (src/io/hf_download.h) and print its directory
+ * Face snapshot of a variant (tools/lib/hf_download.h) and print its directory
  * on stdout, so scripts can write `m=$(chatterbox download turbo --quiet)`.
  * Progress on stderr: a bar on a terminal, one line per file otherwise,
  * nothing with --quiet; failures are one line and exit 1. */
@@ -10,16 +10,18 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "io/hf_download.h"
+#include "hf_download.h"
+#include "io/variant.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: chatterbox download turbo|nano|english|multilingual [options]\n"
+            "usage: chatterbox download VARIANT [options]\n"
             "\n"
             "Download the official model files from Hugging Face (resumable, size and\n"
             "sha256 checked) and print the snapshot directory on stdout. A complete\n"
-            "snapshot is not fetched again.\n"
+            "snapshot is not fetched again. VARIANT: turbo, nano, english, mtl-v2\n"
+            "(also: multilingual), mtl-v3.\n"
             "\n"
             "  --dir DIR          where to put the files (default: the cache,\n"
             "                     $XDG_CACHE_HOME/chatterbox/<repo>, else ~/.cache/chatterbox/<repo>)\n"
@@ -136,12 +138,13 @@ int cmd_download(int argc, char **argv)
         }
     }
     if (!variant) {
-        fprintf(stderr, "chatterbox download: which model? VARIANT is turbo, nano, english or multilingual\n");
+        fprintf(stderr, "chatterbox download: which model? VARIANT is one of %s (multilingual = mtl-v2)\n",
+                variant_names());
         return 2;
     }
     if (!hf_variant_repo(variant)) {
-        fprintf(stderr, "chatterbox download: unknown variant '%s' (turbo, nano, english, multilingual)\n",
-                variant);
+        fprintf(stderr, "chatterbox download: unknown variant '%s' (%s; multilingual = mtl-v2)\n", variant,
+                variant_names());
         return 2;
     }
 

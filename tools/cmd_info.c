@@ -84,7 +84,7 @@ static void summarise(const struct model *m, enum model_component c, bool list, 
         if (len > *longest) *longest = len;
         if (len >= GGML_MAX_NAME) (*n_long)++;
     }
-    const char *file = model_variant_info(model_get_variant(m))->file[c];
+    const char *file = variant_get(model_get_variant(m))->file[c];
     printf("  %-6s %-28s %5d tensors %12.3f M params %10.1f MB  ", model_component_name(c), file, n,
            (double)elems / 1e6, (double)bytes / 1e6);
     bool first = true;
@@ -134,35 +134,28 @@ int cmd_model_info(int argc, char **argv)
                io_gguf_alignment(g), io_gguf_n_tensors(g), io_gguf_n_kv(g));
     else
         printf("format:    Hugging Face model directory\n");
-    printf("variant:   %s\n", model_variant_info(v)->name);
+    printf("variant:   %s (%s)\n", variant_get(v)->name, variant_get(v)->description);
 
     printf("weights:\n");
     size_t longest = 0;
     int n_long = 0;
     for (int c = 0; c < MODEL_N_COMPONENTS; c++) summarise(m, (enum model_component)c, list, &longest, &n_long);
 
-    printf("voice:     built-in (conds.pt)\n");
-    for (int i = 0; model_cond_path(i); i++) {
+    printf("voice:     built-in (%s)\n", variant_get(v)->conds_file);
+    const char *const *keys = variant_get(v)->conds_keys;
+    for (int i = 0; keys[i]; i++) {
         bool none = false;
-        const struct tensor *t = model_cond(m, model_cond_path(i), &none);
+        const struct tensor *t = model_cond(m, keys[i], &none);
         if (!t && !none) continue;
         char shape[96];
-        if (t) printf("  %-30s %-5s %s\n", model_cond_path(i), dtype_name(t->type), tensor_shape_str(t, shape, sizeof shape));
-        else printf("  %-30s None\n", model_cond_path(i));
+        if (t) printf("  %-30s %-5s %s\n", keys[i], dtype_name(t->type), tensor_shape_str(t, shape, sizeof shape));
+        else printf("  %-30s None\n", keys[i]);
     }
 
     printf("tokenizer:");
-    const struct model_variant_info *vi = model_variant_info(v);
-    const char *files[MODEL_MAX_TOKENIZER_FILES + 2];
-    int nf = 0;
-    bool have_tj = false;
-    for (int i = 0; vi->tokenizer_files[i]; i++) {
-        files[nf++] = vi->tokenizer_files[i];
-        have_tj = have_tj || !strcmp(vi->tokenizer_files[i], "tokenizer.json");
-    }
-    if (!have_tj) files[nf++] = "tokenizer.json";
+    const char *const *files = variant_get(v)->tokenizer_files;
     int shown = 0;
-    for (int i = 0; i < nf; i++) {
+    for (int i = 0; files[i]; i++) {
         const char *f = files[i];
         char *text = NULL;
         size_t len = 0;

@@ -22,7 +22,7 @@
 #include "default_model.h"
 #include "core/backend.h"
 #include "io/audio.h"
-#include "io/hf_download.h"
+#include "hf_download.h"
 #include "pipeline/engine.h"
 
 #define PROG "chatterbox say"
@@ -473,7 +473,7 @@ static int say_main(int argc, char **argv, struct cli_gen *g)
     }
     if (s.verbose)
         fprintf(stderr, "say: model %s (%s) loaded in %.2f s\n", model_path,
-                model_variant_info(engine_model_variant(m))->name, engine_model_load_seconds(m));
+                variant_get(engine_model_variant(m))->name, engine_model_load_seconds(m));
     if (!(be = backend_cpu_create(threads))) {
         rc = err_setf(err, CBX_ERR_NOMEM, "cannot start %d threads", threads);
         goto fail;

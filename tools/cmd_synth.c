@@ -1,6 +1,6 @@
 /* cmd_synth.c - `chatterbox synth VARIANT -o DIR [--seed N]`: write a
  * synthetic Hugging Face model directory (spec/synthetic-weights.md §6)
- * through src/io/synth.h. */
+ * through tools/lib/synth.h. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -12,7 +12,7 @@
 
 #include "cli.h"
 #include "core/threadpool.h"
-#include "io/synth.h"
+#include "synth.h"
 
 static void usage(FILE *f)
 {
@@ -111,10 +111,9 @@ int cmd_synth(int argc, char **argv)
     }
     if (!variant) return usage_error("%s", "missing VARIANT (turbo, nano, english, mtl-v2, mtl-v3, all)");
     bool all = !strcmp(variant, "all");
-    int v = model_variant_from_name(variant);
-    if (v < 0 && !all)
-        return usage_error("unknown variant '%s' (turbo, nano, english, mtl-v2, mtl-v3, all)",
-                           variant);
+    const struct variant *row = variant_by_name(variant);
+    int v = row ? (int)row->id : -1;
+    if (v < 0 && !all) return usage_error("unknown variant '%s' (%s, all)", variant, variant_names());
     if (!out || !*out) return usage_error("%s", "missing -o DIR");
 
     char err[ERR_MAX] = "";
@@ -128,7 +127,7 @@ int cmd_synth(int argc, char **argv)
     struct synth_options opt = {.global_seed = seed, .tp = tp,
                                 .progress = quiet ? NULL : on_progress, .progress_user = &ps};
     for (int i = all ? 0 : v; i < (all ? MODEL_N_VARIANTS : v + 1); i++) {
-        const char *name = model_variant_info((enum model_variant)i)->name;
+        const char *name = variant_get((enum model_variant)i)->name;
         char dir[4096];
         int k = all ? snprintf(dir, sizeof dir, "%s/%s", out, name)
                     : snprintf(dir, sizeof dir, "%s", out);

@@ -127,13 +127,13 @@ static int cmd_create(int argc, char **argv)
         double total = rep.t_resample + rep.t_loudness + rep.t_prompt_mel + rep.t_campplus + rep.t_prompt_tokens +
                        rep.t_t3_tokens + rep.t_ve;
         fprintf(stderr, "voice: %s, %.2f s at %d Hz, %s model\n", base_name(ref), (double)a.n / a.sample_rate,
-                a.sample_rate, model_variant_info(var)->name);
+                a.sample_rate, variant_get(var)->name);
         if (a.channels > 1) fprintf(stderr, "voice: %d channels mixed to mono\n", a.channels);
         if (a.sample_rate != VOICE_S3GEN_SR)
             fprintf(stderr, "voice: resampled from %d Hz to %d Hz\n", a.sample_rate, VOICE_S3GEN_SR);
         if (rep.loudness_applied)
             fprintf(stderr, "voice: loudness %.2f LUFS -> %.0f LUFS (gain %+.2f dB)\n", rep.loudness_lufs,
-                    VOICE_TARGET_LUFS, rep.gain_db);
+                    voice_rules(var)->target_lufs, rep.gain_db);
         if (rep.ve_capped)
             fprintf(stderr, "voice: long reference: the speaker embedding uses its first %d s\n",
                     VOICE_VE_MAX_LEN / VOICE_S3_SR);
@@ -147,7 +147,7 @@ static int cmd_create(int argc, char **argv)
     if (out) {
         struct conds_meta m;
         memset(&m, 0, sizeof m);
-        snprintf(m.variant, sizeof m.variant, "%s", model_variant_info(var)->name);
+        snprintf(m.variant, sizeof m.variant, "%s", variant_get(var)->name);
         snprintf(m.source, sizeof m.source, "%s", base_name(ref));
         m.sample_rate = (uint32_t)a.sample_rate;
         m.duration = (double)a.n / a.sample_rate;

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
-#include "io/hf_download.h"
+#include "hf_download.h"
 
 const char *cli_default_model(char *buf, size_t n)
 {

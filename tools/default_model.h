@@ -1,6 +1,6 @@
 /* default_model.h - the model `say` and `tokens` use when --model is not
  * given: $CHATTERBOX_MODEL, else the Turbo snapshot of the download cache
- * (hf_cache_model_dir("turbo"), io/hf_download.h) when it is complete. */
+ * (hf_cache_model_dir("turbo"), tools/lib/hf_download.h) when it is complete. */
 #ifndef CBX_TOOLS_DEFAULT_MODEL_H
 #define CBX_TOOLS_DEFAULT_MODEL_H
 

@@ -10,50 +10,8 @@
 #include <sys/stat.h>
 
 #include "io/safetensors.h"
-#include "io/synth.h"
+#include "core/hash.h"
 #include "io/torch_pt.h"
-
-static const struct model_variant_info variants[MODEL_N_VARIANTS] = {
-    [MODEL_TURBO] = {"turbo",
-                     {"t3_turbo_v1.safetensors", "s3gen_meanflow.safetensors", "ve.safetensors"},
-                     375,
-                     "chatterbox-turbo",
-                     {"vocab.json", "merges.txt", "added_tokens.json", "special_tokens_map.json",
-                      "tokenizer_config.json", NULL}},
-    [MODEL_NANO] = {"nano",
-                    {"t3_nano_v1.safetensors", "s3gen_meanflow.safetensors", "ve.safetensors"},
-                    375,
-                    "chatterbox-turbo",
-                    {"vocab.json", "merges.txt", "added_tokens.json", "special_tokens_map.json",
-                     "tokenizer_config.json", NULL}},
-    [MODEL_ENGLISH] = {"english",
-                       {"t3_cfg.safetensors", "s3gen.safetensors", "ve.safetensors"},
-                       150,
-                       "chatterbox",
-                       {"tokenizer.json", NULL}},
-    [MODEL_MTL_V2] = {"mtl-v2",
-                      {"t3_mtl23ls_v2.safetensors", "s3gen.pt", "ve.pt"},
-                      150,
-                      "chatterbox",
-                      {"grapheme_mtl_merged_expanded_v1.json", "Cangjie5_TC.json", NULL}},
-    [MODEL_MTL_V3] = {"mtl-v3",
-                      {"t3_mtl23ls_v3.safetensors", "s3gen.pt", "ve.pt"},
-                      150,
-                      "chatterbox",
-                      {"grapheme_mtl_merged_expanded_v1.json", "Cangjie5_TC.json", NULL}},
-};
-
-const struct model_variant_info *model_variant_info(enum model_variant v)
-{
-    return (int)v >= 0 && v < MODEL_N_VARIANTS ? &variants[v] : NULL;
-}
-
-int model_variant_from_name(const char *name)
-{
-    for (int v = 0; name && v < MODEL_N_VARIANTS; v++)
-        if (!strcmp(name, variants[v].name)) return v;
-    return -1;
-}
 
 const char *model_component_name(enum model_component c)
 {
@@ -85,7 +43,7 @@ struct model_dir {
     struct pt_table conds;
 };
 
-static uint64_t hash_name(const char *s) { return synth_fnv1a64(s, strlen(s)); }
+static uint64_t hash_name(const char *s) { return hash_fnv1a64(s, strlen(s)); }
 
 static int collect(void *user, const char *name, const struct pt_value *v)
 {
@@ -197,23 +155,20 @@ static cbx_status detect(const char *path, enum model_variant *out, char *err)
 {
     int found[MODEL_N_VARIANTS], nfound = 0;
     for (int v = 0; v < MODEL_N_VARIANTS; v++)
-        if (dir_has(path, variants[v].file[MODEL_T3])) found[nfound++] = v;
+        if (dir_has(path, variant_get((enum model_variant)v)->file[MODEL_T3])) found[nfound++] = v;
     if (nfound == 1) {
         *out = (enum model_variant)found[0];
         return CBX_OK;
     }
-    if (nfound == 0)
-        return err_setf(err, CBX_ERR_NOT_FOUND,
-                        "%s: no Chatterbox T3 weights (expected one of t3_turbo_v1.safetensors, "
-                        "t3_nano_v1.safetensors, t3_cfg.safetensors, t3_mtl23ls_v2.safetensors, "
-                        "t3_mtl23ls_v3.safetensors)",
-                        path);
-    char list[256] = "";
-    for (int i = 0; i < nfound; i++) {
+    char list[512] = "";
+    for (int i = 0; i < (nfound ? nfound : MODEL_N_VARIANTS); i++) {
+        const struct variant *vr = variant_get((enum model_variant)(nfound ? found[i] : i));
         size_t l = strlen(list);
-        snprintf(list + l, sizeof list - l, "%s%s (%s)", i ? ", " : "",
-                 variants[found[i]].file[MODEL_T3], variants[found[i]].name);
+        if (nfound) snprintf(list + l, sizeof list - l, "%s%s (%s)", i ? ", " : "", vr->file[MODEL_T3], vr->name);
+        else snprintf(list + l, sizeof list - l, "%s%s", i ? ", " : "", vr->file[MODEL_T3]);
     }
+    if (nfound == 0)
+        return err_setf(err, CBX_ERR_NOT_FOUND, "%s: no Chatterbox T3 weights (expected one of %s)", path, list);
     return err_setf(err, CBX_ERR_INVALID_ARG,
                     "%s: holds the T3 weights of several variants: %s; choose one explicitly",
                     path, list);
@@ -243,12 +198,12 @@ cbx_status model_dir_open_as(const char *path, int variant, struct model_dir **o
     } else {
         v = (enum model_variant)variant;
     }
-    const struct model_variant_info *vi = &variants[v];
+    const struct variant *vi = variant_get(v);
 
     /* Every file first, so one message can name all that are missing. */
     char missing[1024] = "";
     const char *need[MODEL_N_COMPONENTS + 1] = {vi->file[MODEL_T3], vi->file[MODEL_S3GEN],
-                                                vi->file[MODEL_VE], "conds.pt"};
+                                                vi->file[MODEL_VE], vi->conds_file};
     for (int i = 0; i <= MODEL_N_COMPONENTS; i++) {
         if (dir_has(path, need[i])) continue;
         size_t l = strlen(missing);
@@ -277,7 +232,7 @@ cbx_status model_dir_open_as(const char *path, int variant, struct model_dir **o
             rc = pt_table_open(p, &cp->pt, err);
         if (rc != CBX_OK) goto cleanup;
     }
-    if (!join(p, sizeof p, path, "conds.pt")) {
+    if (!join(p, sizeof p, path, vi->conds_file)) {
         rc = err_setf(err, CBX_ERR_INVALID_ARG, "%s: path too long", path);
         goto cleanup;
     }

@@ -3,15 +3,11 @@
  * present, open every weight file and look tensors up by their upstream
  * names, per component.
  *
- * Variants and their files (the T3 file decides; the others must match):
- *   turbo    t3_turbo_v1.safetensors    s3gen_meanflow.safetensors  ve.safetensors
- *   nano     t3_nano_v1.safetensors     s3gen_meanflow.safetensors  ve.safetensors
- *   english  t3_cfg.safetensors         s3gen.safetensors           ve.safetensors
- *   mtl-v2   t3_mtl23ls_v2.safetensors  s3gen.pt                    ve.pt
- *   mtl-v3   t3_mtl23ls_v3.safetensors  s3gen.pt                    ve.pt
- * plus conds.pt (built-in voice) and tokenizer files. A missing weight file
- * or conds.pt is an error naming the file and the variant; tokenizer files
- * are only reported (model_dir_file_path), their users check them.
+ * The files of each variant are its row's (io/variant.h; the T3 file
+ * decides, the others must match), plus conds.pt (built-in voice) and
+ * tokenizer files. A missing weight file or conds.pt is an error naming
+ * the file and the variant; tokenizer files are only reported
+ * (model_dir_file_path), their users check them.
  *
  * Thread safety: a model_dir is read-only after open; any thread,
  * concurrently. */
@@ -23,42 +19,8 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "io/variant.h"
 
-enum model_variant {
-    MODEL_TURBO,
-    MODEL_NANO,
-    MODEL_ENGLISH,
-    MODEL_MTL_V2,
-    MODEL_MTL_V3,
-    MODEL_N_VARIANTS,
-};
-
-/* The weight-carrying components of a checkpoint. */
-enum model_component {
-    MODEL_T3,
-    MODEL_S3GEN,
-    MODEL_VE,
-    MODEL_N_COMPONENTS,
-};
-
-#define MODEL_MAX_TOKENIZER_FILES 5
-
-/* Static description of a variant (the table above). */
-struct model_variant_info {
-    const char *name;                        /* "turbo", "mtl-v2", ... */
-    const char *file[MODEL_N_COMPONENTS];    /* weight file per component */
-    int cond_prompt_len;                     /* conds.pt t3 prompt tokens */
-    /* Tokenizer files copied by the synthetic writer, relative to the data
-     * directory (NULL-terminated; may be empty). */
-    const char *tokenizer_dir;               /* under the data dir, or NULL */
-    const char *tokenizer_files[MODEL_MAX_TOKENIZER_FILES + 1];
-};
-
-/* Info of v, or NULL when out of range. Thread safety: any thread. */
-const struct model_variant_info *model_variant_info(enum model_variant v);
-/* Variant from its name ("turbo", "nano", "english", "mtl-v2", "mtl-v3"),
- * or -1. Thread safety: any thread. */
-int model_variant_from_name(const char *name);
 /* "t3", "s3gen", "ve". */
 const char *model_component_name(enum model_component c);
 

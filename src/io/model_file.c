@@ -11,17 +11,7 @@
 
 #include "core/quant.h"
 #include "io/quant_policy.h"
-#include "io/synth.h"
-
-/* conds.pt entries (upstream T3Cond fields and the S3Gen ref_dict) that a
- * converted file carries; other entries of the file are not used by any
- * loader. */
-static const char *const cond_paths[] = {
-    "t3.speaker_emb",    "t3.clap_emb",      "t3.cond_prompt_speech_tokens",
-    "t3.cond_prompt_speech_emb", "t3.emotion_adv", "gen.prompt_token",
-    "gen.prompt_token_len", "gen.prompt_feat", "gen.prompt_feat_len", "gen.embedding",
-};
-#define N_COND_PATHS ((int)(sizeof cond_paths / sizeof cond_paths[0]))
+#include "core/hash.h"
 
 #define N_PARTS (MODEL_N_COMPONENTS + 1) /* t3, s3gen, ve, conds */
 static const char *const part_names[N_PARTS] = {"t3", "s3gen", "ve", "conds"};
@@ -50,7 +40,7 @@ void model_close(struct model *m)
     free(m);
 }
 
-static uint64_t hash_name(const char *s) { return synth_fnv1a64(s, strlen(s)); }
+static uint64_t hash_name(const char *s) { return hash_fnv1a64(s, strlen(s)); }
 
 static int gguf_index(const struct model *m, const char *name)
 {
@@ -90,14 +80,13 @@ static cbx_status open_gguf(struct model *m, int variant, char *err)
     rc = io_gguf_get_str(g, "chatterbox.variant", &s, NULL, err);
     if (rc == CBX_ERR_NOT_FOUND) return err_setf(err, CBX_ERR_FORMAT, "%s: chatterbox.variant is missing", p);
     if (rc != CBX_OK) return rc;
-    int v = model_variant_from_name(s);
-    if (v < 0)
-        return err_setf(err, CBX_ERR_FORMAT, "%s: chatterbox.variant '%s' unknown (turbo, nano, english, mtl-v2, mtl-v3)",
-                        p, s);
+    const struct variant *row = variant_by_name(s);
+    if (!row)
+        return err_setf(err, CBX_ERR_FORMAT, "%s: chatterbox.variant '%s' unknown (%s)", p, s, variant_names());
+    int v = (int)row->id;
     if (variant >= 0 && v != variant)
         return err_setf(err, CBX_ERR_INVALID_ARG, "%s: holds the %s model, not %s", p, s,
-                        model_variant_info((enum model_variant)variant) ? model_variant_info((enum model_variant)variant)->name
-                                                                         : "?");
+                        variant_get((enum model_variant)variant) ? variant_get((enum model_variant)variant)->name : "?");
     m->variant = (enum model_variant)v;
     rc = io_gguf_get_str(g, "chatterbox.t3.conv1d_layout", &s, NULL, err);
     if (rc == CBX_OK && strcmp(s, "out_in") != 0)
@@ -242,8 +231,6 @@ const struct tensor *model_cond(const struct model *m, const char *path, bool *i
     return t;
 }
 
-const char *model_cond_path(int i) { return i >= 0 && i < N_COND_PATHS ? cond_paths[i] : NULL; }
-
 /* ---- tokenizer files ---------------------------------------------------- */
 
 bool model_text_file_key(const char *file, char *buf, size_t n)
@@ -332,7 +319,7 @@ static bool is_conv1d(enum model_variant v, enum model_component c, const struct
 {
     static const char *const suffix[] = {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight",
                                          ".mlp.c_proj.weight"};
-    if ((v != MODEL_TURBO && v != MODEL_NANO) || c != MODEL_T3 || t->ndim != 2 || strncmp(t->name, "tfmr.h.", 7))
+    if (variant_get(v)->backbone != VARIANT_T3_GPT2 || c != MODEL_T3 || t->ndim != 2 || strncmp(t->name, "tfmr.h.", 7))
         return false;
     size_t n = strlen(t->name);
     for (int i = 0; i < 4; i++) {
@@ -395,16 +382,8 @@ static cbx_status set_hparams(struct io_gguf_writer *w, const struct model_dir *
 /* Every tokenizer file of the directory as a string. */
 static cbx_status set_tokenizer(struct io_gguf_writer *w, const struct model_dir *md, char *err)
 {
-    const struct model_variant_info *vi = model_variant_info(model_dir_variant(md));
-    const char *files[MODEL_MAX_TOKENIZER_FILES + 2];
-    int n = 0;
-    bool have_tj = false;
-    for (int i = 0; vi->tokenizer_files[i]; i++) {
-        files[n++] = vi->tokenizer_files[i];
-        have_tj = have_tj || !strcmp(vi->tokenizer_files[i], "tokenizer.json");
-    }
-    if (!have_tj) files[n++] = "tokenizer.json";
-    for (int i = 0; i < n; i++) {
+    const char *const *files = variant_get(model_dir_variant(md))->tokenizer_files;
+    for (int i = 0; files[i]; i++) {
         char path[4096], key[256];
         bool exists = false;
         if (!model_dir_file_path(md, files[i], path, sizeof path, &exists) || !exists) continue;
@@ -476,7 +455,9 @@ cbx_status model_convert(const char *src, const char *dst, const struct model_co
     char *obuf = NULL;
     bool streaming = false;
     int n = 0, count[N_PARTS] = {0};
-    const char *none[N_COND_PATHS];
+    const char *none[VARIANT_MAX_CONDS_KEYS];
+    const char *const *cond_paths = NULL; /* the row's conds.pt entries */
+    int n_cond_paths = 0;
     int n_none = 0;
 
     if (!quant_policy_target_ok(prm->type))
@@ -488,9 +469,11 @@ cbx_status model_convert(const char *src, const char *dst, const struct model_co
         return err_setf(err, CBX_ERR_INVALID_ARG, "%s: convert reads a Hugging Face model directory, not a file", src);
     if ((rc = model_dir_open_as(src, prm->variant, &md, err)) != CBX_OK) return rc;
     enum model_variant v = model_dir_variant(md);
+    cond_paths = variant_get(v)->conds_keys;
+    while (cond_paths[n_cond_paths]) n_cond_paths++;
 
     /* the plan: every tensor of t3, s3gen, ve, then the conds */
-    int total = N_COND_PATHS;
+    int total = n_cond_paths;
     for (int c = 0; c < MODEL_N_COMPONENTS; c++) total += model_dir_count(md, (enum model_component)c);
     if (!(plan = calloc((size_t)total, sizeof *plan))) {
         rc = err_setf(err, CBX_ERR_NOMEM, "convert: out of memory");
@@ -499,7 +482,7 @@ cbx_status model_convert(const char *src, const char *dst, const struct model_co
     int64_t max_f = 1;
     size_t max_tile = 1;
     for (int c = 0; c < N_PARTS && rc == CBX_OK; c++) {
-        int k = c < MODEL_N_COMPONENTS ? model_dir_count(md, (enum model_component)c) : N_COND_PATHS;
+        int k = c < MODEL_N_COMPONENTS ? model_dir_count(md, (enum model_component)c) : n_cond_paths;
         for (int i = 0; i < k; i++) {
             struct plan *p = &plan[n];
             bool is_none = false;
@@ -513,7 +496,7 @@ cbx_status model_convert(const char *src, const char *dst, const struct model_co
                 snprintf(p->name, sizeof p->name, "conds.%s", cond_paths[i]);
             }
             const struct tensor *s = p->src;
-            const char *file = c < MODEL_N_COMPONENTS ? model_variant_info(v)->file[c] : "conds.pt";
+            const char *file = c < MODEL_N_COMPONENTS ? variant_get(v)->file[c] : variant_get(v)->conds_file;
             if (s->type == TYPE_U8 || s->type == TYPE_BOOL) {
                 rc = err_setf(err, CBX_ERR_UNSUPPORTED, "%s/%s: tensor %s has type %s, which GGUF cannot hold", src,
                               file, p->name, dtype_name(s->type));
@@ -552,7 +535,7 @@ cbx_status model_convert(const char *src, const char *dst, const struct model_co
 
     /* metadata */
     const enum dtype T = prm->type;
-    const struct model_variant_info *vi = model_variant_info(v);
+    const struct variant *vi = variant_get(v);
     if ((rc = io_gguf_writer_create(&w, err)) != CBX_OK) goto cleanup;
     rc = io_gguf_writer_set_str(w, "general.architecture", "chatterbox", err);
     if (rc == CBX_OK) rc = io_gguf_writer_set_u32(w, "general.alignment", 64, err);
@@ -572,10 +555,10 @@ cbx_status model_convert(const char *src, const char *dst, const struct model_co
         snprintf(key, sizeof key, "chatterbox.%s.tensor_count", part_names[c]);
         if (rc == CBX_OK) rc = io_gguf_writer_set_u32(w, key, (uint32_t)count[c], err);
     }
-    if (rc == CBX_OK && (v == MODEL_TURBO || v == MODEL_NANO))
+    if (rc == CBX_OK && vi->backbone == VARIANT_T3_GPT2)
         rc = io_gguf_writer_set_str(w, "chatterbox.t3.conv1d_layout", "out_in", err);
     if (rc == CBX_OK) rc = set_hparams(w, md, err);
-    if (rc == CBX_OK) rc = io_gguf_writer_set_u32(w, "chatterbox.conds.cond_prompt_len", (uint32_t)vi->cond_prompt_len, err);
+    if (rc == CBX_OK) rc = io_gguf_writer_set_u32(w, "chatterbox.conds.cond_prompt_len", (uint32_t)vi->voice.prompt_len, err);
     if (rc == CBX_OK) rc = io_gguf_writer_set_arr(w, "chatterbox.conds.none", GGUF_TYPE_STRING, none, (uint64_t)n_none, err);
     if (rc == CBX_OK) rc = set_tokenizer(w, md, err);
     uint64_t bytes_total = 0;

@@ -93,10 +93,6 @@ const struct tensor *model_tensor(const struct model *m, enum model_component c,
  * true when the entry exists and holds None. Borrowed from m. */
 const struct tensor *model_cond(const struct model *m, const char *path, bool *is_none);
 
-/* The conds.pt paths a converted file carries (the T3Cond fields and the
- * S3Gen ref_dict), in file order: path i, or NULL when i is out of range. */
-const char *model_cond_path(int i);
-
 /* Contents of tokenizer file `file` ("vocab.json", "merges.txt", ...):
  * read from the directory, or the string stored in the GGUF. *text is
  * NUL-terminated, owned by the caller (free()); *len (optional) its

@@ -1,5 +1,6 @@
 /* torch_pt.c - PyTorch torch.save zip archives of tensor dicts: a strict
- * restricted unpickler (reader) and a torch-compatible writer.
+ * restricted unpickler (reader) and the value builders; the writer is
+ * tools/lib/torch_pt_write.c (not part of the library).
  * Format: spec/checkpoint-format.md §1.2; the opcodes are those of Python's
  * pickle protocols 2-5 (Lib/pickletools.py documents each), the globals
  * those torch.save emits for tensors (torch/_utils.py _rebuild_tensor_v2,
@@ -20,6 +21,7 @@
  *     once; a tensor that covers its whole storage contiguously and is its
  *     last user takes the buffer without a copy. */
 #include "torch_pt.h"
+#include "torch_pt_int.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -29,13 +31,10 @@
 #include <unistd.h>
 #include <zip.h>
 
-#include "atomic_file.h"
-
 #define PKL_MAX ((size_t)256 << 20)
 #define STR_MAX ((size_t)1 << 20)
 #define STACK_MAX ((size_t)1 << 20)
 #define MEMO_MAX ((size_t)1 << 20)
-#define DEPTH_MAX 64
 #define COUNT_MAX ((int64_t)1 << 24)
 #define DIM_MAX ((int64_t)1 << 40)
 #define NUMEL_MAX ((int64_t)1 << 50)
@@ -50,7 +49,7 @@ enum {
     IK_STORAGE,         /* a persistent-id storage; u.i = index in rd.st */
 };
 
-static const struct { const char *name; enum dtype type; } storage_classes[] = {
+static const struct { const char *name; enum dtype type; } storage_classes[PT_N_STORAGE_CLASSES] = {
     {"FloatStorage", TYPE_F32}, {"DoubleStorage", TYPE_F64},
     {"HalfStorage", TYPE_F16},  {"BFloat16Storage", TYPE_BF16},
     {"LongStorage", TYPE_I64},  {"IntStorage", TYPE_I32},
@@ -58,7 +57,7 @@ static const struct { const char *name; enum dtype type; } storage_classes[] = {
     {"ByteStorage", TYPE_U8},   {"BoolStorage", TYPE_BOOL},
 };
 
-static size_t elsize(enum dtype t)
+size_t pt_elsize(enum dtype t)
 {
     switch (t) {
     case TYPE_F64: case TYPE_I64: return 8;
@@ -69,7 +68,14 @@ static size_t elsize(enum dtype t)
     }
 }
 
-static const char *storage_class_name(enum dtype t)
+int pt_storage_class_index(enum dtype t)
+{
+    for (size_t i = 0; i < sizeof storage_classes / sizeof *storage_classes; i++)
+        if (storage_classes[i].type == t) return (int)i;
+    return -1;
+}
+
+const char *pt_storage_class_name(enum dtype t)
 {
     for (size_t i = 0; i < sizeof storage_classes / sizeof *storage_classes; i++)
         if (storage_classes[i].type == t) return storage_classes[i].name;
@@ -122,7 +128,7 @@ void pt_value_free(struct pt_value *v)
 static const char *adopt_check(const struct pt_value *c, const struct pt_value *item)
 {
     if (item == c) return "a container cannot contain itself";
-    if (item->height_ + 1 > DEPTH_MAX) return "nesting deeper than 64 levels";
+    if (item->height_ + 1 > PT_DEPTH_MAX) return "nesting deeper than 64 levels";
     if (c->count_ + item->count_ > COUNT_MAX) return "more than 16M values in one tree";
     return NULL;
 }
@@ -135,7 +141,7 @@ static void adopt(struct pt_value *c, struct pt_value *item)
     c->count_ += item->count_;
 }
 
-static bool grow(void **p, size_t *cap, size_t need, size_t elem)
+bool pt_grow(void **p, size_t *cap, size_t need, size_t elem)
 {
     if (need <= *cap) return true;
     size_t nc = *cap ? *cap : 8;
@@ -149,7 +155,7 @@ static bool grow(void **p, size_t *cap, size_t need, size_t elem)
 
 static bool seq_push(struct pt_value *s, struct pt_value *item)
 {
-    if (!grow((void **)&s->u.seq.v, &s->u.seq.cap, s->u.seq.n + 1, sizeof *s->u.seq.v))
+    if (!pt_grow((void **)&s->u.seq.v, &s->u.seq.cap, s->u.seq.n + 1, sizeof *s->u.seq.v))
         return false;
     s->u.seq.v[s->u.seq.n++] = item;
     adopt(s, item);
@@ -168,9 +174,9 @@ static bool dict_put(struct pt_value *d, const char *key, size_t klen, struct pt
             return true;
         }
     size_t cap = d->u.dict.cap;
-    if (!grow((void **)&d->u.dict.k, &cap, d->u.dict.n + 1, sizeof *d->u.dict.k)) return false;
+    if (!pt_grow((void **)&d->u.dict.k, &cap, d->u.dict.n + 1, sizeof *d->u.dict.k)) return false;
     cap = d->u.dict.cap;
-    if (!grow((void **)&d->u.dict.v, &cap, d->u.dict.n + 1, sizeof *d->u.dict.v)) return false;
+    if (!pt_grow((void **)&d->u.dict.v, &cap, d->u.dict.n + 1, sizeof *d->u.dict.v)) return false;
     d->u.dict.cap = cap;
     char *k = malloc(klen + 1);
     if (!k) return false;
@@ -253,9 +259,9 @@ cbx_status pt_dict_set(struct pt_value *d, const char *key, struct pt_value *val
 }
 
 /* Shape checks shared by the builders; returns nbytes or SIZE_MAX. */
-static size_t shape_bytes(enum dtype type, int ndim, const int64_t *ne)
+size_t pt_shape_bytes(enum dtype type, int ndim, const int64_t *ne)
 {
-    size_t es = elsize(type);
+    size_t es = pt_elsize(type);
     if (!es || ndim < 0 || ndim > TENSOR_MAX_DIMS || (ndim && !ne)) return SIZE_MAX;
     int64_t n = 1;
     for (int i = 0; i < ndim; i++) {
@@ -278,7 +284,7 @@ static struct pt_value *tensor_val(enum dtype type, int ndim, const int64_t *ne,
 
 struct pt_value *pt_tensor_new(enum dtype type, int ndim, const int64_t *ne, const void *data)
 {
-    size_t nb = shape_bytes(type, ndim, ne);
+    size_t nb = pt_shape_bytes(type, ndim, ne);
     if (nb == SIZE_MAX) return NULL;
     struct pt_value *v = tensor_val(type, ndim, ne, nb);
     if (!v) return NULL;
@@ -291,7 +297,7 @@ struct pt_value *pt_tensor_new(enum dtype type, int ndim, const int64_t *ne, con
 
 struct pt_value *pt_tensor_borrow(enum dtype type, int ndim, const int64_t *ne, const void *data)
 {
-    size_t nb = shape_bytes(type, ndim, ne);
+    size_t nb = pt_shape_bytes(type, ndim, ne);
     if (nb == SIZE_MAX) return NULL;
     struct pt_value *v = tensor_val(type, ndim, ne, nb);
     if (v) v->u.t.data = (void *)data;
@@ -374,20 +380,18 @@ void *pt_tensor_take_data(struct pt_value *v)
 }
 
 /* Depth-first walk with dotted names built in a growing buffer. */
-struct namebuf { char *s; size_t len, cap; bool oom; };
-
-static bool name_push(struct namebuf *nb, const char *part, size_t *saved)
+bool pt_name_push(struct pt_namebuf *nb, const char *part, size_t *saved)
 {
     *saved = nb->len;
     size_t pl = strlen(part), need = nb->len + (nb->len ? 1 : 0) + pl + 1;
-    if (!grow((void **)&nb->s, &nb->cap, need, 1)) { nb->oom = true; return false; }
+    if (!pt_grow((void **)&nb->s, &nb->cap, need, 1)) { nb->oom = true; return false; }
     if (nb->len) nb->s[nb->len++] = '.';
     memcpy(nb->s + nb->len, part, pl + 1);
     nb->len += pl;
     return true;
 }
 
-static int walk(const struct pt_value *v, struct namebuf *nb, pt_tensor_fn fn, void *user)
+static int walk(const struct pt_value *v, struct pt_namebuf *nb, pt_tensor_fn fn, void *user)
 {
     if (v->kind == PT_TENSOR) return fn(user, nb->s ? nb->s : "", v);
     size_t n = pt_len(v);
@@ -396,7 +400,7 @@ static int walk(const struct pt_value *v, struct namebuf *nb, pt_tensor_fn fn, v
         const char *part = v->kind == PT_DICT ? v->u.dict.k[i] : idx;
         if (v->kind != PT_DICT) snprintf(idx, sizeof idx, "%zu", i);
         size_t saved;
-        if (!name_push(nb, part, &saved)) return -1;
+        if (!pt_name_push(nb, part, &saved)) return -1;
         int r = walk(pt_item(v, i), nb, fn, user);
         nb->len = saved;
         nb->s[saved] = 0;
@@ -408,7 +412,7 @@ static int walk(const struct pt_value *v, struct namebuf *nb, pt_tensor_fn fn, v
 int pt_foreach_tensor(const struct pt_value *root, pt_tensor_fn fn, void *user)
 {
     if (!root || !fn) return 0;
-    struct namebuf nb = {0};
+    struct pt_namebuf nb = {0};
     int r = walk(root, &nb, fn, user);
     free(nb.s);
     return r;
@@ -524,7 +528,7 @@ static cbx_status push(struct rd *r, struct pt_value *v)
         pt_value_free(v);
         return fail(r, CBX_ERR_FORMAT, "pickle stack deeper than %zu", STACK_MAX);
     }
-    if (!grow((void **)&r->stack, &r->scap, r->sp + 1, sizeof *r->stack)) {
+    if (!pt_grow((void **)&r->stack, &r->scap, r->sp + 1, sizeof *r->stack)) {
         pt_value_free(v);
         return fail(r, CBX_ERR_NOMEM, "out of memory");
     }
@@ -757,12 +761,12 @@ static cbx_status persid(struct rd *r, struct pt_value *pid, struct pt_value **o
         zip_int64_t idx = locate(r, rel, &stt);
         if (idx == -2) return fail(r, CBX_ERR_NOMEM, "out of memory");
         if (idx < 0) return fail(r, CBX_ERR_FORMAT, "storage entry %s%s is missing", r->dir, rel);
-        uint64_t want = (uint64_t)numel * elsize(type);
+        uint64_t want = (uint64_t)numel * pt_elsize(type);
         if (stt.size != want)
             return fail(r, CBX_ERR_FORMAT, "storage entry %s%s has %llu bytes, expected %llu "
                         "(%lld x %s)", r->dir, rel, (unsigned long long)stt.size,
                         (unsigned long long)want, (long long)numel, dtype_name(type));
-        if (!grow((void **)&r->st, &r->stcap, r->nst + 1, sizeof *r->st))
+        if (!pt_grow((void **)&r->st, &r->stcap, r->nst + 1, sizeof *r->st))
             return fail(r, CBX_ERR_NOMEM, "out of memory");
         char *k = strdup(key);
         if (!k) return fail(r, CBX_ERR_NOMEM, "out of memory");
@@ -842,9 +846,9 @@ static cbx_status rebuild(struct rd *r, bool v2, const struct pt_value *args, st
                         "storage '%s' of %lld elements", (long long)off, (long long)last,
                         s->key, (long long)s->numel);
     }
-    if (!grow((void **)&r->pend, &r->pcap, r->npend + 1, sizeof *r->pend))
+    if (!pt_grow((void **)&r->pend, &r->pcap, r->npend + 1, sizeof *r->pend))
         return fail(r, CBX_ERR_NOMEM, "out of memory");
-    struct pt_value *v = tensor_val(s->type, nd, ne, (size_t)numel * elsize(s->type));
+    struct pt_value *v = tensor_val(s->type, nd, ne, (size_t)numel * pt_elsize(s->type));
     if (!v) return fail(r, CBX_ERR_NOMEM, "out of memory");
     v->u.t.owned = true;
     struct pending *p = &r->pend[r->npend];
@@ -886,7 +890,7 @@ static cbx_status memo_put(struct rd *r, uint64_t idx)
     if (idx >= MEMO_MAX) return fail(r, CBX_ERR_FORMAT, "memo index %llu beyond %zu",
                                      (unsigned long long)idx, MEMO_MAX);
     size_t old = r->memo_cap;
-    if (!grow((void **)&r->memo, &r->memo_cap, (size_t)idx + 1, sizeof *r->memo))
+    if (!pt_grow((void **)&r->memo, &r->memo_cap, (size_t)idx + 1, sizeof *r->memo))
         return fail(r, CBX_ERR_NOMEM, "out of memory");
     for (size_t i = old; i < r->memo_cap; i++) r->memo[i] = NULL;
     if (r->memo[idx]) pt_value_free(r->memo[idx]);
@@ -932,7 +936,7 @@ static cbx_status unpickle(struct rd *r, struct pt_value **out)
             return CBX_OK;
         case '(': /* MARK */
             if (r->sp + r->nmarks >= STACK_MAX) return fail(r, CBX_ERR_FORMAT, "too many marks");
-            if (!grow((void **)&r->marks, &r->mcap, r->nmarks + 1, sizeof *r->marks))
+            if (!pt_grow((void **)&r->marks, &r->mcap, r->nmarks + 1, sizeof *r->marks))
                 return fail(r, CBX_ERR_NOMEM, "out of memory");
             r->marks[r->nmarks++] = r->sp;
             break;
@@ -1149,7 +1153,7 @@ static cbx_status materialize(struct rd *r)
         struct pending *p = &r->pend[i];
         struct storage *s = &r->st[p->st];
         struct pt_tensor *t = &p->v->u.t;
-        size_t es = elsize(s->type);
+        size_t es = pt_elsize(s->type);
         if (p->st != cur) {
             free(buf);
             buf = NULL;
@@ -1291,408 +1295,4 @@ cbx_status io_pt_read_mem(const void *buf, size_t n, const char *name, struct pt
     cbx_status rc = read_za(&r, out);
     zip_discard(za);
     return rc;
-}
-
-/* ------------------------------------------------------------------ writer */
-
-struct buf { uint8_t *p; size_t n, cap; bool oom; };
-
-static void put(struct buf *b, const void *d, size_t n)
-{
-    if (b->oom) return;
-    if (!grow((void **)&b->p, &b->cap, b->n + n, 1)) { b->oom = true; return; }
-    memcpy(b->p + b->n, d, n);
-    b->n += n;
-}
-
-static void put1(struct buf *b, uint8_t c) { put(b, &c, 1); }
-
-static void put_le(struct buf *b, uint64_t v, int k)
-{
-    uint8_t t[8];
-    for (int i = 0; i < k; i++) t[i] = (uint8_t)(v >> (8 * i));
-    put(b, t, (size_t)k);
-}
-
-struct wtensor { const struct pt_value *v; char *name; };
-
-struct wr {
-    struct buf pk;                /* the pickle */
-    uint32_t memo_next;
-    int64_t memo_global[4 + sizeof storage_classes / sizeof *storage_classes];
-    struct wtensor *ts;
-    size_t nts, tcap;
-    struct namebuf nb;
-    char *err;
-    const char *path;
-};
-
-static void p_int(struct buf *b, int64_t v)
-{
-    if (v >= 0 && v < 256) { put1(b, 'K'); put1(b, (uint8_t)v); }
-    else if (v >= 0 && v < 65536) { put1(b, 'M'); put_le(b, (uint64_t)v, 2); }
-    else if (v >= INT32_MIN && v <= INT32_MAX) { put1(b, 'J'); put_le(b, (uint64_t)v, 4); }
-    else {
-        /* LONG1: shortest little-endian two's complement */
-        int n = 8;
-        while (n > 1) {
-            int64_t hi = v >> (8 * (n - 1) - 1); /* the top byte plus the sign bit below it */
-            if (hi != 0 && hi != -1) break;
-            n--;
-        }
-        put1(b, 0x8a);
-        put1(b, (uint8_t)n);
-        put_le(b, (uint64_t)v, n);
-    }
-}
-
-static void p_str(struct buf *b, const char *s, size_t n)
-{
-    put1(b, 'X');
-    put_le(b, n, 4);
-    put(b, s, n);
-}
-
-/* A GLOBAL, memoised after its first use as torch's pickler does. */
-static void p_global(struct wr *w, int slot, const char *mod, const char *name)
-{
-    if (w->memo_global[slot] >= 0) {
-        int64_t m = w->memo_global[slot];
-        if (m < 256) { put1(&w->pk, 'h'); put1(&w->pk, (uint8_t)m); }
-        else { put1(&w->pk, 'j'); put_le(&w->pk, (uint64_t)m, 4); }
-        return;
-    }
-    put1(&w->pk, 'c');
-    put(&w->pk, mod, strlen(mod));
-    put1(&w->pk, '\n');
-    put(&w->pk, name, strlen(name));
-    put1(&w->pk, '\n');
-    uint32_t m = w->memo_next++;
-    if (m < 256) { put1(&w->pk, 'q'); put1(&w->pk, (uint8_t)m); }
-    else { put1(&w->pk, 'r'); put_le(&w->pk, m, 4); }
-    w->memo_global[slot] = m;
-}
-
-static void p_tuple_ints(struct buf *b, const int64_t *v, int n)
-{
-    if (n == 0) { put1(b, ')'); return; }
-    if (n > 3) put1(b, '(');
-    for (int i = 0; i < n; i++) p_int(b, v[i]);
-    put1(b, n == 1 ? 0x85 : n == 2 ? 0x86 : n == 3 ? 0x87 : 't');
-}
-
-static void p_ordereddict(struct wr *w)
-{
-    p_global(w, 0, "collections", "OrderedDict");
-    put1(&w->pk, ')');
-    put1(&w->pk, 'R');
-}
-
-static cbx_status emit(struct wr *w, const struct pt_value *v, int depth)
-{
-    struct buf *b = &w->pk;
-    if (depth > DEPTH_MAX) return err_setf(w->err, CBX_ERR_INVALID_ARG, "%s: value tree deeper than %d", w->path, DEPTH_MAX);
-    switch (v->kind) {
-    case PT_NONE: put1(b, 'N'); break;
-    case PT_BOOL: put1(b, v->u.b ? 0x88 : 0x89); break;
-    case PT_INT: p_int(b, v->u.i); break;
-    case PT_FLOAT: {
-        uint64_t u;
-        memcpy(&u, &v->u.f, 8);
-        put1(b, 'G');
-        for (int i = 7; i >= 0; i--) put1(b, (uint8_t)(u >> (8 * i)));
-        break;
-    }
-    case PT_STR:
-        if (v->u.str.len > 0xffffffffu) return err_setf(w->err, CBX_ERR_INVALID_ARG, "%s: string too long", w->path);
-        p_str(b, v->u.str.s, v->u.str.len);
-        break;
-    case PT_TUPLE: case PT_LIST: {
-        size_t n = v->u.seq.n;
-        if (v->kind == PT_LIST) { put1(b, ']'); if (n) put1(b, '('); }
-        else if (n == 0) { put1(b, ')'); break; }
-        else if (n > 3) put1(b, '(');
-        for (size_t i = 0; i < n; i++) {
-            char idx[24];
-            size_t saved;
-            snprintf(idx, sizeof idx, "%zu", i);
-            if (!name_push(&w->nb, idx, &saved)) return err_setf(w->err, CBX_ERR_NOMEM, "%s: out of memory", w->path);
-            cbx_status rc = emit(w, v->u.seq.v[i], depth + 1);
-            w->nb.len = saved;
-            w->nb.s[saved] = 0;
-            if (rc) return rc;
-        }
-        if (v->kind == PT_LIST) { if (n) put1(b, 'e'); }
-        else put1(b, n == 1 ? 0x85 : n == 2 ? 0x86 : n == 3 ? 0x87 : 't');
-        break;
-    }
-    case PT_DICT: {
-        if (v->u.dict.ordered) p_ordereddict(w);
-        else put1(b, '}');
-        for (size_t i = 0; i < v->u.dict.n; i++) {
-            if (i % 1000 == 0) put1(b, '('); /* SETITEMS batches as pickle.py writes them */
-            const char *k = v->u.dict.k[i];
-            p_str(b, k, strlen(k));
-            size_t saved;
-            if (!name_push(&w->nb, k, &saved)) return err_setf(w->err, CBX_ERR_NOMEM, "%s: out of memory", w->path);
-            cbx_status rc = emit(w, v->u.dict.v[i], depth + 1);
-            w->nb.len = saved;
-            w->nb.s[saved] = 0;
-            if (rc) return rc;
-            if (i % 1000 == 999 || i + 1 == v->u.dict.n) put1(b, 'u');
-        }
-        break;
-    }
-    case PT_TENSOR: {
-        const struct pt_tensor *t = &v->u.t;
-        const char *cls = storage_class_name(t->type);
-        size_t nb = shape_bytes(t->type, t->ndim, t->ne);
-        if (!cls || nb == SIZE_MAX || nb != t->nbytes)
-            return err_setf(w->err, CBX_ERR_INVALID_ARG, "%s: tensor '%s' has type %s or a shape "
-                            "that cannot be written", w->path, w->nb.s ? w->nb.s : "",
-                            dtype_name(t->type));
-        if (!grow((void **)&w->ts, &w->tcap, w->nts + 1, sizeof *w->ts))
-            return err_setf(w->err, CBX_ERR_NOMEM, "%s: out of memory", w->path);
-        char *name = strdup(w->nb.s ? w->nb.s : "");
-        if (!name) return err_setf(w->err, CBX_ERR_NOMEM, "%s: out of memory", w->path);
-        w->ts[w->nts] = (struct wtensor){v, name};
-        char key[24];
-        snprintf(key, sizeof key, "%zu", w->nts++);
-        int64_t numel = (int64_t)(t->nbytes / elsize(t->type)), st[TENSOR_MAX_DIMS], s = 1;
-        for (int i = t->ndim - 1; i >= 0; i--) { st[i] = s; s *= t->ne[i]; }
-        int slot = 3;
-        while (storage_classes[slot - 3].type != t->type) slot++;
-        p_global(w, 1, "torch._utils", "_rebuild_tensor_v2");
-        put1(b, '(');
-        put1(b, '(');
-        p_str(b, "storage", 7);
-        p_global(w, slot, "torch", cls);
-        p_str(b, key, strlen(key));
-        p_str(b, "cpu", 3);
-        p_int(b, numel);
-        put1(b, 't');
-        put1(b, 'Q');
-        p_int(b, 0);
-        p_tuple_ints(b, t->ne, t->ndim);
-        p_tuple_ints(b, st, t->ndim);
-        put1(b, 0x89);
-        p_ordereddict(w);
-        put1(b, 't');
-        put1(b, 'R');
-        break;
-    }
-    default:
-        return err_setf(w->err, CBX_ERR_INVALID_ARG, "%s: value of kind %d cannot be written", w->path, (int)v->kind);
-    }
-    return CBX_OK;
-}
-
-/* zip output with CRC-32 (IEEE, reflected 0xEDB88320) */
-struct zentry { char *name; uint32_t crc; uint64_t size, off; };
-
-struct zw {
-    FILE *f;
-    uint64_t pos;
-    struct zentry *e;
-    size_t n, cap;
-    uint32_t crctab[256];
-    bool ioerr;
-};
-
-static void z_write(struct zw *z, const void *d, size_t n)
-{
-    if (n && fwrite(d, 1, n, z->f) != n) z->ioerr = true;
-    z->pos += n;
-}
-
-static void z_le(struct zw *z, uint64_t v, int k)
-{
-    uint8_t t[8];
-    for (int i = 0; i < k; i++) t[i] = (uint8_t)(v >> (8 * i));
-    z_write(z, t, (size_t)k);
-}
-
-static uint32_t crc_update(const struct zw *z, uint32_t crc, const uint8_t *p, size_t n)
-{
-    crc = ~crc;
-    for (size_t i = 0; i < n; i++) crc = z->crctab[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
-    return ~crc;
-}
-
-#define ZIP32_MAX 0xfffffffeu
-
-/* Local header; the data that follows starts on a 64-byte boundary
- * (an "FB" extra field pads, as torch's writer does). */
-static bool z_begin(struct zw *z, const char *name, uint64_t size)
-{
-    if (!grow((void **)&z->e, &z->cap, z->n + 1, sizeof *z->e)) return false;
-    char *nm = strdup(name);
-    if (!nm) return false;
-    size_t nl = strlen(name);
-    z->e[z->n++] = (struct zentry){nm, 0, size, z->pos};
-    size_t pad = (size_t)((64 - (z->pos + 30 + nl + 4) % 64) % 64);
-    z_le(z, 0x04034b50, 4);
-    z_le(z, 20, 2);          /* version needed */
-    z_le(z, 0, 2);           /* flags */
-    z_le(z, 0, 2);           /* stored */
-    z_le(z, 0, 2);           /* time */
-    z_le(z, 0x21, 2);        /* date 1980-01-01 */
-    z_le(z, 0, 4);           /* crc, patched by z_end */
-    z_le(z, size, 4);
-    z_le(z, size, 4);
-    z_le(z, nl, 2);
-    z_le(z, 4 + pad, 2);
-    z_write(z, name, nl);
-    z_write(z, "FB", 2);
-    z_le(z, pad, 2);
-    static const uint8_t zeros[64];
-    z_write(z, zeros, pad);
-    return true;
-}
-
-static void z_end(struct zw *z, uint32_t crc)
-{
-    struct zentry *e = &z->e[z->n - 1];
-    e->crc = crc;
-    uint8_t t[4] = {(uint8_t)crc, (uint8_t)(crc >> 8), (uint8_t)(crc >> 16), (uint8_t)(crc >> 24)};
-    if (fseeko(z->f, (off_t)(e->off + 14), SEEK_SET) != 0 || fwrite(t, 1, 4, z->f) != 4 ||
-        fseeko(z->f, (off_t)z->pos, SEEK_SET) != 0)
-        z->ioerr = true;
-}
-
-static void z_finish(struct zw *z)
-{
-    uint64_t cd = z->pos;
-    for (size_t i = 0; i < z->n; i++) {
-        const struct zentry *e = &z->e[i];
-        size_t nl = strlen(e->name);
-        z_le(z, 0x02014b50, 4);
-        z_le(z, 20, 2);   /* made by */
-        z_le(z, 20, 2);   /* needed */
-        z_le(z, 0, 2);
-        z_le(z, 0, 2);
-        z_le(z, 0, 2);
-        z_le(z, 0x21, 2);
-        z_le(z, e->crc, 4);
-        z_le(z, e->size, 4);
-        z_le(z, e->size, 4);
-        z_le(z, nl, 2);
-        z_le(z, 0, 2);    /* extra */
-        z_le(z, 0, 2);    /* comment */
-        z_le(z, 0, 2);    /* disk */
-        z_le(z, 0, 2);    /* internal attributes */
-        z_le(z, 0, 4);    /* external attributes */
-        z_le(z, e->off, 4);
-        z_write(z, e->name, nl);
-    }
-    uint64_t cdn = z->pos - cd;
-    z_le(z, 0x06054b50, 4);
-    z_le(z, 0, 2);
-    z_le(z, 0, 2);
-    z_le(z, z->n, 2);
-    z_le(z, z->n, 2);
-    z_le(z, cdn, 4);
-    z_le(z, cd, 4);
-    z_le(z, 0, 2);
-}
-
-static cbx_status z_small(struct zw *z, const char *name, const void *d, size_t n)
-{
-    if (!z_begin(z, name, n)) return CBX_ERR_NOMEM;
-    z_write(z, d, n);
-    z_end(z, crc_update(z, 0, d, n));
-    return CBX_OK;
-}
-
-cbx_status io_pt_write_stream(const char *path, const struct pt_value *root, pt_fill_fn fill,
-                              void *user, char *err)
-{
-    if (!path || !root) return err_setf(err, CBX_ERR_INVALID_ARG, "io_pt_write: path or root is NULL");
-    struct wr w = {.err = err, .path = path};
-    struct zw z = {0};
-    struct atomic_file out = {0};
-    uint8_t *chunk = NULL;
-    cbx_status rc = CBX_OK;
-    for (size_t i = 0; i < sizeof w.memo_global / sizeof *w.memo_global; i++) w.memo_global[i] = -1;
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
-        z.crctab[i] = c;
-    }
-
-    put1(&w.pk, 0x80);
-    put1(&w.pk, 2);
-    if ((rc = emit(&w, root, 0))) goto cleanup;
-    put1(&w.pk, '.');
-    if (w.pk.oom) { rc = err_setf(err, CBX_ERR_NOMEM, "%s: out of memory", path); goto cleanup; }
-
-    /* size check before touching the disk: classic zip has 32-bit offsets */
-    uint64_t total = w.pk.n + 4096;
-    for (size_t i = 0; i < w.nts; i++) total += w.ts[i].v->u.t.nbytes + 128 + strlen("archive/data/") + 24;
-    if (total > ZIP32_MAX || w.nts + 4 > 0xffff) {
-        rc = err_setf(err, CBX_ERR_UNSUPPORTED, "%s: %llu bytes in %zu tensors needs zip64, which "
-                      "this writer does not produce (limit 4 GiB, 65531 tensors)", path,
-                      (unsigned long long)total, w.nts);
-        goto cleanup;
-    }
-    for (size_t i = 0; i < w.nts; i++)
-        if (!w.ts[i].v->u.t.data && w.ts[i].v->u.t.nbytes && !fill) {
-            rc = err_setf(err, CBX_ERR_INVALID_ARG, "%s: tensor '%s' has no data and no fill callback",
-                          path, w.ts[i].name);
-            goto cleanup;
-        }
-
-    if ((rc = atomic_file_open(&out, path, err)) != CBX_OK) goto cleanup;
-    z.f = out.f;
-
-    if ((rc = z_small(&z, "archive/data.pkl", w.pk.p, w.pk.n))) goto nomem;
-    if ((rc = z_small(&z, "archive/byteorder", "little", 6))) goto nomem;
-    for (size_t i = 0; i < w.nts && !z.ioerr; i++) {
-        const struct pt_tensor *t = &w.ts[i].v->u.t;
-        char name[48];
-        snprintf(name, sizeof name, "archive/data/%zu", i);
-        if (!z_begin(&z, name, t->nbytes)) goto nomem;
-        uint32_t crc = 0;
-        if (t->data || !t->nbytes) {
-            z_write(&z, t->data, t->nbytes);
-            crc = crc_update(&z, 0, t->data, t->nbytes);
-        } else {
-            size_t es = elsize(t->type), step = CHUNK / es * es;
-            if (!chunk && !(chunk = malloc(CHUNK))) goto nomem;
-            for (uint64_t off = 0; off < t->nbytes && !z.ioerr; off += step) {
-                size_t n = t->nbytes - off < step ? (size_t)(t->nbytes - off) : step;
-                rc = fill(user, i, w.ts[i].name, t, off, chunk, n, err);
-                if (rc) goto cleanup;
-                z_write(&z, chunk, n);
-                crc = crc_update(&z, crc, chunk, n);
-            }
-        }
-        z_end(&z, crc);
-    }
-    if ((rc = z_small(&z, "archive/version", "3\n", 2))) goto nomem;
-    if ((rc = z_small(&z, "archive/.data/serialization_id", "0000000000000000000000000000000000000000", 40))) goto nomem;
-    z_finish(&z);
-    if (z.ioerr) {
-        rc = err_setf(err, CBX_ERR_IO, "%s: write failed: %s", out.tmp, strerror(errno));
-        goto cleanup;
-    }
-    rc = atomic_file_commit(&out, err);
-    goto cleanup;
-nomem:
-    rc = err_setf(err, CBX_ERR_NOMEM, "%s: out of memory", path);
-cleanup:
-    atomic_file_abort(&out);
-    free(chunk);
-    for (size_t i = 0; i < z.n; i++) free(z.e[i].name);
-    free(z.e);
-    for (size_t i = 0; i < w.nts; i++) free(w.ts[i].name);
-    free(w.ts);
-    free(w.nb.s);
-    free(w.pk.p);
-    return rc;
-}
-
-cbx_status io_pt_write(const char *path, const struct pt_value *root, char *err)
-{
-    return io_pt_write_stream(path, root, NULL, NULL, err);
 }

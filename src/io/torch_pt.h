@@ -1,6 +1,7 @@
 /* torch_pt.h - PyTorch `torch.save` zip files holding tensor dictionaries:
  * a strict reader (no code execution) and a writer that torch.load(...,
- * weights_only=True) accepts. Format: spec/checkpoint-format.md §1.2.
+ * weights_only=True) accepts (tools/lib/torch_pt_write.h). Format:
+ * spec/checkpoint-format.md §1.2.
  *
  * Archive: a ZIP whose entries share one top-level directory <dir>/ (any
  * name): <dir>/data.pkl (the pickle), <dir>/data/<key> (one raw
@@ -148,26 +149,7 @@ struct pt_value *pt_tensor_new(enum dtype type, int ndim, const int64_t *ne,
 struct pt_value *pt_tensor_borrow(enum dtype type, int ndim, const int64_t *ne,
                                   const void *data);
 
-/* ---- writing ---- */
-
-/* Write root as a torch.save zip (torch 2.x layout, pickle protocol 2,
- * STORED entries with data aligned to 64 bytes, archive dir "archive",
- * storage keys "0", "1", ... in pt_foreach_tensor order) through a
- * temporary file renamed over path. Every tensor must have data. Checked
- * against torch 2.11: torch.load(weights_only=True), also with mmap=True.
- * Limits: 4 GiB and 65531 tensors (no zip64). */
-cbx_status io_pt_write(const char *path, const struct pt_value *root, char *err);
-
-/* Streaming writer: like io_pt_write, but a tensor whose data is NULL gets
- * its bytes from fill, called in tree order (index = 0, 1, ... over all
- * tensors in pt_foreach_tensor order) with consecutive chunks: byte offset
- * `off` into the tensor's contiguous data, `n` bytes to write into buf
- * (n <= 4 MiB, a whole number of elements). Only one chunk is in memory at
- * a time. A nonzero status from fill aborts the write (its err is kept). */
-typedef cbx_status (*pt_fill_fn)(void *user, size_t index, const char *name,
-                                 const struct pt_tensor *t, uint64_t off,
-                                 void *buf, size_t n, char *err);
-cbx_status io_pt_write_stream(const char *path, const struct pt_value *root,
-                              pt_fill_fn fill, void *user, char *err);
+/* Writing: io_pt_write / io_pt_write_stream in tools/lib/torch_pt_write.h
+ * (the tools and tests write .pt files; the library only reads them). */
 
 #endif

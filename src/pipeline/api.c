@@ -96,7 +96,7 @@ int cbx_model_sample_rate(const cbx_model *model)
 
 const char *cbx_model_variant(const cbx_model *model)
 {
-    const struct model_variant_info *vi = model ? model_variant_info(engine_model_variant(model->m)) : NULL;
+    const struct variant *vi = model ? variant_get(engine_model_variant(model->m)) : NULL;
     return vi ? vi->name : "unknown";
 }
 

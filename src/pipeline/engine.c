@@ -436,13 +436,14 @@ struct engine_params engine_default_params(void)
 {
     struct engine_params p;
     memset(&p, 0, sizeof p);
-    /* tts_turbo.py generate() defaults (overview.md §4) */
-    p.s.temperature = 0.8;
-    p.s.top_k = 1000;
-    p.s.top_p = 0.95;
-    p.s.min_p = 0.0;
-    p.s.repetition_penalty = 1.2;
-    p.max_tokens = 1001; /* max_gen_len = 1000 */
+    /* tts_turbo.py generate() defaults (overview.md §4): the Turbo row's */
+    const struct variant_sampling *d = &variant_get(MODEL_TURBO)->sampling;
+    p.s.temperature = d->temperature;
+    p.s.top_k = d->top_k;
+    p.s.top_p = d->top_p;
+    p.s.min_p = d->min_p;
+    p.s.repetition_penalty = d->repetition_penalty;
+    p.max_tokens = d->max_tokens; /* max_gen_len = 1000 */
     p.seed = 0;
     p.cfm_steps = 0;
     p.stream_first_prompt_tokens = 25;
@@ -462,15 +463,23 @@ struct engine_params engine_default_params(void)
 struct engine_params engine_model_default_params(const struct engine_model *m)
 {
     struct engine_params p = engine_default_params();
-    if (!m || m->t3.order != T3_ORDER_CFG) return p;
-    /* tts.py / mtl_tts.py generate() */
-    const struct sampler_params s = {0.8, 0, 1.0, 0.05, 1.2};
-    p.s = s;
-    p.max_tokens = 1000; /* max_new_tokens */
-    /* grapheme tokens: ~2-3 characters each, ~1.5 speech tokens per token
-     * of ordinary English speech (25 speech tokens/s, ~15 characters/s) */
-    p.max_segment_tokens = 150;
-    p.min_speech_per_text = 0.5;
+    if (!m) return p;
+    /* the row's generate() defaults (overview.md §4) */
+    const struct variant_sampling *d = &variant_get(m->variant)->sampling;
+    p.s.temperature = d->temperature;
+    p.s.top_k = d->top_k;
+    p.s.top_p = d->top_p;
+    p.s.min_p = d->min_p;
+    p.s.repetition_penalty = d->repetition_penalty;
+    p.max_tokens = d->max_tokens;
+    if (variant_get(m->variant)->cfg) p.cfg_weight = d->cfg_weight;
+    if (variant_get(m->variant)->tokenizer != VARIANT_TOK_GPT2_BPE) {
+        /* grapheme tokens: ~2-3 characters each, ~1.5 speech tokens per
+         * token of ordinary English speech (25 speech tokens/s, ~15
+         * characters/s) */
+        p.max_segment_tokens = 150;
+        p.min_speech_per_text = 0.5;
+    }
     return p;
 }
 
@@ -784,21 +793,6 @@ static cbx_status append(float **buf, int64_t *n, int64_t *cap, const float *src
     return CBX_OK;
 }
 
-/* What the variant does around T3 (spec/overview.md §7): Turbo/Nano keep
- * ids < 6561 and append 3 x S3GEN_SIL; English/multilingual cut with
- * drop_invalid_tokens, then keep ids < 6561 (the Llama head has 8194
- * outputs; upstream multilingual would crash on the others), no tail. */
-static int n_silence(const struct engine_model *m)
-{
-    return m->t3.order == T3_ORDER_TURBO ? ENGINE_N_SIL : 0;
-}
-
-static int64_t speech_filter(const struct engine_model *m, int32_t *tok, int64_t n)
-{
-    if (m->t3.order == T3_ORDER_CFG) n = t3_drop_invalid_tokens(tok, n);
-    return t3_filter_speech_tokens(tok, n);
-}
-
 /* The text ids of a segment as T3 takes them: the caller's ids
  * (p->text_ids) or the tokenised text, wrapped in the start/stop text
  * tokens on the Llama T3 (generate() pads them on). *ids owned by the
@@ -838,7 +832,7 @@ static cbx_status text_tokens(const struct engine_model *m, const char *seg, con
 }
 
 /* One segment: normalise, tokenise, T3 (with retries). *speech owned by
- * the caller; it has room for n_silence(m) more tokens. */
+ * the caller; it has room for the row's silence tail. */
 static cbx_status segment_tokens(const struct engine_model *m, const struct backend *be,
                                  const struct t3_prefix *pfx, const char *seg, int i,
                                  const struct engine_params *p, struct run *r,
@@ -876,7 +870,8 @@ static cbx_status segment_tokens(const struct engine_model *m, const struct back
         st->t_t3 += now() - t0;
         if (rc != CBX_OK) goto cleanup;
         const bool capped = n_tok >= p->max_tokens;
-        n_tok = speech_filter(m, tok, n_tok);
+        /* the row's post-filter (tts_turbo.py: speech_tokens[speech_tokens < 6561]) */
+        n_tok = variant_filter_speech(variant_get(m->variant), tok, n_tok);
         if (n_tok > n_best) {
             free(best);
             best = tok;
@@ -956,7 +951,7 @@ static cbx_status stream_segment(const struct engine_model *m, const struct back
     sp.chunk_tokens = p->stream_chunk_tokens;
     if (sp.max_chunk_tokens < sp.chunk_tokens) sp.max_chunk_tokens = sp.chunk_tokens;
     sp.noise_frames = 2 * (p->max_tokens + ENGINE_N_SIL); /* a bound known before T3 starts */
-    sp.n_cfm_steps = p->cfm_steps;
+    sp.n_cfm_steps = p->cfm_steps > 0 ? p->cfm_steps : variant_get(m->variant)->cfm_steps;
     sp.seed = engine_seed(p->seed, i, 0); /* the seed T3 uses (no retries) */
     sp.bf16 = use_bf16(m, p);
     sp.first_prompt_tokens = p->stream_first_prompt_tokens;
@@ -991,8 +986,8 @@ static cbx_status stream_segment(const struct engine_model *m, const struct back
     }
     if (rc == CBX_OK) {
         /* tts_turbo.py: torch.cat([speech_tokens, S3GEN_SIL x 3]), at the true end only */
-        const int32_t sil[ENGINE_N_SIL] = {ENGINE_S3GEN_SIL, ENGINE_S3GEN_SIL, ENGINE_S3GEN_SIL};
-        rc = stream_finish(r->stream, sil, n_silence(m), err);
+        const struct variant *vr = variant_get(m->variant);
+        rc = stream_finish(r->stream, vr->silence, vr->n_silence, err);
         if (rc == CBX_ERR_CANCELLED && o->rc != CBX_OK) rc = err_setf(err, o->rc, "%s", o->err);
     }
     st->t_s3gen += ss->t_flow + ss->t_hift;
@@ -1124,22 +1119,22 @@ cbx_status engine_synthesize(const struct engine_model *m, const struct backend 
         st->n_speech_tokens += n_speech;
         r.pr.total_tokens = st->n_speech_tokens;
         /* tts_turbo.py: torch.cat([speech_tokens, S3GEN_SIL x 3]) */
-        const int n_sil = n_silence(m);
-        for (int k = 0; k < n_sil; k++) speech[n_speech + k] = ENGINE_S3GEN_SIL;
+        const struct variant *vr = variant_get(m->variant);
+        for (int k = 0; k < vr->n_silence; k++) speech[n_speech + k] = vr->silence[k];
         r.pr.stage = ENGINE_STAGE_S3GEN;
         if (progress && progress(user, &r.pr)) {
             rc = err_setf(err, CBX_ERR_CANCELLED, "cancelled");
             goto cleanup;
         }
         struct s3gen_params sp = s3gen_default_params();
-        sp.n_cfm_steps = p->cfm_steps;
+        sp.n_cfm_steps = p->cfm_steps > 0 ? p->cfm_steps : vr->cfm_steps;
         sp.seed = seed;
         sp.bf16 = use_bf16(m, p);
         sp.cb = on_cfm_step;
         sp.user = &r;
         t0 = now();
         sp.ws = workspace_take(m, &m->s3ws, be);
-        rc = s3gen_vocode(&m->s3, be, speech, n_speech + n_sil, voice, &sp, &wav, &n_wav, err);
+        rc = s3gen_vocode(&m->s3, be, speech, n_speech + vr->n_silence, voice, &sp, &wav, &n_wav, err);
         workspace_give(m, &m->s3ws, sp.ws);
         st->t_s3gen += now() - t0;
         free(speech);

@@ -91,8 +91,9 @@ struct backend;
 struct engine_model; /* opaque: model file, tokenizer, T3, S3Gen, built-in voice */
 
 #define ENGINE_SAMPLE_RATE 24000
-#define ENGINE_S3GEN_SIL 4299 /* tts_turbo.py S3GEN_SIL */
-#define ENGINE_N_SIL 3        /* silence tokens appended before S3Gen */
+/* Room for the silence tokens a row appends before S3Gen (variant.h
+ * silence, n_silence: Turbo/Nano 3 x S3GEN_SIL 4299). */
+#define ENGINE_N_SIL VARIANT_MAX_SILENCE
 
 /* Where a call's T3 voice prefix came from (engine_stats.prefix_source). */
 enum { ENGINE_PREFIX_BUILT, ENGINE_PREFIX_MEMORY, ENGINE_PREFIX_DISK };

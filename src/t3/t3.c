@@ -14,6 +14,7 @@
 #include "core/backend.h"
 #include "core/cpu/linear_kernels.h"
 #include "core/quant.h"
+#include "io/variant.h"
 
 /* The linear weights of the decode step: the backbone's, then the head.
  * slots: room for t3_backbone_linears + 1. */
@@ -516,10 +517,7 @@ struct t3_gen_params t3_gen_default_params(const struct t3_model *m)
 
 int64_t t3_filter_speech_tokens(int32_t *tokens, int64_t n)
 {
-    int64_t k = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (tokens[i] >= 0 && tokens[i] < 6561) tokens[k++] = tokens[i];
-    return k;
+    return variant_filter_speech(variant_get(MODEL_TURBO), tokens, n);
 }
 
 int64_t t3_drop_invalid_tokens(int32_t *tokens, int64_t n)

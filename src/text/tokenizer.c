@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "io/model_file.h"
+#include "io/variant.h"
 #include "text/gpt2_bpe.h"
 #include "text/grapheme_bpe.h"
 #include "text/punc_norm.h"
@@ -35,12 +36,11 @@ static const struct kind_info {
 
 int text_tokenizer_kind_for(enum model_variant v)
 {
-    switch (v) {
-    case MODEL_TURBO: case MODEL_NANO: return TEXT_TOK_GPT2;
-    case MODEL_ENGLISH: return TEXT_TOK_GRAPHEME;
-    case MODEL_MTL_V2: case MODEL_MTL_V3: return TEXT_TOK_GRAPHEME_MTL;
-    default: return -1;
-    }
+    /* the variant's row: its tokenizer, and whether it takes languages */
+    const struct variant *r = variant_get(v);
+    if (!r) return -1;
+    if (r->tokenizer == VARIANT_TOK_GPT2_BPE) return TEXT_TOK_GPT2;
+    return r->languages ? TEXT_TOK_GRAPHEME_MTL : TEXT_TOK_GRAPHEME;
 }
 
 const char *text_tokenizer_kind_name(enum text_tokenizer_kind kind)

@@ -26,22 +26,10 @@
 
 /* ---- variant rules -------------------------------------------------------- */
 
-/* ENC_COND_LEN and speech_cond_prompt_len per variant (tts_turbo.py: 15 s,
- * 375; tts.py / mtl_tts.py: 6 s, 150). Turbo asserts a reference of more
- * than 5 s; the others have no check upstream: 1 s is ours, the shortest
- * clip whose prompt (25 tokens, 50 mel frames) still means something and
- * that every stage accepts. */
-static const struct voice_variant_rules rules[MODEL_N_VARIANTS] = {
-    [MODEL_TURBO] = {15 * VOICE_S3_SR, 375, 5.0, true, true},
-    [MODEL_NANO] = {15 * VOICE_S3_SR, 375, 5.0, true, true},
-    [MODEL_ENGLISH] = {6 * VOICE_S3_SR, 150, 1.0, false, false},
-    [MODEL_MTL_V2] = {6 * VOICE_S3_SR, 150, 1.0, false, false},
-    [MODEL_MTL_V3] = {6 * VOICE_S3_SR, 150, 1.0, false, false},
-};
-
-const struct voice_variant_rules *voice_rules(enum model_variant v)
+const struct variant_voice *voice_rules(enum model_variant v)
 {
-    return (int)v >= 0 && v < MODEL_N_VARIANTS ? &rules[v] : NULL;
+    const struct variant *row = variant_get(v);
+    return row ? &row->voice : NULL;
 }
 
 struct voice_params voice_default_params(void)
@@ -475,8 +463,8 @@ cbx_status voice_prepare(const struct voice_models *vm, const struct backend *be
     r.loudness_lufs = NAN;
     struct voice_params defaults = voice_default_params();
     if (!p) p = &defaults;
-    const struct voice_variant_rules *vr = voice_rules(vm->variant);
-    const char *vname = model_variant_info(vm->variant)->name;
+    const struct variant_voice *vr = voice_rules(vm->variant);
+    const char *vname = variant_get(vm->variant)->name;
     float *ref24 = NULL, *ref16 = NULL, *dec16 = NULL, *mel = NULL;
     int32_t *toks = NULL;
     int64_t n24 = 0, n16 = 0, n_dec16 = 0, T = 0, n_toks = 0;
@@ -529,7 +517,7 @@ cbx_status voice_prepare(const struct voice_models *vm, const struct backend *be
         if (metered) {
             r.loudness_measured = true;
             r.loudness_lufs = L;
-            double gain_db = VOICE_TARGET_LUFS - L;
+            double gain_db = vr->target_lufs - L;
             double g = pow(10.0, gain_db / 20.0);
             if (isfinite(g) && g > 0.0) {
                 /* wav * gain_linear: float32 array times a Python float -> float32 */
@@ -588,7 +576,8 @@ cbx_status voice_prepare(const struct voice_models *vm, const struct backend *be
      * tokens than the limit, the result is the same (the cut follows the
      * normalisation): B reuses A's tokens. Ours: the VoiceEncoder sees at
      * most VOICE_VE_MAX_LEN samples (voice.h). */
-    int64_t n_enc = n16 < vr->enc_cond_len ? n16 : vr->enc_cond_len;
+    const int64_t enc_cond_len = (int64_t)vr->enc_cond_seconds * VOICE_S3_SR; /* ENC_COND_LEN */
+    int64_t n_enc = n16 < enc_cond_len ? n16 : enc_cond_len;
     bool reuse = wav16_dec == ref16 && n_enc == n_dec16 && s3tok_n_tokens(n_dec16) <= vr->prompt_len;
     r.ve_capped = n16 > VOICE_VE_MAX_LEN;
     out->embedding = malloc(sizeof(float) * CAMPPLUS_EMBED);

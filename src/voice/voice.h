@@ -52,23 +52,15 @@ struct model;
 #define VOICE_S3GEN_SR 24000
 #define VOICE_S3_SR 16000
 #define VOICE_DEC_COND_LEN (10 * VOICE_S3GEN_SR) /* S3Gen prompt: 10 s at 24 kHz */
-#define VOICE_TARGET_LUFS (-27.0)                /* Turbo's norm_loudness target */
 /* Ours: the VoiceEncoder sees at most the first 60 s of the 16 kHz
  * reference (upstream embeds the whole clip; its cost grows with the
  * length, ~3 s of CPU per minute, and the mean over 60 s of partials is
  * already a stable speaker embedding). */
 #define VOICE_VE_MAX_LEN (60 * VOICE_S3_SR)
 
-/* Per-variant constants of prepare_conditionals. */
-struct voice_variant_rules {
-    int64_t enc_cond_len;   /* T3 prompt audio at 16 kHz: 15 s (Turbo/Nano) or 6 s */
-    int64_t prompt_len;     /* speech_cond_prompt_len: 375 or 150 */
-    double min_seconds;     /* shortest reference accepted */
-    bool min_exclusive;     /* Turbo asserts len > 5 s (strict) */
-    bool loudness;          /* norm_loudness exists (Turbo/Nano) */
-};
-/* The rules of variant v (NULL when out of range). Thread safety: any. */
-const struct voice_variant_rules *voice_rules(enum model_variant v);
+/* The prepare_conditionals constants of variant v: its row's voice rules
+ * (io/variant.h), NULL when out of range. Thread safety: any. */
+const struct variant_voice *voice_rules(enum model_variant v);
 
 struct voice_params {
     bool norm_loudness;  /* Turbo/Nano: normalise to -27 LUFS (upstream default true) */

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "io/model_dir.h"
-#include "io/synth.h"
+#include "synth.h"
 #include "io/torch_pt.h"
 #include "testutil.h"
 
@@ -168,7 +168,7 @@ static void check_conds(const struct model_dir *md, enum model_variant v, void *
             bad++;
         }
     }
-    CHECK(bad == 0, "%s conds.pt: %d of %d generated tensors differ", model_variant_info(v)->name,
+    CHECK(bad == 0, "%s conds.pt: %d of %d generated tensors differ", variant_get(v)->name,
           bad, SYNTH_N_CONDS);
     const char *nones[] = {"t3.clap_emb", "t3.cond_prompt_speech_emb", "gen.prompt_feat_len"};
     for (int i = 0; i < 3; i++) {
@@ -190,7 +190,7 @@ static void check_conds(const struct model_dir *md, enum model_variant v, void *
 
     /* The reference conds.pt of this variant, when the test data has it. */
     char ref_path[4096];
-    snprintf(ref_path, sizeof ref_path, "%s", test_data(model_variant_info(v)->name));
+    snprintf(ref_path, sizeof ref_path, "%s", test_data(variant_get(v)->name));
     strncat(ref_path, "/conds.pt", sizeof ref_path - strlen(ref_path) - 1);
     if (access(ref_path, R_OK) != 0) return;
     struct pt_value *ref = NULL;
@@ -248,7 +248,7 @@ static void check_corrupt(const char *good, const char *tmp, const char *victim)
 
 static void check_variant(enum model_variant v, const char *tmp, void *scratch)
 {
-    const struct model_variant_info *vi = model_variant_info(v);
+    const struct variant *vi = variant_get(v);
     char dir[4200], cmd[9000];
     snprintf(dir, sizeof dir, "%s/%s", tmp, vi->name);
     snprintf(cmd, sizeof cmd, "'%s/chatterbox' synth %s -o '%s' --quiet", CBX_BINARY_DIR,
@@ -263,18 +263,18 @@ static void check_variant(enum model_variant v, const char *tmp, void *scratch)
     CHECK(rc == CBX_OK, "open %s: %s", dir, err);
     if (rc == CBX_OK) {
         CHECK(model_dir_variant(md) == v, "%s detected as %s", vi->name,
-              model_variant_info(model_dir_variant(md))->name);
+              variant_get(model_dir_variant(md))->name);
         for (int c = 0; c < MODEL_N_COMPONENTS; c++)
             check_component(md, (enum model_component)c, vi->file[c], scratch);
         check_conds(md, v, scratch);
         for (int i = 0; vi->tokenizer_files[i]; i++) {
             char p[4096], src[8400];
             bool here = false;
-            snprintf(src, sizeof src, "%s/%s/%s", data_dir, vi->tokenizer_dir,
-                     vi->tokenizer_files[i]);
+            snprintf(src, sizeof src, "%s/%s/%s", data_dir,
+                     vi->tokenizer_data_dir ? vi->tokenizer_data_dir : "-", vi->tokenizer_files[i]);
             /* English gets the synthetic tokenizer.json when the real one
              * is not available */
-            bool available = access(src, R_OK) == 0 ||
+            bool available = (vi->tokenizer_data_dir && access(src, R_OK) == 0) ||
                              (v == MODEL_ENGLISH && !strcmp(vi->tokenizer_files[i], "tokenizer.json"));
             CHECK(model_dir_file_path(md, vi->tokenizer_files[i], p, sizeof p, &here) &&
                       here == available,

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "io/quant_policy.h"
-#include "io/synth.h"
+#include "synth.h"
 #include "testutil.h"
 
 static void expect(const char *name, int ndim, int64_t a, int64_t b, enum dtype stored, enum dtype target,

@@ -1,4 +1,4 @@
-/* test_synth.c - the synthetic-weight generator (src/io/synth.c) against
+/* test_synth.c - the synthetic-weight generator (tools/lib/synth.c) against
  * spec/synthetic-weights.md: the §3 test vectors, manifest parsing (good
  * and bad input), and every tensor of every manifest plus every variant's
  * conds.pt tensors regenerated in memory and compared with checksums made
@@ -13,7 +13,7 @@
 #include <time.h>
 
 #include "core/threadpool.h"
-#include "io/synth.h"
+#include "synth.h"
 #include "testutil.h"
 
 static uint32_t fbits(float f)
@@ -306,7 +306,7 @@ static void test_checksums(void)
     CHECK(cJSON_GetArraySize(conds) == MODEL_N_VARIANTS, "conds checksums for %d variants",
           cJSON_GetArraySize(conds));
     for (int v = 0; v < MODEL_N_VARIANTS; v++) {
-        const char *name = model_variant_info((enum model_variant)v)->name;
+        const char *name = variant_get((enum model_variant)v)->name;
         const cJSON *cv = cJSON_GetObjectItem(conds, name);
         struct synth_tensor ct[SYNTH_N_CONDS];
         uint64_t mine[SYNTH_N_CONDS];

@@ -13,6 +13,7 @@
 #include <zip.h>
 
 #include "io/torch_pt.h"
+#include "torch_pt_write.h"
 #include "testutil.h"
 
 static uint32_t f32_bits(float f)

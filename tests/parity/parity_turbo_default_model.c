@@ -23,7 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "io/hf_download.h"
+#include "hf_download.h"
 #include "testutil.h"
 
 #define BIN CBX_BINARY_DIR "/chatterbox"

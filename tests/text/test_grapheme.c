@@ -13,7 +13,7 @@
 #include "alloc_hook.h"
 #include "testutil.h"
 #include "io/model_file.h"
-#include "io/synth_tokenizer.h"
+#include "synth_tokenizer.h"
 #include "text/gpt2_bpe.h"
 #include "text/grapheme_bpe.h"
 #include "text/punc_norm.h"

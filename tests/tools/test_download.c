@@ -1,5 +1,5 @@
 /* test_download.c - `chatterbox download` (tools/cmd_download.c,
- * src/io/hf_download.c) against a loopback Hugging Face Hub: a
+ * tools/lib/hf_download.c) against a loopback Hugging Face Hub: a
  * libmicrohttpd server in this process on 127.0.0.1 (ephemeral port)
  * serves a synthetic ResembleAI/chatterbox-turbo snapshot (listing with
  * sizes and LFS sha256, resolve URLs that redirect LFS files to a "CDN"
@@ -18,7 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "io/hf_download.h"
+#include "hf_download.h"
 #include "io/sha256.h"
 #include "testutil.h"
 

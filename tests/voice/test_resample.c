@@ -175,7 +175,7 @@ int main(void)
          * Bound 1e-6 LU; a wrong filter or gate moves it by > 1e-2. */
         printf("integrated loudness: %.12f LUFS, pyloudnorm %.12f, |diff| %.3g LU (tol 1e-6)\n", L, want, d);
         CHECK(d <= 1e-6, "integrated loudness %.12f vs pyloudnorm %.12f: |diff| %.3g <= 1e-6", L, want, d);
-        double g = pow(10.0, (VOICE_TARGET_LUFS - L) / 20.0), peak = 0;
+        double g = pow(10.0, (voice_rules(MODEL_TURBO)->target_lufs - L) / 20.0), peak = 0;
         for (int64_t i = 0; i < a24.n; i++) {
             double v = fabs((double)(float)((double)a24.pcm[i] * g));
             if (v > peak) peak = v;

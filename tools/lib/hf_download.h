@@ -23,15 +23,18 @@
  *     complete and is not fetched again (no network access at all).
  *  4. One download per directory at a time (flock on the directory).
  *
- * Variants, repositories and default directories (under the cache,
- * $XDG_CACHE_HOME/chatterbox, else ~/.cache/chatterbox):
- *   turbo         ResembleAI/chatterbox-turbo   <cache>/ResembleAI/chatterbox-turbo
- *   nano          ResembleAI/chatterbox-nano    <cache>/ResembleAI/chatterbox-nano
- *   english       ResembleAI/chatterbox         <cache>/ResembleAI/chatterbox
- *   multilingual  ResembleAI/chatterbox         <cache>/ResembleAI/chatterbox-multilingual
- * English and multilingual share a repository but get a directory each, so
- * model_dir_open() detects the variant of either without ambiguity.
- * ("mtl-v2" is accepted as another name of multilingual.)
+ * Variants (by name or alias, io/variant.h), their repositories, files and
+ * default directories (under the cache, $XDG_CACHE_HOME/chatterbox, else
+ * ~/.cache/chatterbox) are the rows' hf_repo, download_* and
+ * hf_cache_subdir:
+ *   turbo                   ResembleAI/chatterbox-turbo   <cache>/ResembleAI/chatterbox-turbo
+ *   nano                    ResembleAI/chatterbox-nano    <cache>/ResembleAI/chatterbox-nano
+ *   english                 ResembleAI/chatterbox         <cache>/ResembleAI/chatterbox
+ *   mtl-v2 (multilingual)   ResembleAI/chatterbox         <cache>/ResembleAI/chatterbox-multilingual
+ *   mtl-v3                  ResembleAI/chatterbox         <cache>/ResembleAI/chatterbox-multilingual-v3
+ * Variants sharing a repository get a directory each, so model_dir_open()
+ * detects the variant of any without ambiguity. The manifest records the
+ * row's name.
  *
  * Environment: HF_ENDPOINT (default https://huggingface.co), HF_TOKEN
  * (sent as "Authorization: Bearer ..."), XDG_CACHE_HOME, HOME.
@@ -85,8 +88,8 @@ struct hf_download_params {
  * 3 retries, no callback. Thread safety: any thread. */
 void hf_download_default_params(struct hf_download_params *p);
 
-/* Repository of a variant name ("turbo", "nano", "english",
- * "multilingual"/"mtl-v2"), or NULL when unknown. Thread safety: any thread. */
+/* Repository of a variant name or alias (io/variant.h), or NULL when
+ * unknown. Thread safety: any thread. */
 const char *hf_variant_repo(const char *variant);
 
 /* chatterbox's cache directory: $XDG_CACHE_HOME/chatterbox (when absolute),

@@ -5,7 +5,7 @@
  * smaller left string, then smaller right string, by strcmp) in every
  * word, left to right. A pair whose concatenation is already a token is
  * still a merge rule but takes no new id. */
-#include "io/synth_tokenizer.h"
+#include "synth_tokenizer.h"
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>

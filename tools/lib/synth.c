@@ -2,7 +2,7 @@
  * value generator (§2-3), manifest parsing (§1, §5), directory writer (§6).
  * Matches oracle/synthspec.py and oracle/synth.py bit for bit; the float
  * arithmetic below relies on -ffp-contract=off (set for the whole build). */
-#include "io/synth.h"
+#include "synth.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -13,29 +13,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/hash.h"
 #include "core/threadpool.h"
 #include "io/atomic_file.h"
 #include "io/npy.h"
 #include "io/safetensors.h"
-#include "io/synth_tokenizer.h"
+#include "synth_tokenizer.h"
 #include "io/torch_pt.h"
+#include "torch_pt_write.h"
 
 #define GOLDEN 0x9E3779B97F4A7C15ULL
-#define FNV_OFFSET 0xCBF29CE484222325ULL
-#define FNV_PRIME 0x100000001B3ULL
 
 /* ---- 1. generator ----------------------------------------------------- */
 
-uint64_t synth_fnv1a64(const void *bytes, size_t n)
-{
-    const unsigned char *p = bytes;
-    uint64_t h = FNV_OFFSET;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= FNV_PRIME;
-    }
-    return h;
-}
+uint64_t synth_fnv1a64(const void *bytes, size_t n) { return hash_fnv1a64(bytes, n); }
 
 uint64_t synth_key(const char *name, uint64_t file_seed)
 {
@@ -499,8 +490,8 @@ void synth_tensor_fill_parallel(struct threadpool *tp, const struct synth_tensor
 
 void synth_conds_tensors(enum model_variant v, struct synth_tensor out[SYNTH_N_CONDS])
 {
-    const struct model_variant_info *vi = model_variant_info(v);
-    int64_t plen = vi ? vi->cond_prompt_len : 150;
+    const struct variant *vi = variant_get(v);
+    int64_t plen = vi ? vi->voice.prompt_len : 150;
     const int64_t tp = 250; /* 10 s decoder prompt: 250 tokens -> 500 mel frames */
     memset(out, 0, SYNTH_N_CONDS * sizeof *out);
     out[0] = (struct synth_tensor){.name = "conds.t3.speaker_emb", .type = TYPE_F32, .ndim = 2,
@@ -724,12 +715,13 @@ cbx_status synth_write_conds(enum model_variant v, const char *dir,
     char path[4096];
     cbx_status rc = CBX_OK;
     struct pt_value *root = NULL, *t3 = NULL, *gen = NULL;
-    if (!model_variant_info(v)) return err_setf(err, CBX_ERR_INVALID_ARG, "bad variant %d", (int)v);
-    int k = snprintf(path, sizeof path, "%s/conds.pt", dir);
+    const struct variant *vi = variant_get(v);
+    if (!vi) return err_setf(err, CBX_ERR_INVALID_ARG, "bad variant %d", (int)v);
+    int k = snprintf(path, sizeof path, "%s/%s", dir, vi->conds_file);
     if (k < 0 || (size_t)k >= sizeof path)
         return err_setf(err, CBX_ERR_INVALID_ARG, "%s: path too long", dir);
     synth_conds_tensors(v, ct);
-    progress(opt, "conds.pt", 0, 0);
+    progress(opt, vi->conds_file, 0, 0);
 
     /* torch.save(dict(t3=dict(...), gen=dict(...))): plain dicts, upstream
      * T3Cond / S3Gen ref_dict field order. */
@@ -764,7 +756,7 @@ cbx_status synth_write_conds(enum model_variant v, const char *dir,
     if (rc == CBX_OK) rc = pt_dict_set(root, "gen", gen);
     else pt_value_free(gen);
     if (rc == CBX_OK) rc = io_pt_write(path, root, err);
-    if (rc == CBX_OK) progress(opt, "conds.pt", 1, 1);
+    if (rc == CBX_OK) progress(opt, vi->conds_file, 1, 1);
 
 cleanup:
     if (rc == CBX_ERR_NOMEM) err_setf(err, rc, "%s: out of memory", path);
@@ -797,7 +789,7 @@ static cbx_status copy_file(const char *src, const char *dst, char *err)
 cbx_status synth_write_variant(enum model_variant v, const char *dir,
                                const struct synth_options *opt, char *err)
 {
-    const struct model_variant_info *vi = model_variant_info(v);
+    const struct variant *vi = variant_get(v);
     char dbuf[4096];
     struct synth_manifest *m = NULL;
     struct synth_options o = opt ? *opt : (struct synth_options){0};
@@ -824,9 +816,9 @@ cbx_status synth_write_variant(enum model_variant v, const char *dir,
      * English and multilingual ones are not available, as in synth.py);
      * English then gets the synthetic tokenizer.json instead. */
     bool have_tokenizer_json = false;
-    for (int i = 0; vi->tokenizer_dir && vi->tokenizer_files[i]; i++) {
+    for (int i = 0; vi->tokenizer_data_dir && vi->tokenizer_files[i]; i++) {
         char src[4096], dst[4096];
-        int a = snprintf(src, sizeof src, "%s/%s/%s", data, vi->tokenizer_dir,
+        int a = snprintf(src, sizeof src, "%s/%s/%s", data, vi->tokenizer_data_dir,
                          vi->tokenizer_files[i]);
         int b = snprintf(dst, sizeof dst, "%s/%s", dir, vi->tokenizer_files[i]);
         if (a < 0 || b < 0 || (size_t)a >= sizeof src || (size_t)b >= sizeof dst)

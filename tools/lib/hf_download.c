@@ -3,7 +3,7 @@
  * hf_download.h; the files per variant follow spec/overview.md §3 (what
  * each upstream from_pretrained fetches, restricted to what our loaders
  * read). */
-#include "io/hf_download.h"
+#include "hf_download.h"
 #include "io/atomic_file.h"
 
 #include <curl/curl.h>
@@ -22,53 +22,18 @@
 
 #include "chatterbox.h"
 #include "io/sha256.h"
+#include "io/variant.h"
 
-#define MAX_FILES 12
+#define MAX_FILES VARIANT_MAX_DOWNLOAD_FILES
 
-struct hf_variant {
-    const char *name, *alias;
-    const char *repo;
-    const char *subdir;                 /* under the cache directory */
-    const char *required[MAX_FILES];    /* NULL-terminated */
-    const char *optional[MAX_FILES];    /* fetched when the repo has them */
-};
-
-/* spec/overview.md §3.1-3.3. Tokenizer files that only some tokenizer
- * front ends read are optional: snapshot_download's allow-patterns skip
- * absent ones silently too. */
-static const struct hf_variant variants[] = {
-    {"turbo", NULL, "ResembleAI/chatterbox-turbo", "ResembleAI/chatterbox-turbo",
-     {"t3_turbo_v1.safetensors", "s3gen_meanflow.safetensors", "ve.safetensors", "conds.pt",
-      "vocab.json", "merges.txt", NULL},
-     {"added_tokens.json", "special_tokens_map.json", "tokenizer_config.json", "tokenizer.json",
-      NULL}},
-    {"nano", NULL, "ResembleAI/chatterbox-nano", "ResembleAI/chatterbox-nano",
-     {"t3_nano_v1.safetensors", "s3gen_meanflow.safetensors", "ve.safetensors", "conds.pt",
-      "vocab.json", "merges.txt", NULL},
-     {"added_tokens.json", "special_tokens_map.json", "tokenizer_config.json", "tokenizer.json",
-      NULL}},
-    {"english", NULL, "ResembleAI/chatterbox", "ResembleAI/chatterbox",
-     {"ve.safetensors", "t3_cfg.safetensors", "s3gen.safetensors", "tokenizer.json", "conds.pt",
-      NULL},
-     {NULL}},
-    {"multilingual", "mtl-v2", "ResembleAI/chatterbox", "ResembleAI/chatterbox-multilingual",
-     {"ve.pt", "t3_mtl23ls_v2.safetensors", "s3gen.pt", "grapheme_mtl_merged_expanded_v1.json",
-      "conds.pt", NULL},
-     {"Cangjie5_TC.json", NULL}},
-};
-
-static const struct hf_variant *find_variant(const char *name)
-{
-    for (size_t i = 0; name && i < sizeof variants / sizeof variants[0]; i++)
-        if (!strcmp(name, variants[i].name) || (variants[i].alias && !strcmp(name, variants[i].alias)))
-            return &variants[i];
-    return NULL;
-}
+/* The files of each variant are its row's download lists (io/variant.h,
+ * spec/overview.md §3.1-3.3). */
+static const struct variant *find_variant(const char *name) { return variant_by_name(name); }
 
 const char *hf_variant_repo(const char *variant)
 {
-    const struct hf_variant *v = find_variant(variant);
-    return v ? v->repo : NULL;
+    const struct variant *v = find_variant(variant);
+    return v ? v->hf_repo : NULL;
 }
 
 void hf_download_default_params(struct hf_download_params *p)
@@ -96,12 +61,12 @@ cbx_status hf_cache_root(char *buf, size_t n)
 
 cbx_status hf_cache_model_dir(const char *variant, char *buf, size_t n)
 {
-    const struct hf_variant *v = find_variant(variant);
+    const struct variant *v = find_variant(variant);
     if (!v || !buf || !n) return CBX_ERR_INVALID_ARG;
     cbx_status rc = hf_cache_root(buf, n);
     if (rc != CBX_OK) return rc;
     size_t l = strlen(buf);
-    int k = snprintf(buf + l, n - l, "/%s", v->subdir);
+    int k = snprintf(buf + l, n - l, "/%s", v->hf_cache_subdir);
     return k < 0 || (size_t)k >= n - l ? CBX_ERR_INVALID_ARG : CBX_OK;
 }
 
@@ -169,7 +134,7 @@ struct hf_file {
 };
 
 struct session {
-    const struct hf_variant *v;
+    const struct variant *v;
     const char *dir, *endpoint, *token, *revision;
     const struct hf_download_params *p;
     CURL *curl;
@@ -184,7 +149,7 @@ static void emit(struct session *s, enum hf_event ev, int index, int64_t done, i
                  int64_t resumed_from, double seconds, int attempt)
 {
     if (!s->p->progress) return;
-    struct hf_progress pr = {ev, s->v->repo, s->commit, index >= 0 ? s->files[index].name : NULL,
+    struct hf_progress pr = {ev, s->v->hf_repo, s->commit, index >= 0 ? s->files[index].name : NULL,
                              index, s->n_files, done, total, resumed_from, seconds, attempt};
     s->p->progress(s->p->user, &pr);
 }
@@ -237,11 +202,11 @@ static cbx_status request_error(struct session *s, CURLcode rc, const char *url,
             return err_setf(err, CBX_ERR_IO,
                             "HTTP %ld for %s: the token in HF_TOKEN was refused (check it, and that it "
                             "may read %s; gated models need their terms accepted on the Hub)",
-                            code, u, s->v->repo);
+                            code, u, s->v->hf_repo);
         return err_setf(err, CBX_ERR_IO,
                         "HTTP %ld for %s: access denied; set HF_TOKEN to a Hugging Face access token "
                         "that may read %s",
-                        code, u, s->v->repo);
+                        code, u, s->v->hf_repo);
     }
     if (code == 404)
         return err_setf(err, CBX_ERR_NOT_FOUND,
@@ -300,7 +265,7 @@ static cbx_status list_files(struct session *s, char *err)
     char url[2048];
     char *rev = curl_easy_escape(s->curl, s->revision, 0);
     if (!rev) return err_setf(err, CBX_ERR_NOMEM, "out of memory");
-    snprintf(url, sizeof url, "%s/api/models/%s/revision/%s?blobs=true", s->endpoint, s->v->repo, rev);
+    snprintf(url, sizeof url, "%s/api/models/%s/revision/%s?blobs=true", s->endpoint, s->v->hf_repo, rev);
     curl_free(rev);
 
     curl_reset(s);
@@ -327,7 +292,7 @@ static cbx_status list_files(struct session *s, char *err)
                  : s->revision);
 
     for (int pass = 0; pass < 2; pass++) {
-        const char *const *names = pass ? s->v->optional : s->v->required;
+        const char *const *names = pass ? s->v->download_optional : s->v->download_required;
         for (int i = 0; names[i]; i++) {
             const cJSON *e, *found = NULL;
             cJSON_ArrayForEach(e, sib) {
@@ -337,7 +302,7 @@ static cbx_status list_files(struct session *s, char *err)
             if (!found) {
                 if (pass) continue;
                 rc = err_setf(err, CBX_ERR_NOT_FOUND, "%s@%s has no file %s (needed by the %s variant)",
-                              s->v->repo, s->commit, names[i], s->v->name);
+                              s->v->hf_repo, s->commit, names[i], s->v->name);
                 goto cleanup;
             }
             const cJSON *size = cJSON_GetObjectItemCaseSensitive(found, "size");
@@ -484,7 +449,7 @@ static cbx_status fetch_file(struct session *s, int index, char *err)
     }
     char *name = curl_easy_escape(s->curl, hf->name, 0);
     if (!name) return err_setf(err, CBX_ERR_NOMEM, "out of memory");
-    snprintf(url, sizeof url, "%s/%s/resolve/%s/%s", s->endpoint, s->v->repo, s->commit, name);
+    snprintf(url, sizeof url, "%s/%s/resolve/%s/%s", s->endpoint, s->v->hf_repo, s->commit, name);
     curl_free(name);
 
     int64_t hashed = -1; /* bytes of the .part the sha state covers */
@@ -631,7 +596,7 @@ static cbx_status write_manifest(struct session *s, char *err)
     FILE *f = NULL;
     cJSON *j = cJSON_CreateObject(), *files = NULL;
     if (!j || !cJSON_AddStringToObject(j, "variant", s->v->name) ||
-        !cJSON_AddStringToObject(j, "repo", s->v->repo) || !cJSON_AddStringToObject(j, "commit", s->commit) ||
+        !cJSON_AddStringToObject(j, "repo", s->v->hf_repo) || !cJSON_AddStringToObject(j, "commit", s->commit) ||
         !cJSON_AddStringToObject(j, "endpoint", s->endpoint) || !(files = cJSON_AddArrayToObject(j, "files"))) {
         rc = err_setf(err, CBX_ERR_NOMEM, "out of memory");
         goto cleanup;
@@ -688,10 +653,11 @@ cbx_status hf_download_snapshot(const char *variant, const char *dir, const stru
     char cache[4096], auth[4200];
     int dfd = -1;
 
-    const struct hf_variant *v = find_variant(variant);
+    const struct variant *v = find_variant(variant);
     if (!v)
         return err_setf(err, CBX_ERR_INVALID_ARG,
-                        "unknown variant '%s' (turbo, nano, english, multilingual)", variant ? variant : "");
+                        "unknown variant '%s' (%s; multilingual = mtl-v2)", variant ? variant : "",
+                        variant_names());
     if (!p) {
         hf_download_default_params(&defaults);
         p = &defaults;
