@@ -81,7 +81,8 @@ typedef struct cbx_model_params {
 CBX_API cbx_model_params cbx_model_default_params(void);
 
 /* Load a model from path: a Hugging Face snapshot directory or a .gguf made
- * by `chatterbox convert` (Turbo and Nano for now). params may be NULL
+ * by `chatterbox convert` (Turbo and Nano for now; an english model
+ * loads for voice conversion only, cbx_convert_voice). params may be NULL
  * (defaults). On success *model is owned by the caller, free with
  * cbx_model_free(); on failure *model is NULL and, when errbuf is not NULL,
  * errbuf (errlen bytes) receives one line naming the path and the problem.
@@ -251,6 +252,41 @@ typedef int (*cbx_chunk_cb)(void *user, const float *samples, size_t n, int samp
 CBX_API cbx_status cbx_synthesize(cbx_context *ctx, const cbx_voice *voice, const char *text,
                                   const cbx_synth_params *params, cbx_chunk_cb chunk, void *user,
                                   cbx_audio *audio);
+
+/* ---- voice conversion -------------------------------------------------- */
+
+typedef struct cbx_vc_params {
+    uint64_t seed;  /* every random stream of S3Gen; 0 */
+    int cfm_steps;  /* flow-matching Euler steps; 0: the model's (10) */
+    int n_threads;  /* 0: all CPUs */
+} cbx_vc_params;
+
+/* Defaults of every field (fields are only ever appended).
+ * Thread safety: any thread, concurrently. */
+CBX_API cbx_vc_params cbx_vc_default_params(void);
+
+/* Voice conversion, as upstream's ChatterboxVC.generate: the speech in
+ * samples (n mono float samples at sample_rate Hz, any rate; resampled to
+ * 16 kHz, used whole) said again in the voice target (NULL: the model's
+ * built-in voice), through the S3 speech tokenizer and S3Gen (10 flow
+ * steps with classifier-free guidance, HiFT). Needs the english model
+ * (cbx_model_load of a ResembleAI/chatterbox snapshot or its converted
+ * .gguf; other variants give CBX_ERR_UNSUPPORTED). target may come from
+ * cbx_voice_load (a .voice file, a conditioning .npy directory, or an
+ * audio clip, of which the first 10 s are used); only its S3Gen part
+ * (prompt tokens, prompt mel, x-vector) matters. params may be NULL
+ * (defaults). audio receives 24 kHz mono float samples, owned by the
+ * caller (cbx_audio_free()); on failure *audio is zeroed. No watermark is
+ * applied. Errors: CBX_ERR_INVALID_ARG (NULL or too short source, under
+ * 0.5 s, non-finite samples, bad parameters), CBX_ERR_UNSUPPORTED (not an
+ * english model), CBX_ERR_NOT_FOUND (no target and no built-in voice),
+ * CBX_ERR_FORMAT (a target without an S3Gen part), CBX_ERR_NOMEM; the
+ * message is in cbx_context_errmsg(ctx).
+ * Thread safety: one thread at a time per context; any number of contexts
+ * may convert concurrently with the same model and voice. */
+CBX_API cbx_status cbx_convert_voice(cbx_context *ctx, const cbx_voice *target, const float *samples,
+                                     size_t n, int sample_rate, const cbx_vc_params *params,
+                                     cbx_audio *audio);
 
 #ifdef __cplusplus
 }

@@ -16,6 +16,7 @@ int cmd_synth(int argc, char **argv);
 int cmd_tokens(int argc, char **argv);
 int cmd_say(int argc, char **argv);
 int cmd_vocode(int argc, char **argv);
+int cmd_vc(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_model_info(int argc, char **argv);
 int cmd_voice(int argc, char **argv);

@@ -10,6 +10,7 @@ static const struct cli_command commands[] = {
     {"say", "text -> speech (wav, flac, or raw PCM on stdout)", cmd_say},
     {"tokens", "text -> T3 speech tokens (Turbo, Nano), printed on stdout", cmd_tokens},
     {"vocode", "S3 speech tokens -> 24 kHz audio through S3Gen (flow + HiFT)", cmd_vocode},
+    {"vc", "voice conversion: a recording said again in another voice (english model)", cmd_vc},
     {"synth", "write a synthetic Hugging Face model directory", cmd_synth},
     {"convert", "model directory -> one GGUF file (f32, f16, bf16, q8_0, q4_0, ...)", cmd_convert},
     {"info", "describe a model (GGUF file or directory)", cmd_model_info},

@@ -1,7 +1,13 @@
 /* api.c - the public C API (include/chatterbox.h) over the engine
- * (pipeline/engine.h): handles, parameter translation, per-context error
- * messages. Nothing global: each context keeps its own backend (thread
- * pool, created on first use with the requested thread count) and message. */
+ * (pipeline/engine.h) and voice conversion (pipeline/vc.h): handles,
+ * parameter translation, per-context error messages. Nothing global: each
+ * context keeps its own backend (thread pool, created on first use with
+ * the requested thread count) and message.
+ * A model is a speaking one (engine: Turbo, Nano, English); an English
+ * one loads its voice-conversion part on the first cbx_convert_voice
+ * (under the model's lock). A variant the engine refuses but voice
+ * conversion would serve would load as a converting one only. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,10 +15,18 @@
 #include "chatterbox.h"
 #include "core/backend.h"
 #include "core/tensor.h"
+#include "io/model_file.h"
 #include "pipeline/engine.h"
+#include "pipeline/vc.h"
 
 struct cbx_model {
-    struct engine_model *m;
+    struct engine_model *m; /* NULL: a voice-conversion-only model */
+    /* voice conversion: loaded with the model when the engine refuses the
+     * variant, else on first use (under mu) */
+    struct vc_model *vc;
+    char *path;
+    int wtype;
+    pthread_mutex_t mu;
 };
 
 struct cbx_voice {
@@ -71,10 +85,27 @@ cbx_status cbx_model_load(const char *path, const cbx_model_params *params, cbx_
         put_err(errbuf, errlen, "out of memory");
         return CBX_ERR_NOMEM;
     }
+    h->wtype = lp.wtype;
+    if (!(h->path = strdup(path))) {
+        free(h);
+        put_err(errbuf, errlen, "out of memory");
+        return CBX_ERR_NOMEM;
+    }
+    pthread_mutex_init(&h->mu, NULL);
     cbx_status rc = engine_model_load(path, &lp, &h->m, err);
+    if (rc == CBX_ERR_UNSUPPORTED) {
+        /* a variant only voice conversion serves (english); else the
+         * engine's message stands */
+        char vc_err[ERR_MAX] = "";
+        cbx_status vrc = vc_model_load(path, lp.wtype, &h->vc, vc_err);
+        if (vrc != CBX_ERR_UNSUPPORTED) { /* the variant VC serves: its result */
+            rc = vrc;
+            memcpy(err, vc_err, sizeof err);
+        }
+    }
     if (rc != CBX_OK) {
         put_err(errbuf, errlen, err);
-        free(h);
+        cbx_model_free(h);
         return rc;
     }
     *model = h;
@@ -85,7 +116,30 @@ void cbx_model_free(cbx_model *model)
 {
     if (!model) return;
     engine_model_free(model->m);
+    vc_model_free(model->vc);
+    pthread_mutex_destroy(&model->mu);
+    free(model->path);
     free(model);
+}
+
+/* The model's voice-conversion part, loaded on first use. */
+static cbx_status model_vc(const cbx_model *cm, struct vc_model **out, char *err)
+{
+    cbx_model *m = (cbx_model *)cm;
+    cbx_status rc = CBX_OK;
+    pthread_mutex_lock(&m->mu);
+    if (!m->vc) rc = vc_model_load(m->path, m->wtype, &m->vc, err);
+    *out = m->vc;
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+/* The error of a text-to-speech call on a voice-conversion-only model. */
+static cbx_status no_engine(const cbx_model *m, char *err, const char *who)
+{
+    return err_setf(err, CBX_ERR_UNSUPPORTED, "%s: the %s model is loaded for voice conversion only "
+                    "(cbx_convert_voice); text-to-speech supports turbo, nano and english", who,
+                    model_variant_info(model_get_variant(vc_model_file(m->vc)))->name);
 }
 
 int cbx_model_sample_rate(const cbx_model *model)
@@ -96,7 +150,9 @@ int cbx_model_sample_rate(const cbx_model *model)
 
 const char *cbx_model_variant(const cbx_model *model)
 {
-    const struct variant *vi = model ? variant_get(engine_model_variant(model->m)) : NULL;
+    const struct variant *vi = !model ? NULL
+                               : model->m ? variant_get(engine_model_variant(model->m))
+                                          : variant_get(model_get_variant(vc_model_file(model->vc)));
     return vi ? vi->name : "unknown";
 }
 
@@ -120,7 +176,8 @@ cbx_status cbx_voice_load(const cbx_model *model, const char *path, cbx_voice **
         put_err(errbuf, errlen, "out of memory");
         return CBX_ERR_NOMEM;
     }
-    cbx_status rc = engine_voice_load(model->m, NULL, path, &v->c, err);
+    cbx_status rc = model->m ? engine_voice_load(model->m, NULL, path, &v->c, err)
+                             : vc_voice_load(model->vc, NULL, path, &v->c, err);
     if (rc != CBX_OK) {
         put_err(errbuf, errlen, err);
         free(v);
@@ -246,6 +303,7 @@ cbx_status cbx_prepare_voice(cbx_context *ctx, const cbx_voice *voice, int n_thr
     if (n_threads < 0 || n_threads > 1024)
         return err_setf(ctx->err, CBX_ERR_INVALID_ARG, "cbx_prepare_voice: n_threads %d outside [0, 1024]",
                         n_threads);
+    if (!ctx->model->m) return no_engine(ctx->model, ctx->err, "cbx_prepare_voice");
     cbx_status rc = ctx_backend(ctx, n_threads, "cbx_prepare_voice");
     if (rc == CBX_OK) rc = engine_prepare_voice(ctx->model->m, ctx->be, voice ? &voice->c : NULL, ctx->err);
     return rc;
@@ -258,6 +316,7 @@ cbx_status cbx_synthesize(cbx_context *ctx, const cbx_voice *voice, const char *
     if (audio) memset(audio, 0, sizeof *audio);
     if (!ctx) return CBX_ERR_INVALID_ARG;
     ctx->err[0] = 0;
+    if (!ctx->model->m) return no_engine(ctx->model, ctx->err, "cbx_synthesize");
     if (!text) return err_setf(ctx->err, CBX_ERR_INVALID_ARG, "cbx_synthesize: text is NULL");
     cbx_synth_params dp = cbx_synth_default_params();
     if (!params) params = &dp;
@@ -307,6 +366,57 @@ cbx_status cbx_synthesize(cbx_context *ctx, const cbx_voice *voice, const char *
         audio->n = (size_t)n;
         audio->sample_rate = ENGINE_SAMPLE_RATE;
     }
+    ctx->err[0] = 0;
+    return CBX_OK;
+}
+
+/* ---- voice conversion ----------------------------------------------------- */
+
+cbx_vc_params cbx_vc_default_params(void)
+{
+    cbx_vc_params p;
+    memset(&p, 0, sizeof p);
+    return p;
+}
+
+cbx_status cbx_convert_voice(cbx_context *ctx, const cbx_voice *target, const float *samples, size_t n,
+                             int sample_rate, const cbx_vc_params *params, cbx_audio *audio)
+{
+    if (audio) memset(audio, 0, sizeof *audio);
+    if (!ctx) return CBX_ERR_INVALID_ARG;
+    ctx->err[0] = 0;
+    if (!samples || n == 0) return err_setf(ctx->err, CBX_ERR_INVALID_ARG, "cbx_convert_voice: no source samples");
+    if (sample_rate < 1000 || sample_rate > 768000)
+        return err_setf(ctx->err, CBX_ERR_INVALID_ARG, "cbx_convert_voice: sample rate %d outside [1000, 768000]",
+                        sample_rate);
+    if (!audio) return err_setf(ctx->err, CBX_ERR_INVALID_ARG, "cbx_convert_voice: audio is NULL");
+    cbx_vc_params dp = cbx_vc_default_params();
+    if (!params) params = &dp;
+    if (params->n_threads < 0 || params->n_threads > 1024)
+        return err_setf(ctx->err, CBX_ERR_INVALID_ARG, "cbx_convert_voice: n_threads %d outside [0, 1024]",
+                        params->n_threads);
+    if (params->cfm_steps < 0 || params->cfm_steps > 1000)
+        return err_setf(ctx->err, CBX_ERR_INVALID_ARG, "cbx_convert_voice: cfm_steps %d outside [0, 1000]",
+                        params->cfm_steps);
+    if (ctx->model->m && engine_model_variant(ctx->model->m) != MODEL_ENGLISH)
+        return err_setf(ctx->err, CBX_ERR_UNSUPPORTED, "cbx_convert_voice: voice conversion needs the english "
+                        "model; this is the %s model", cbx_model_variant(ctx->model));
+    struct vc_model *vm = NULL;
+    cbx_status rc = model_vc(ctx->model, &vm, ctx->err);
+    if (rc != CBX_OK) return rc;
+    if ((rc = ctx_backend(ctx, params->n_threads, "cbx_convert_voice")) != CBX_OK) return rc;
+    struct vc_params p = vc_default_params(vm);
+    p.seed = params->seed;
+    p.n_cfm_steps = params->cfm_steps;
+    const struct audio src = {(float *)samples, (int64_t)n, sample_rate, 1};
+    float *pcm = NULL;
+    int64_t n_pcm = 0;
+    rc = vc_convert(vm, ctx->be, &src, "source", target ? &target->c : NULL, &p, &pcm, &n_pcm, NULL, NULL,
+                    ctx->err);
+    if (rc != CBX_OK) return rc;
+    audio->samples = pcm;
+    audio->n = (size_t)n_pcm;
+    audio->sample_rate = VC_SAMPLE_RATE;
     ctx->err[0] = 0;
     return CBX_OK;
 }
