@@ -6,6 +6,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
@@ -66,4 +69,22 @@ bool cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t *ou
     }
     *out = v;
     return true;
+}
+
+cbx_status cli_check_output(const char *path, char *err)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return err_setf(err, CBX_ERR_IO, "%s: is a directory", path);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return err_setf(err, CBX_ERR_IO, "%s: cannot write: directory %s does not exist", path, dir);
+    if (access(dir, W_OK) != 0)
+        return err_setf(err, CBX_ERR_IO, "%s: cannot write: directory %s is not writable", path, dir);
+    return CBX_OK;
 }

@@ -36,6 +36,11 @@ bool cli_parse_num(const char *cmd, const char *opt, const char *s, double lo, d
 bool cli_parse_int(const char *cmd, const char *opt, const char *s, long long lo, long long hi,
                    long long *out);
 bool cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t *out);
+/* The output path can be written: not a directory, its directory exists
+ * and is writable (io_audio_write makes a temporary file there); else a
+ * one-line message in err. */
+#include "core/error.h"
+cbx_status cli_check_output(const char *path, char *err);
 
 /* ---- generation options shared by say and tokens (cli_gen.c) ----------
  * Sampling knobs whose defaults depend on the model's variant: parsed

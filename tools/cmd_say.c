@@ -142,26 +142,6 @@ static char *read_all(FILE *f, const char *name, char *err)
     return buf;
 }
 
-/* The output path can be written: not a directory, its directory exists
- * and is writable (io_audio_write makes a temporary file there). */
-static cbx_status check_output(const char *path, char *err)
-{
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        return err_setf(err, CBX_ERR_IO, "%s: is a directory", path);
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == dir) dir[1] = 0;
-    else *slash = 0;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return err_setf(err, CBX_ERR_IO, "%s: cannot write: directory %s does not exist", path, dir);
-    if (access(dir, W_OK) != 0)
-        return err_setf(err, CBX_ERR_IO, "%s: cannot write: directory %s is not writable", path, dir);
-    return CBX_OK;
-}
-
 struct say {
     int quiet, verbose, tty;
     FILE *raw;            /* stdout for '-o -', else NULL */
@@ -441,7 +421,7 @@ static int say_main(int argc, char **argv, struct cli_gen *g)
         free(text);
         return usage_error("the text has nothing to speak (no letters or digits)");
     }
-    if (!raw && (rc = check_output(out_path, err)) != CBX_OK) goto fail;
+    if (!raw && (rc = cli_check_output(out_path, err)) != CBX_OK) goto fail;
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

@@ -56,26 +56,6 @@ static double now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* The output path can be written: not a directory, its directory exists
- * and is writable (io_audio_write makes a temporary file there). */
-static cbx_status check_output(const char *path, char *err)
-{
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        return err_setf(err, CBX_ERR_IO, "%s: is a directory", path);
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == dir) dir[1] = 0;
-    else *slash = 0;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return err_setf(err, CBX_ERR_IO, "%s: cannot write: directory %s does not exist", path, dir);
-    if (access(dir, W_OK) != 0)
-        return err_setf(err, CBX_ERR_IO, "%s: cannot write: directory %s is not writable", path, dir);
-    return CBX_OK;
-}
-
 /* n samples as s16le on stdout; 1 = broken pipe, 2 = other failure. */
 static int write_raw(const float *pcm, int64_t n)
 {
@@ -161,7 +141,7 @@ int cmd_vc(int argc, char **argv)
     int32_t *tok = NULL;
     int broken = 0;
     cbx_status rc = CBX_OK;
-    if (!raw && (rc = check_output(out_path, err)) != CBX_OK) goto fail;
+    if (!raw && (rc = cli_check_output(out_path, err)) != CBX_OK) goto fail;
     /* the source first: a missing or unreadable file fails before the model loads */
     if ((rc = io_audio_read(source, &src, err)) != CBX_OK) goto fail;
     if ((double)src.n / src.sample_rate < VC_MIN_SOURCE_SECONDS) {

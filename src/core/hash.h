@@ -1,5 +1,6 @@
 /* hash.h - FNV-1a 64 (Fowler/Noll/Vo, the 64-bit offset basis and prime):
- * the string hash of the library's name tables (model_dir, model_file).
+ * the string hash of the library's name tables (model_dir, model_file,
+ * the tokenizers) and the key of the run-time RNG streams (rng.c).
  * The synthetic-weights generator uses the same function by spec
  * (spec/synthetic-weights.md, tools/lib/synth.c). Thread safety: any. */
 #ifndef CBX_CORE_HASH_H

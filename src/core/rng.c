@@ -1,21 +1,14 @@
 /* rng.c - shared run-time RNG; see rng.h and shared/spec/rng.md. */
 #include "rng.h"
 
+#include "core/hash.h"
+
 #include <math.h>
 #include <string.h>
 
 #define GOLDEN 0x9E3779B97F4A7C15ull
 
-uint64_t rng_fnv1a64(const void *bytes, size_t n)
-{
-    const unsigned char *p = bytes;
-    uint64_t h = 0xCBF29CE484222325ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 0x100000001B3ull;
-    }
-    return h;
-}
+uint64_t rng_fnv1a64(const void *bytes, size_t n) { return hash_fnv1a64(bytes, n); }
 
 uint32_t rng_m24(uint64_t key, uint64_t i)
 {

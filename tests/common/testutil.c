@@ -276,3 +276,32 @@ int test_summary(void)
     printf("%d checks, %d failed\n", test_checks, test_failures);
     return test_failures ? 1 : 0;
 }
+
+int test_copy_file(const char *from, const char *to)
+{
+    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
+    int ok = a && b;
+    char buf[65536];
+    size_t k;
+    while (ok && (k = fread(buf, 1, sizeof buf, a)) > 0) ok = fwrite(buf, 1, k, b) == k;
+    if (a) fclose(a);
+    if (b && fclose(b) != 0) ok = 0;
+    return ok;
+}
+
+void test_fixture_voice_dir(const char *variant, const char *dir)
+{
+    char cmd[4400], from[4400], to[4400];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+    CHECK(system(cmd) == 0, "mkdir %s", dir);
+    static const char *const map[][2] = {{"ve_embedding", "speaker_emb"},
+                                         {"t3_cond_prompt_tokens", "cond_prompt_speech_tokens"},
+                                         {"s3gen_prompt_tokens", "prompt_token"},
+                                         {"s3gen_prompt_mel", "prompt_feat"},
+                                         {"campplus_embedding", "embedding"}};
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
+        snprintf(from, sizeof from, "%s/%s.npy", test_data(variant), map[i][0]);
+        snprintf(to, sizeof to, "%s/%s.npy", dir, map[i][1]);
+        CHECK(test_copy_file(from, to), "voice: %s -> %s", map[i][0], map[i][1]);
+    }
+}

@@ -54,6 +54,15 @@ double test_cpu_seconds(void);
 /* The start of the file at path as a string in buf[n] ("" when it cannot
  * be read), and the number of newlines in a string. */
 void test_slurp(const char *path, char *buf, size_t n);
+/* Copy file from to file to; 1 on success. */
+int test_copy_file(const char *from, const char *to);
+/* A --voice directory dir (made) of the fixture's conditioning of variant
+ * (tests/data/<variant>): speaker_emb = ve_embedding,
+ * cond_prompt_speech_tokens = t3_cond_prompt_tokens, prompt_token =
+ * s3gen_prompt_tokens, prompt_feat = s3gen_prompt_mel, embedding =
+ * campplus_embedding. Counts a failed check per file that cannot be
+ * copied. */
+void test_fixture_voice_dir(const char *variant, const char *dir);
 int test_count_lines(const char *s);
 /* path names an existing file or directory. */
 bool test_exists(const char *path);

@@ -34,18 +34,6 @@ static void remove_gguf(void)
     if (gguf_path[0]) remove(gguf_path);
 }
 
-static int copy_file(const char *from, const char *to)
-{
-    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
-    int ok = a && b;
-    char buf[65536];
-    size_t k;
-    while (ok && (k = fread(buf, 1, sizeof buf, a)) > 0) ok = fwrite(buf, 1, k, b) == k;
-    if (a) fclose(a);
-    if (b && fclose(b) != 0) ok = 0;
-    return ok;
-}
-
 static int run(const char *cmd)
 {
     int st = system(cmd);
@@ -78,22 +66,11 @@ static void say_cli(const char *what, const char *model, const char *voice, cons
 
 int main(void)
 {
-    char model[600], err[ERR_MAX] = "", voice[700], from[700], to[800], cmd[3000], out[8192];
+    char model[600], err[ERR_MAX] = "", voice[700], from[700], cmd[3000], out[8192];
     snprintf(model, sizeof model, "%s/models/english", CBX_BINARY_DIR);
     const char *dir = test_tmpdir("english-say");
     snprintf(voice, sizeof voice, "%s/voice", dir);
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", voice);
-    CHECK(system(cmd) == 0, "mkdir %s", voice);
-    static const char *const map[][2] = {{"ve_embedding", "speaker_emb"},
-                                         {"t3_cond_prompt_tokens", "cond_prompt_speech_tokens"},
-                                         {"s3gen_prompt_tokens", "prompt_token"},
-                                         {"s3gen_prompt_mel", "prompt_feat"},
-                                         {"campplus_embedding", "embedding"}};
-    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
-        snprintf(from, sizeof from, "%s/%s.npy", test_data("english"), map[i][0]);
-        snprintf(to, sizeof to, "%s/%s.npy", voice, map[i][1]);
-        CHECK(copy_file(from, to), "voice: %s -> %s", map[i][0], map[i][1]);
-    }
+    test_fixture_voice_dir("english", voice);
 
     /* 1. tokens: the S3Gen input of the fixture */
     snprintf(cmd, sizeof cmd,

@@ -31,18 +31,6 @@ static void remove_gguf(void)
     if (gguf_path[0]) remove(gguf_path);
 }
 
-static int copy_file(const char *from, const char *to)
-{
-    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
-    int ok = a && b;
-    char buf[65536];
-    size_t k;
-    while (ok && (k = fread(buf, 1, sizeof buf, a)) > 0) ok = fwrite(buf, 1, k, b) == k;
-    if (a) fclose(a);
-    if (b && fclose(b) != 0) ok = 0;
-    return ok;
-}
-
 static void compare(const char *what, const float *got, int64_t n, const struct npy *want)
 {
     int64_t nw = want->ne[want->ndim - 1];
@@ -79,24 +67,12 @@ static void say_cli(const char *what, const char *model, const char *voice, cons
 
 int main(void)
 {
-    char model[600], err[ERR_MAX] = "", voice[700], text_file[700], from[700], to[800];
+    char model[600], err[ERR_MAX] = "", voice[700], text_file[700], from[700];
     snprintf(model, sizeof model, "%s/models/turbo", CBX_BINARY_DIR);
     const char *dir = test_tmpdir("say-parity");
     snprintf(voice, sizeof voice, "%s/voice", dir);
     snprintf(text_file, sizeof text_file, "%s/text.txt", dir);
-    char mk[800];
-    snprintf(mk, sizeof mk, "mkdir -p '%s'", voice);
-    CHECK(system(mk) == 0, "mkdir %s", voice);
-    static const char *const map[][2] = {{"ve_embedding", "speaker_emb"},
-                                         {"t3_cond_prompt_tokens", "cond_prompt_speech_tokens"},
-                                         {"s3gen_prompt_tokens", "prompt_token"},
-                                         {"s3gen_prompt_mel", "prompt_feat"},
-                                         {"campplus_embedding", "embedding"}};
-    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
-        snprintf(from, sizeof from, "%s/%s.npy", test_data("turbo"), map[i][0]);
-        snprintf(to, sizeof to, "%s/%s.npy", voice, map[i][1]);
-        CHECK(copy_file(from, to), "voice: %s -> %s", map[i][0], map[i][1]);
-    }
+    test_fixture_voice_dir("turbo", voice);
     FILE *f = fopen(text_file, "wb");
     if (f) {
         fputs(TEXT "\n", f);

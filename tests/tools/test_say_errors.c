@@ -21,55 +21,10 @@
 
 #include "testutil.h"
 
-#define BIN CBX_BINARY_DIR "/chatterbox"
+#define CLI_CMD "say"
+#include "cli_cases.inc"
 
-static char tmp[1024], outdir[1100], err_path[1100], out_path[1100], model[1100];
-static char err_text[16384], out_text[4096];
-
-/* Files in outdir (the output directory of every case). */
-static int files_left(void)
-{
-    DIR *d = opendir(outdir);
-    int n = 0;
-    struct dirent *e;
-    while (d && (e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-            printf("    left behind: %s\n", e->d_name);
-            n++;
-        }
-    if (d) closedir(d);
-    return n;
-}
-
-static void write_file(const char *path, const void *data, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    if (f) {
-        fwrite(data, 1, n, f);
-        fclose(f);
-    }
-}
-
-/* Run `env -u CHATTERBOX_MODEL chatterbox say ARGS` (stdin from /dev/null
- * unless args redirect it) with an empty download cache (XDG_CACHE_HOME,
- * HOME: no default model); expect exit `want` and one line containing
- * `what`, no stdout, no file in outdir. */
-static void fails(const char *label, const char *args, int want, const char *what)
-{
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd,
-             "cd '%s' && env -u CHATTERBOX_MODEL XDG_CACHE_HOME='%s/no-cache' HOME='%s/no-cache' '%s' say %s >'%s' "
-             "2>'%s' </dev/null",
-             outdir, tmp, tmp, BIN, args, out_path, err_path);
-    int st = system(cmd);
-    int rc = st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    test_slurp(err_path, err_text, sizeof err_text);
-    test_slurp(out_path, out_text, sizeof out_text);
-    printf("  %-28s exit %d: %s", label, rc, err_text);
-    CHECK(rc == want && test_count_lines(err_text) == 1 && !strncmp(err_text, "chatterbox say: ", 16) &&
-              strstr(err_text, what) && out_text[0] == 0 && files_left() == 0,
-          "%s: exit %d (want %d), one line with '%s'", label, rc, want, what);
-}
+static char model[1100];
 
 static void without_model(void)
 {
@@ -167,14 +122,8 @@ static void with_model(void)
 
 int main(int argc, char **argv)
 {
-    snprintf(tmp, sizeof tmp, "%s", test_tmpdir("say-errors"));
-    snprintf(outdir, sizeof outdir, "%s/out", tmp);
-    snprintf(err_path, sizeof err_path, "%s/stderr", tmp);
-    snprintf(out_path, sizeof out_path, "%s/stdout", tmp);
+    cli_cases_init("say-errors");
     snprintf(model, sizeof model, "%s/models/turbo", CBX_BINARY_DIR);
-    char mk[1200];
-    snprintf(mk, sizeof mk, "mkdir -p '%s'", outdir);
-    if (system(mk) != 0) return 1;
     if (argc > 1 && !strcmp(argv[1], "--model")) with_model();
     else without_model();
     return test_summary();
