@@ -708,15 +708,81 @@ static int64_t sample(const struct t3_model *m, const struct sampler_params *s, 
     return rng_categorical(rs, b->probs, V);
 }
 
-/* t3_inference with the prefix from pfx (when not NULL) or computed from c
- * (one or two passes, p->one_pass). */
-static cbx_status generate(const struct t3_model *m, const struct backend *be, const struct t3_cond *c,
-                           const struct t3_prefix *pfx, const int32_t *text, int64_t n_text,
-                           const struct t3_gen_params *p, t3_step_cb cb, void *user, int32_t **tokens,
-                           int64_t *n_tokens, char *err)
+/* ---- sequences: prefill, then one step per token -------------------------- */
+
+struct t3_seq {
+    const struct t3_model *m;
+    struct t3_gen_params p;
+    t3_step_cb cb;
+    void *user;
+    struct arena *own[WS_N];    /* the call's arenas, or none with p.ws */
+    struct arena *const *ar;    /* the arenas in use */
+    struct kv_cache kv;
+    int n_rows;                 /* 1, or 2 for a CFG pair */
+    bool cfg;
+    int max_samples, step;
+    int64_t cap, V;
+    float *logits;              /* [n_rows][V] raw logits of the next step,
+                                 * then raw copy, processed row, scratch */
+    int32_t *idx;
+    uint8_t *seen;
+    int32_t *hist;              /* start token, then the samples */
+    int64_t n;                  /* samples so far */
+    bool done;
+    struct rng_stream rs;
+};
+
+void t3_seq_free(struct t3_seq *s)
 {
-    *tokens = NULL;
-    *n_tokens = 0;
+    if (!s) return;
+    free(s->hist);
+    free(s->seen);
+    free(s->idx);
+    free(s->logits);
+    free_arenas(s->own);
+    free(s);
+}
+
+/* The prefill of t3_seq_start: over [cond; text; start-of-speech (x2 on
+ * Llama)]: the voice prefix (restored, or computed as t3_prefix_build
+ * does), then the rest; or all in one pass (p.one_pass, no pfx). */
+static cbx_status prefill(struct t3_seq *s, const struct backend *be, const struct t3_cond *c,
+                          const struct t3_prefix *pfx, const int32_t *text, int64_t n_text, char *err)
+{
+    const struct t3_model *m = s->m;
+    struct arena *a = s->ar[WS_STEP];
+    struct t3_prefix *tmp = NULL;
+    cbx_status rc = CBX_OK;
+    struct tensor *x;
+    if (s->p.one_pass && !pfx) {
+        x = t3_prepare_input_embeds(a, m, c, text, n_text, s->n_rows);
+    } else {
+        if (!pfx && s->n_rows == 1) {
+            rc = t3_backbone_prefill_kv(a, &m->tfmr, &s->kv, t3_prepare_conditioning(a, m, c));
+        } else {
+            /* a CFG pair: one row's prefix, restored into both */
+            if (!pfx && (rc = t3_prefix_build(m, be, c, &tmp, err)) != CBX_OK) return rc;
+            const struct t3_prefix *use = pfx ? pfx : tmp;
+            rc = kv_cache_restore(a, &s->kv, use->n, use->kv);
+        }
+        if (rc == CBX_OK) arena_reset(a);
+        x = rc == CBX_OK ? text_and_start(a, m, text, n_text, s->n_rows) : NULL;
+    }
+    if (s->cfg && x) x = op_concat(a, x, speech_input(a, m, &m->hp.start_speech, 0, s->n_rows), 1);
+    if (rc == CBX_OK) rc = last_logits(a, m, t3_backbone_forward(a, &m->tfmr, &s->kv, x), s->logits);
+    t3_prefix_free(tmp);
+    if (rc != CBX_OK && arena_status(a) != CBX_OK) err_setf(err, rc, "T3: %s", arena_errmsg(a));
+    else if (rc != CBX_OK && !err[0]) err_setf(err, rc, "T3: %s", cbx_status_str(rc));
+    return rc;
+}
+
+cbx_status t3_seq_start(const struct t3_model *m, const struct backend *be, const struct t3_cond *c,
+                        const struct t3_prefix *pfx, const int32_t *text, int64_t n_text,
+                        const struct t3_gen_params *p, t3_step_cb cb, void *user, struct t3_seq **out,
+                        char *err)
+{
+    *out = NULL;
+    if (!pfx && !c) return err_setf(err, CBX_ERR_INVALID_ARG, "T3: no conditioning and no voice prefix");
     if (pfx && pfx->m != m) return err_setf(err, CBX_ERR_INVALID_ARG, "T3: the voice prefix belongs to another model");
     if (pfx && pfx->kv_type != m->tfmr.kv_type)
         return err_setf(err, CBX_ERR_INVALID_ARG, "T3: the voice prefix holds %s values, the cache is %s",
@@ -730,128 +796,151 @@ static cbx_status generate(const struct t3_model *m, const struct backend *be, c
         if (text[i] < 0 || text[i] >= m->hp.text_vocab)
             return err_setf(err, CBX_ERR_INVALID_ARG, "T3: text token %d at %lld is outside the vocabulary of %lld",
                             text[i], (long long)i, (long long)m->hp.text_vocab);
+    if (p->ws && p->ws->be != be) return err_setf(err, CBX_ERR_INVALID_ARG, "T3: the workspace belongs to another backend");
     const bool cfg = m->order == T3_ORDER_CFG;
-    /* CFG: [cond, uncond] rows; weight 0 gives cond exactly, so one row */
-    const int n_rows = cfg && p->cfg_weight != 0 ? 2 : 1;
     const int64_t V = m->hp.speech_vocab, C = t3_cond_len(m, n_prompt);
     /* Llama: inference appends a second start-of-speech (bos_embed) */
     const int64_t L0 = C + n_text + 1 + (cfg ? 1 : 0);
     /* samples: GPT-2 up to 1 + max_gen_len, Llama up to max_gen_len */
     const int max_samples = p->max_gen_len + (cfg ? 0 : 1);
-    int64_t cap = L0 + max_samples;
     if (cfg && max_samples >= m->speech_pos_emb->ne[0])
         return err_setf(err, CBX_ERR_INVALID_ARG, "T3: %d speech tokens exceed the %lld-position speech table",
                         max_samples, (long long)m->speech_pos_emb->ne[0]);
     if (L0 > m->tfmr.n_ctx)
         return err_setf(err, CBX_ERR_INVALID_ARG, "T3: prompt of %lld positions exceeds the %d-position context",
                         (long long)L0, m->tfmr.n_ctx);
-    if (cap > m->tfmr.n_ctx) cap = m->tfmr.n_ctx;
-    if (p->ws && p->ws->be != be) return err_setf(err, CBX_ERR_INVALID_ARG, "T3: the workspace belongs to another backend");
+    struct t3_seq *s = calloc(1, sizeof *s);
+    if (!s) return err_setf(err, CBX_ERR_NOMEM, "T3: out of memory");
+    s->m = m;
+    s->p = *p;
+    s->cb = cb;
+    s->user = user;
+    s->cfg = cfg;
+    /* CFG: [cond, uncond] rows; weight 0 gives cond exactly, so one row */
+    s->n_rows = cfg && p->cfg_weight != 0 ? 2 : 1;
+    s->max_samples = max_samples;
+    s->V = V;
+    s->cap = L0 + max_samples < m->tfmr.n_ctx ? L0 + max_samples : m->tfmr.n_ctx;
     /* the caller's workspace (reset, blocks kept) or arenas of this call */
-    struct arena *own[WS_N] = {0}, *const *ar = own;
     bool have = true;
     if (p->ws) {
-        ar = p->ws->a;
-        for (int i = 0; i < WS_N; i++) arena_reset(ar[i]);
+        s->ar = p->ws->a;
+        for (int i = 0; i < WS_N; i++) arena_reset(s->ar[i]);
     } else {
-        have = make_arenas(be, own);
+        have = make_arenas(be, s->own);
+        s->ar = s->own;
     }
-    struct arena *cache = ar[WS_CACHE], *a = ar[WS_STEP];
-    float *logits = malloc(sizeof(float) * (size_t)V * 7);
-    int32_t *idx = malloc(sizeof(int32_t) * (size_t)V);
-    uint8_t *seen = malloc((size_t)V);
-    /* hist[0] = start token, then the samples (out = hist + 1) */
-    int32_t *hist = malloc(sizeof(int32_t) * (size_t)(max_samples + 2));
-    struct t3_prefix *tmp = NULL;
-    int64_t n = 0;
-    struct kv_cache kv;
-    if (!have || !logits || !idx || !seen || !hist) {
-        rc = err_setf(err, CBX_ERR_NOMEM, "T3: out of memory");
-        goto cleanup;
+    s->logits = malloc(sizeof(float) * (size_t)V * 7);
+    s->idx = malloc(sizeof(int32_t) * (size_t)V);
+    s->seen = malloc((size_t)V);
+    s->hist = malloc(sizeof(int32_t) * (size_t)(max_samples + 2));
+    if (!have || !s->logits || !s->idx || !s->seen || !s->hist) {
+        t3_seq_free(s);
+        return err_setf(err, CBX_ERR_NOMEM, "T3: out of memory");
     }
-    int32_t *out = hist + 1;
-    hist[0] = m->hp.start_speech;
-    if ((rc = t3_backbone_kv_init(&m->tfmr, &kv, n_rows, cache, (int)cap)) != CBX_OK) {
-        rc = err_setf(err, rc, "T3: %s", arena_errmsg(cache));
-        goto cleanup;
+    s->hist[0] = m->hp.start_speech;
+    s->done = max_samples <= 0;
+    rng_stream_init(&s->rs, "t3.sample", p->seed);
+    struct arena *cache = s->ar[WS_CACHE];
+    if ((rc = t3_backbone_kv_init(&m->tfmr, &s->kv, s->n_rows, cache, (int)s->cap)) != CBX_OK) {
+        err_setf(err, rc, "T3: %s", arena_errmsg(cache));
+        t3_seq_free(s);
+        return rc;
     }
-    kv.scratch[0] = ar[WS_SCRATCH0];
-    kv.scratch[1] = ar[WS_SCRATCH1];
-    set_precision(m, ar);
-    float *raw = logits + 2 * (size_t)V, *l = logits + 4 * (size_t)V;
-    const struct sample_buf sb = {l + V, logits + 5 * (size_t)V, idx, seen};
-    struct rng_stream rs;
-    rng_stream_init(&rs, "t3.sample", p->seed);
+    s->kv.scratch[0] = s->ar[WS_SCRATCH0];
+    s->kv.scratch[1] = s->ar[WS_SCRATCH1];
+    set_precision(m, s->ar);
+    err[0] = 0;
+    if ((rc = prefill(s, be, c, pfx, text, n_text, err)) != CBX_OK) {
+        t3_seq_free(s);
+        return rc;
+    }
+    *out = s;
+    return CBX_OK;
+}
 
-    /* prefill over [cond; text; start-of-speech (x2 on Llama)]: the voice
-     * prefix (restored, or computed as t3_prefix_build does), then the rest */
-    struct tensor *x;
-    if (p->one_pass && !pfx) {
-        x = t3_prepare_input_embeds(a, m, c, text, n_text, n_rows);
+cbx_status t3_seq_step(struct t3_seq *s, int32_t *token, char *err)
+{
+    *token = -1;
+    if (s->done) return CBX_OK;
+    const struct t3_model *m = s->m;
+    const int64_t V = s->V;
+    float *raw = s->logits + 2 * (size_t)V, *l = s->logits + 4 * (size_t)V;
+    const struct sample_buf sb = {l + V, s->logits + 5 * (size_t)V, s->idx, s->seen};
+    int32_t *out = s->hist + 1;
+    if (s->cb) memcpy(raw, s->logits, sizeof(float) * (size_t)(V * s->n_rows));
+    /* CFG: l = cond + w (cond - uncond) */
+    if (s->n_rows == 2) {
+        const float w = (float)s->p.cfg_weight;
+        for (int64_t i = 0; i < V; i++) l[i] = s->logits[i] + w * (s->logits[i] - s->logits[V + i]);
     } else {
-        if (!pfx && n_rows == 1) {
-            rc = t3_backbone_prefill_kv(a, &m->tfmr, &kv, t3_prepare_conditioning(a, m, c));
-        } else {
-            /* a CFG pair: one row's prefix, restored into both */
-            if (!pfx && (rc = t3_prefix_build(m, be, c, &tmp, err)) != CBX_OK) goto cleanup;
-            const struct t3_prefix *use = pfx ? pfx : tmp;
-            rc = kv_cache_restore(a, &kv, use->n, use->kv);
-        }
-        if (rc == CBX_OK) arena_reset(a);
-        x = rc == CBX_OK ? text_and_start(a, m, text, n_text, n_rows) : NULL;
+        memcpy(l, s->logits, sizeof(float) * (size_t)V);
     }
-    if (cfg && x) x = op_concat(a, x, speech_input(a, m, &m->hp.start_speech, 0, n_rows), 1);
-    if (rc == CBX_OK) rc = last_logits(a, m, t3_backbone_forward(a, &m->tfmr, &kv, x), logits);
-    for (int step = 0; rc == CBX_OK && step < max_samples; step++) {
-        if (cb) memcpy(raw, logits, sizeof(float) * (size_t)(V * n_rows));
-        /* CFG: l = cond + w (cond - uncond) */
-        if (n_rows == 2) {
-            const float w = (float)p->cfg_weight;
-            for (int64_t i = 0; i < V; i++) l[i] = logits[i] + w * (logits[i] - logits[V + i]);
-        } else {
-            memcpy(l, logits, sizeof(float) * (size_t)V);
-        }
-        /* repetition history: Turbo [start] at the first step, then the
-         * samples alone; Llama the start token and the samples */
-        const int32_t *h = cfg || n == 0 ? hist : out;
-        const int64_t nh = cfg ? n + 1 : (n == 0 ? 1 : n);
-        int64_t tok = sample(m, &p->s, l, V, h, nh, &rs, &sb);
-        if (tok < 0) break; /* every logit -inf: upstream warns and stops */
-        const int32_t cur = (int32_t)tok;
-        out[n++] = cur;
-        if (cb && cb(user, step, cur, raw, n_rows, V)) { rc = CBX_ERR_CANCELLED; break; }
-        /* Turbo does not check the first sample for the stop token */
-        if ((cfg || step > 0) && cur == m->hp.stop_speech) break;
-        if (step + 1 >= max_samples || kv.n_past >= cap) break;
-        arena_reset(a);
-        /* Llama: the k-th sample is fed back at speech position k + 1 */
-        x = speech_input(a, m, &cur, step + 1, n_rows);
-        rc = last_logits(a, m, t3_backbone_forward(a, &m->tfmr, &kv, x), logits);
+    /* repetition history: Turbo [start] at the first step, then the
+     * samples alone; Llama the start token and the samples */
+    const int32_t *h = s->cfg || s->n == 0 ? s->hist : out;
+    const int64_t nh = s->cfg ? s->n + 1 : (s->n == 0 ? 1 : s->n);
+    const int64_t tok = sample(m, &s->p.s, l, V, h, nh, &s->rs, &sb);
+    if (tok < 0) { /* every logit -inf: upstream warns and stops */
+        s->done = true;
+        return CBX_OK;
     }
-    if (rc != CBX_OK && rc != CBX_ERR_CANCELLED) {
-        const char *msg = arena_status(a) != CBX_OK ? arena_errmsg(a) : cbx_status_str(rc);
-        rc = err_setf(err, rc, "T3: %s", msg);
-    } else if (rc == CBX_ERR_CANCELLED) {
-        err_setf(err, rc, "T3: cancelled");
+    const int32_t cur = (int32_t)tok;
+    const int step = s->step++;
+    out[s->n++] = cur;
+    *token = cur;
+    if (s->cb && s->cb(s->user, step, cur, raw, s->n_rows, V)) {
+        s->done = true;
+        return err_setf(err, CBX_ERR_CANCELLED, "T3: cancelled");
     }
-    if (rc == CBX_OK) {
-        if (!cfg && n > 0 && out[n - 1] == m->hp.stop_speech) n--;
-        int32_t *res = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
-        if (!res) {
-            rc = err_setf(err, CBX_ERR_NOMEM, "T3: out of memory");
-        } else {
-            memcpy(res, out, sizeof(int32_t) * (size_t)n);
-            *tokens = res;
-            *n_tokens = n;
-        }
+    /* Turbo does not check the first sample for the stop token */
+    if (((s->cfg || step > 0) && cur == m->hp.stop_speech) || s->step >= s->max_samples ||
+        s->kv.n_past >= s->cap) {
+        s->done = true;
+        return CBX_OK;
     }
-cleanup:
-    t3_prefix_free(tmp);
-    free(hist);
-    free(seen);
-    free(idx);
-    free(logits);
-    free_arenas(own);
+    struct arena *a = s->ar[WS_STEP];
+    arena_reset(a);
+    /* Llama: the k-th sample is fed back at speech position k + 1 */
+    struct tensor *x = speech_input(a, m, &cur, step + 1, s->n_rows);
+    cbx_status rc = last_logits(a, m, t3_backbone_forward(a, &m->tfmr, &s->kv, x), s->logits);
+    if (rc != CBX_OK) {
+        s->done = true;
+        return err_setf(err, rc, "T3: %s", arena_status(a) != CBX_OK ? arena_errmsg(a) : cbx_status_str(rc));
+    }
+    return CBX_OK;
+}
+
+bool t3_seq_done(const struct t3_seq *s) { return s->done; }
+
+cbx_status t3_seq_tokens(const struct t3_seq *s, int32_t **tokens, int64_t *n_tokens, char *err)
+{
+    int64_t n = s->n;
+    const int32_t *out = s->hist + 1;
+    if (!s->cfg && n > 0 && out[n - 1] == s->m->hp.stop_speech) n--;
+    int32_t *res = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+    if (!res) return err_setf(err, CBX_ERR_NOMEM, "T3: out of memory");
+    memcpy(res, out, sizeof(int32_t) * (size_t)n);
+    *tokens = res;
+    *n_tokens = n;
+    return CBX_OK;
+}
+
+/* t3_inference with the prefix from pfx (when not NULL) or computed from c:
+ * a sequence run to its end. */
+static cbx_status generate(const struct t3_model *m, const struct backend *be, const struct t3_cond *c,
+                           const struct t3_prefix *pfx, const int32_t *text, int64_t n_text,
+                           const struct t3_gen_params *p, t3_step_cb cb, void *user, int32_t **tokens,
+                           int64_t *n_tokens, char *err)
+{
+    *tokens = NULL;
+    *n_tokens = 0;
+    struct t3_seq *s = NULL;
+    cbx_status rc = t3_seq_start(m, be, c, pfx, text, n_text, p, cb, user, &s, err);
+    int32_t tok;
+    while (rc == CBX_OK && !t3_seq_done(s)) rc = t3_seq_step(s, &tok, err);
+    if (rc == CBX_OK) rc = t3_seq_tokens(s, tokens, n_tokens, err);
+    t3_seq_free(s);
     return rc;
 }
 

@@ -156,6 +156,33 @@ cbx_status t3_inference(const struct t3_model *m, const struct backend *be, cons
                         const int32_t *text, int64_t n_text, const struct t3_gen_params *p,
                         t3_step_cb cb, void *user, int32_t **tokens, int64_t *n_tokens, char *err);
 
+/* ---- sequences -------------------------------------------------------------
+ * t3_inference as a prefill and then one call per token, for callers that
+ * interleave generation with other work (a scheduler, a streaming
+ * pipeline): t3_seq_start checks the input, allocates the KV cache (1 row,
+ * or the [cond, uncond] pair of a CFG model, batched in every forward) and
+ * runs the prefill (from pfx when given, else from c); each t3_seq_step
+ * draws one token from the current logits (processors in the model's
+ * order, the "t3.sample" stream of p->seed) and, unless the sequence ends
+ * there (stop token, token cap, context full, every logit -inf), runs the
+ * next forward step: no host round trip but the sampled id. The token
+ * sequence is exactly t3_inference's (it is this loop).
+ * Thread safety: a sequence belongs to one thread at a time. */
+struct t3_seq;
+struct t3_prefix;
+cbx_status t3_seq_start(const struct t3_model *m, const struct backend *be, const struct t3_cond *c,
+                        const struct t3_prefix *pfx, const int32_t *text, int64_t n_text,
+                        const struct t3_gen_params *p, t3_step_cb cb, void *user, struct t3_seq **out,
+                        char *err);
+/* One token into *token (-1 when the sequence had ended or ends without
+ * one). Errors: CBX_ERR_CANCELLED from cb, a failed forward step. */
+cbx_status t3_seq_step(struct t3_seq *s, int32_t *token, char *err);
+bool t3_seq_done(const struct t3_seq *s);
+/* The tokens so far as t3_inference returns them; *tokens owned by the
+ * caller (free()). */
+cbx_status t3_seq_tokens(const struct t3_seq *s, int32_t **tokens, int64_t *n_tokens, char *err);
+void t3_seq_free(struct t3_seq *s); /* no-op on NULL */
+
 /* ---- voice prefix --------------------------------------------------------
  * In T3's input (spec/t3.md §6) the conditioning takes the first C
  * positions (GPT-2: speaker + P prompt embeddings; Llama: speaker, 32
