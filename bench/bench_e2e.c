@@ -1,4 +1,6 @@
-/* bench_e2e.c - Turbo end to end for a fixed ~10 s utterance, per weight
+/* bench_e2e.c - a model end to end (Turbo, Nano, English: the variant's
+ * T3 policy, CFG pair included, text wrapping, post-filter and silence
+ * tail from its row) for a fixed ~10 s utterance, per weight
  * type (F32, Q8_0, Q4_0): load time, T3 time, S3Gen time, generation
  * real-time factor and peak RSS, with Q8_0/Q4_0 as ratios to F32 from the
  * same run.
@@ -12,8 +14,8 @@
  * tokens (default 250 = 10 s at 25 tokens/s) after the prompt of the
  * built-in voice and a fixed sentence; should it stop early, its time is
  * scaled to N tokens (reported: t3 tokens actually decoded). S3Gen then
- * vocodes exactly N tokens (T3's, repeated) + 3 silence tokens, as `say`
- * does. One untimed warm-up (8 T3 tokens, N through S3Gen) precedes the
+ * vocodes exactly N tokens (T3's, repeated) + the variant's silence tail
+ * (Turbo: 3 tokens), as `say` does. One untimed warm-up (8 T3 tokens, N through S3Gen) precedes the
  * timed repetitions.
  *
  * T3 cold vs warm (pipeline/engine.h, "Voice prefix cache"): cold is
@@ -138,8 +140,21 @@ static int run_type(const char *path, int wtype, int N, const struct bench_opts 
     if (conds_from_model(m, &voice, err) != CBX_OK) goto done;
     if (load_tokens(m, &ids, &n_ids, err) != CBX_OK) goto done;
     struct t3_cond cond = {voice.speaker_emb, voice.cond_prompt_tokens, voice.n_cond_prompt, voice.emotion_adv};
-    struct t3_gen_params gp = t3_gen_default_params(NULL);
+    /* the variant's defaults (English: the CFG pair), greedy; its text
+     * wrapping, post-filter and silence tail */
+    const struct variant *vr = variant_get(model_get_variant(m));
+    struct t3_gen_params gp = t3_gen_default_params(&t3);
     gp.s.top_k = 1;
+    if (t3.hp.start_text >= 0) {
+        int32_t *w = malloc(sizeof(int32_t) * (size_t)(n_ids + 2));
+        if (!w) goto done;
+        w[0] = t3.hp.start_text;
+        memcpy(w + 1, ids, sizeof(int32_t) * (size_t)n_ids);
+        w[n_ids + 1] = t3.hp.stop_text;
+        free(ids);
+        ids = w;
+        n_ids += 2;
+    }
     struct s3gen_params sp = s3gen_default_params();
     sp.bf16 = s3gen_default_bf16((enum dtype)wtype);
     res->bf16 = sp.bf16;
@@ -153,7 +168,7 @@ static int run_type(const char *path, int wtype, int N, const struct bench_opts 
     double n_dec = 0;
     for (int r = -1; r < o->reps; r++) {
         const int n_want = r < 0 ? 8 : N; /* warm-up: 8 tokens */
-        gp.max_gen_len = n_want - 1;
+        gp.max_gen_len = t3.order == T3_ORDER_CFG ? n_want : n_want - 1;
         int64_t n = 0, nw = 0;
         struct first fc = {bench_now(), 0}, fw;
         if (t3_inference(&t3, be, &cond, ids, n_ids, &gp, on_step, &fc, &tok, &n, err) != CBX_OK) goto done;
@@ -170,9 +185,9 @@ static int run_type(const char *path, int wtype, int N, const struct bench_opts 
         }
         free(tokw);
         tokw = NULL;
-        n = t3_filter_speech_tokens(tok, n);
-        for (int i = 0; i < n_want; i++) feed[i] = n > 0 ? tok[i % n] : variant_get(MODEL_TURBO)->silence[0];
-        for (int i = 0; i < ENGINE_N_SIL; i++) feed[n_want + i] = variant_get(MODEL_TURBO)->silence[i];
+        n = variant_filter_speech(vr, tok, n);
+        for (int i = 0; i < n_want; i++) feed[i] = n > 0 ? tok[i % n] : 4299; /* a silence token */
+        for (int i = 0; i < vr->n_silence; i++) feed[n_want + i] = vr->silence[i];
         free(tok);
         tok = NULL;
         int64_t n_pcm = 0;
@@ -180,15 +195,15 @@ static int run_type(const char *path, int wtype, int N, const struct bench_opts 
         /* the warm-up vocodes all N tokens too, so that the workspace has
          * its full size before any timed run */
         for (int i = n_want; i < N; i++) feed[i] = feed[i % n_want];
-        for (int i = 0; i < ENGINE_N_SIL; i++) feed[N + i] = variant_get(MODEL_TURBO)->silence[i];
-        if (s3gen_vocode(&s3, be, feed, N + ENGINE_N_SIL, &voice, &sp, &pcm, &n_pcm, err) != CBX_OK) goto done;
+        for (int i = 0; i < vr->n_silence; i++) feed[N + i] = vr->silence[i];
+        if (s3gen_vocode(&s3, be, feed, N + vr->n_silence, &voice, &sp, &pcm, &n_pcm, err) != CBX_OK) goto done;
         double ts = bench_now() - t0;
         free(pcm);
         pcm = NULL;
         if (r < 0) continue;
         sp.bf16 = !sp.bf16;
         t0 = bench_now();
-        cbx_status rc = s3gen_vocode(&s3, be, feed, N + ENGINE_N_SIL, &voice, &sp, &pcm, &n_pcm, err);
+        cbx_status rc = s3gen_vocode(&s3, be, feed, N + vr->n_silence, &voice, &sp, &pcm, &n_pcm, err);
         so[r] = bench_now() - t0;
         sp.bf16 = !sp.bf16;
         if (rc != CBX_OK) goto done;
@@ -206,11 +221,12 @@ static int run_type(const char *path, int wtype, int N, const struct bench_opts 
     res->t3_tokens = n_dec;
     res->s3gen = bench_stats(s3t, o->reps).median;
     res->s3gen_other = bench_stats(so, o->reps).median;
-    res->rtf = (res->t3 + res->s3gen) / ((double)(N + ENGINE_N_SIL) * 960.0 / ENGINE_SAMPLE_RATE);
+    const double audio_s = (double)(N + vr->n_silence) * 960.0 / ENGINE_SAMPLE_RATE;
+    res->rtf = (res->t3 + res->s3gen) / audio_s;
     res->t3_warm = bench_stats(t3w, o->reps).median;
     res->pre_cold = bench_stats(pc, o->reps).median;
     res->pre_warm = bench_stats(pw, o->reps).median;
-    res->rtf_warm = (res->t3_warm + res->s3gen) / ((double)(N + ENGINE_N_SIL) * 960.0 / ENGINE_SAMPLE_RATE);
+    res->rtf_warm = (res->t3_warm + res->s3gen) / audio_s;
     res->rss = vm_hwm_mib();
     ok = 1;
 done:
