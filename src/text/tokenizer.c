@@ -1,6 +1,7 @@
 /* tokenizer.c - text front ends by kind (see tokenizer.h). Ports the text
  * path of tts_turbo.py (punc_norm + AutoTokenizer) and of tts.py
- * (punc_norm + EnTokenizer.text_to_tokens), chatterbox 0.1.7. */
+ * (punc_norm + EnTokenizer.text_to_tokens) and of mtl_tts.py (punc_norm +
+ * MTLTokenizer.text_to_tokens, text/mtl_text.h), chatterbox 0.1.7. */
 #include "tokenizer.h"
 
 #include <stdio.h>
