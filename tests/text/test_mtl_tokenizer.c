@@ -5,13 +5,15 @@
  * every case per language, the language errors (unknown code, ja/zh not
  * implemented, a language for the English kind), and lower-casing, NFKD,
  * Cased and Case_Ignorable on every code point against Python's unicodedata
- * tables (disagreements from the Unicode versions reported). */
+ * tables (disagreements from the Unicode versions reported); every
+ * allocation of the multilingual encode may fail. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
 
+#include "alloc_hook.h"
 #include "testutil.h"
 #include "text/mtl_text.h"
 #include "text/punc_norm.h"
@@ -149,20 +151,28 @@ static void cp_utf8(int32_t c, char *o)
     o[utf8proc_encode_char(c, (utf8proc_uint8_t *)o)] = 0;
 }
 
-static bool in_list(const cJSON *ranges, int32_t c)
+/* Inclusive [lo, hi] ranges as one flag per code point (caller frees). */
+static unsigned char *range_flags(const cJSON *ranges)
 {
-    for (const cJSON *r = ranges->child; r; r = r->next)
-        if (c >= cJSON_GetArrayItem(r, 0)->valueint && c <= cJSON_GetArrayItem(r, 1)->valueint) return true;
-    return false;
+    unsigned char *f = calloc(0x110000, 1);
+    for (const cJSON *r = ranges ? ranges->child : NULL; f && r; r = r->next)
+        for (int c = cJSON_GetArrayItem(r, 0)->valueint; c <= cJSON_GetArrayItem(r, 1)->valueint; c++) f[c] = 1;
+    return f;
 }
 
 /* lower, NFKD, Cased, Case_Ignorable on every code point Python knows */
 static void test_unicode(const cJSON *u)
 {
     char err[ERR_MAX] = "";
-    const cJSON *assigned = cJSON_GetObjectItem(u, "assigned"), *cased = cJSON_GetObjectItem(u, "cased"),
-                *ign = cJSON_GetObjectItem(u, "case_ignorable"), *lower = cJSON_GetObjectItem(u, "lower"),
-                *nfkd = cJSON_GetObjectItem(u, "nfkd");
+    const cJSON *lower = cJSON_GetObjectItem(u, "lower"), *nfkd = cJSON_GetObjectItem(u, "nfkd");
+    unsigned char *assigned = range_flags(cJSON_GetObjectItem(u, "assigned")),
+                  *cased = range_flags(cJSON_GetObjectItem(u, "cased")),
+                  *ign = range_flags(cJSON_GetObjectItem(u, "case_ignorable"));
+    if (!assigned || !cased || !ign) {
+        CHECK(false, "out of memory");
+        free(assigned), free(cased), free(ign);
+        return;
+    }
     int n_assigned = 0, bad_lower = 0, bad_nfkd = 0, bad_cased = 0, bad_ign = 0, newer = 0, newer_change = 0;
     for (int32_t c = 0; c < 0x110000; c++) {
         if (c >= 0xd800 && c < 0xe000) continue;
@@ -173,7 +183,7 @@ static void test_unicode(const cJSON *u)
         if (mtl_text_lower(s, strlen(s), &lo, err) != CBX_OK) { CHECK(false, "lower U+%04X: %s", c, err); break; }
         utf8proc_map((const utf8proc_uint8_t *)s, 0, &de,
                      UTF8PROC_NULLTERM | UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT);
-        if (!in_list(assigned, c)) {
+        if (!assigned[c]) {
             /* assigned in utf8proc's Unicode only */
             if (utf8proc_category(c) != UTF8PROC_CATEGORY_CN) {
                 newer++;
@@ -191,10 +201,10 @@ static void test_unicode(const cJSON *u)
             if (!(c >= 0xac00 && c <= 0xd7a3) && strcmp((const char *)de, want_nfkd)) {
                 if (bad_nfkd++ < 5) printf("  NFKD U+%04X: \"%s\" want \"%s\"\n", c, (const char *)de, want_nfkd);
             }
-            if (!mtl_text_is_cased(c) != !in_list(cased, c)) {
+            if (!mtl_text_is_cased(c) != !cased[c]) {
                 if (bad_cased++ < 5) printf("  Cased U+%04X: %d\n", c, mtl_text_is_cased(c));
             }
-            if (!mtl_text_is_case_ignorable(c) != !in_list(ign, c)) {
+            if (!mtl_text_is_case_ignorable(c) != !ign[c]) {
                 if (bad_ign++ < 5) printf("  Case_Ignorable U+%04X: %d\n", c, mtl_text_is_case_ignorable(c));
             }
         }
@@ -206,9 +216,45 @@ static void test_unicode(const cJSON *u)
            "changed by lower or NFKD there, left as they are by Python)\n",
            n_assigned, cJSON_GetObjectItem(u, "unidata_version")->valuestring, bad_lower, bad_nfkd, bad_cased,
            bad_ign, newer, utf8proc_unicode_version(), newer_change);
+    free(assigned);
+    free(cased);
+    free(ign);
     CHECK(n_assigned > 140000, "%d assigned code points", n_assigned);
     CHECK(bad_lower == 0 && bad_nfkd == 0 && bad_cased == 0 && bad_ign == 0,
           "lower, NFKD, Cased, Case_Ignorable agree with Python on every code point both know");
+}
+
+/* every allocation of encode_lang may fail: CBX_ERR_NOMEM, never a crash
+ * or wrong ids */
+static void test_alloc_failures(const struct text_tokenizer *t)
+{
+#ifdef HAVE_ALLOC_HOOK
+    char err[ERR_MAX] = "";
+    const char *text = "  ΟΔΥΣΣΕΥΣ İstanbul 한국어 ﬁne straße  ";
+    int32_t *want = NULL, *ids = NULL;
+    int64_t n_want = 0, n = 0;
+    cbx_status rc = text_tokenizer_encode_lang(t, text, "ko", &want, &n_want, err);
+    CHECK(rc == CBX_OK && n_want > 10, "alloc-failure reference: %s", rc == CBX_OK ? "ok" : err);
+    long k = 0;
+    int bad = 0;
+    for (; rc == CBX_OK && k < 10000; k++) {
+        alloc_hook_arm(k);
+        cbx_status r = text_tokenizer_encode_lang(t, text, "ko", &ids, &n, err);
+        alloc_hook_disarm();
+        bool ok = alloc_hook_hit() ? r == CBX_ERR_NOMEM && !ids
+                                   : r == CBX_OK && n == n_want && !memcmp(ids, want, (size_t)n * sizeof *ids);
+        if (!ok && bad++ < 3) printf("  allocation %ld: rc %d: %s\n", k, (int)r, r == CBX_OK ? "" : err);
+        free(ids);
+        ids = NULL;
+        if (!alloc_hook_hit()) break;
+    }
+    printf("  alloc-failure run, multilingual encode: %ld allocations, %d wrong\n", k, bad);
+    CHECK(bad == 0 && k > 5, "multilingual encode fails with out of memory at each of %ld allocations", k);
+    free(want);
+#else
+    (void)t;
+    printf("  alloc-failure runs skipped (sanitizer build)\n");
+#endif
 }
 
 int main(void)
@@ -228,6 +274,7 @@ int main(void)
         test_cases(root, t);
         test_errors(t);
         test_unicode(cJSON_GetObjectItem(root, "unicode"));
+        test_alloc_failures(t);
     }
     text_tokenizer_free(t);
     cJSON_Delete(root);
