@@ -1,6 +1,7 @@
 /* tokenizer.c - text front ends by kind (see tokenizer.h). Ports the text
  * path of tts_turbo.py (punc_norm + AutoTokenizer) and of tts.py
- * (punc_norm + EnTokenizer.text_to_tokens), chatterbox 0.1.7. */
+ * (punc_norm + EnTokenizer.text_to_tokens) and of mtl_tts.py (punc_norm +
+ * MTLTokenizer.text_to_tokens, text/mtl_text.h), chatterbox 0.1.7. */
 #include "tokenizer.h"
 
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include "io/variant.h"
 #include "text/gpt2_bpe.h"
 #include "text/grapheme_bpe.h"
+#include "text/mtl_text.h"
 #include "text/punc_norm.h"
 
 struct text_tokenizer {
@@ -163,17 +165,26 @@ static char *spaces_to_tokens(const char *s, size_t n)
     return o;
 }
 
-static cbx_status encode_raw_n(const struct text_tokenizer *t, const char *text, size_t len, int32_t **ids,
-                               int64_t *n, char *err)
+/* The tokenizer object alone on text[0..len): GPT-2 as given; English:
+ * " " -> "[SPACE]"; multilingual: MTLTokenizer.encode's steps with
+ * `language` (mtl_text.h). */
+static cbx_status encode_raw_n(const struct text_tokenizer *t, const char *text, size_t len, const char *language,
+                               int32_t **ids, int64_t *n, char *err)
 {
     *ids = NULL;
     *n = 0;
-    if (t->kind == TEXT_TOK_GRAPHEME_MTL)
-        return err_setf(err, CBX_ERR_UNSUPPORTED,
-                        "the multilingual text front end (lower-case, NFKD, language steps) is not implemented yet");
-    char *s = t->kind == TEXT_TOK_GPT2 ? malloc(len + 1) : spaces_to_tokens(text, len);
-    if (!s) return err_setf(err, CBX_ERR_NOMEM, "tokenizer: out of memory for %zu bytes of text", len);
-    cbx_status rc;
+    if (language && t->kind != TEXT_TOK_GRAPHEME_MTL)
+        return err_setf(err, CBX_ERR_INVALID_ARG, "language \"%.32s\" given, but the %s text front end takes none",
+                        language, kinds[t->kind].name);
+    char *s = NULL;
+    cbx_status rc = CBX_OK;
+    if (t->kind == TEXT_TOK_GRAPHEME_MTL) {
+        rc = mtl_text_prepare(text, len, language, &s, err);
+        if (rc != CBX_OK) return rc;
+    } else {
+        s = t->kind == TEXT_TOK_GPT2 ? malloc(len + 1) : spaces_to_tokens(text, len);
+        if (!s) return err_setf(err, CBX_ERR_NOMEM, "tokenizer: out of memory for %zu bytes of text", len);
+    }
     if (t->kind == TEXT_TOK_GPT2) {
         memcpy(s, text, len);
         s[len] = 0;
@@ -188,27 +199,41 @@ static cbx_status encode_raw_n(const struct text_tokenizer *t, const char *text,
 cbx_status text_tokenizer_encode_raw(const struct text_tokenizer *t, const char *text, int32_t **ids,
                                      int64_t *n, char *err)
 {
-    return encode_raw_n(t, text, strlen(text), ids, n, err);
+    return encode_raw_n(t, text, strlen(text), NULL, ids, n, err);
+}
+
+cbx_status text_tokenizer_encode_raw_lang(const struct text_tokenizer *t, const char *text, const char *language,
+                                          int32_t **ids, int64_t *n, char *err)
+{
+    return encode_raw_n(t, text, strlen(text), language, ids, n, err);
+}
+
+cbx_status text_tokenizer_encode_lang(const struct text_tokenizer *t, const char *text, const char *language,
+                                      int32_t **ids, int64_t *n, char *err)
+{
+    *ids = NULL;
+    *n = 0;
+    if (language && t->kind != TEXT_TOK_GRAPHEME_MTL) /* before punc_norm: the error names the language */
+        return encode_raw_n(t, "", 0, language, ids, n, err);
+    char *norm = NULL;
+    cbx_status rc = punc_norm(text, kinds[t->kind].punc, &norm, err);
+    if (rc != CBX_OK) return rc;
+    rc = encode_raw_n(t, norm, strlen(norm), language, ids, n, err);
+    free(norm);
+    return rc;
 }
 
 cbx_status text_tokenizer_encode(const struct text_tokenizer *t, const char *text, int32_t **ids,
                                  int64_t *n, char *err)
 {
-    *ids = NULL;
-    *n = 0;
-    char *norm = NULL;
-    cbx_status rc = punc_norm(text, kinds[t->kind].punc, &norm, err);
-    if (rc != CBX_OK) return rc;
-    rc = encode_raw_n(t, norm, strlen(norm), ids, n, err);
-    free(norm);
-    return rc;
+    return text_tokenizer_encode_lang(t, text, NULL, ids, n, err);
 }
 
 cbx_status text_tokenizer_count(const struct text_tokenizer *t, const char *text, size_t len,
                                 int64_t *n, char *err)
 {
     int32_t *ids = NULL;
-    cbx_status rc = encode_raw_n(t, text, len, &ids, n, err);
+    cbx_status rc = encode_raw_n(t, text, len, NULL, &ids, n, err);
     free(ids);
     return rc;
 }

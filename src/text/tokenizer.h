@@ -7,10 +7,12 @@
  *                                                                        tokenizer_config.json]
  *   TEXT_TOK_GRAPHEME  punc_norm (English rules) -> every " " becomes   tokenizer.json
  *                      "[SPACE]" -> grapheme BPE (English; grapheme_bpe.h)
- *   TEXT_TOK_GRAPHEME_MTL  grapheme_mtl_merged_expanded_v1.json loads, but
- *                      the multilingual steps (lower-case, NFKD, language
- *                      token, zh/ja/ko conversions) are not implemented:
- *                      encoding refuses with CBX_ERR_UNSUPPORTED.
+ *   TEXT_TOK_GRAPHEME_MTL  punc_norm (multilingual rules) -> lower-case   grapheme_mtl_merged_
+ *                      (Python str.lower) -> NFKD -> language step ->    expanded_v1.json
+ *                      "[xx]" tag -> "[SPACE]" -> grapheme BPE
+ *                      (mtl_text.h). Japanese and Chinese conversions
+ *                      are not implemented: "ja", "zh" refuse with
+ *                      CBX_ERR_UNSUPPORTED.
  *
  * No start/stop ids are added (T3 wraps the grapheme ids itself) and
  * nothing is truncated: text_tokenizer_max_length says where Turbo's
@@ -70,13 +72,28 @@ void text_tokenizer_free(struct text_tokenizer *t); /* no-op on NULL */
  * truncated). Invalid UTF-8: CBX_ERR_INVALID_ARG. */
 cbx_status text_tokenizer_encode(const struct text_tokenizer *t, const char *text, int32_t **ids,
                                  int64_t *n, char *err);
+/* As text_tokenizer_encode, with a language: one of the 23 codes of the
+ * multilingual model (case-insensitive; "[xx]" with the lower-cased code
+ * is prepended), or NULL for none (upstream's language_id=None). A
+ * non-NULL language for the other kinds, or an unknown code (the message
+ * lists the valid ones): CBX_ERR_INVALID_ARG; "ja", "zh":
+ * CBX_ERR_UNSUPPORTED (their conversions are not implemented).
+ * text_tokenizer_encode(t, text, ...) is this with language NULL. */
+cbx_status text_tokenizer_encode_lang(const struct text_tokenizer *t, const char *text, const char *language,
+                                      int32_t **ids, int64_t *n, char *err);
 /* Without punc_norm: what upstream's tokenizer object does with text as
  * given (AutoTokenizer for GPT-2; EnTokenizer.text_to_tokens for English:
- * " " -> "[SPACE]", then Tokenizer.encode). */
+ * " " -> "[SPACE]", then Tokenizer.encode; MTLTokenizer.text_to_tokens
+ * with language_id=None for the multilingual kind). */
 cbx_status text_tokenizer_encode_raw(const struct text_tokenizer *t, const char *text, int32_t **ids,
                                      int64_t *n, char *err);
+/* text_tokenizer_encode_raw with a language (as text_tokenizer_encode_lang). */
+cbx_status text_tokenizer_encode_raw_lang(const struct text_tokenizer *t, const char *text, const char *language,
+                                          int32_t **ids, int64_t *n, char *err);
 /* Number of ids text_tokenizer_encode_raw gives for text[0..len) (need not
- * be NUL-terminated): what the long-text splitter budgets with. */
+ * be NUL-terminated): what the long-text splitter budgets with. For the
+ * multilingual kind: with no language, so no tag and no language step (one
+ * id fewer than with a tag; a budget, not the exact count). */
 cbx_status text_tokenizer_count(const struct text_tokenizer *t, const char *text, size_t len,
                                 int64_t *n, char *err);
 

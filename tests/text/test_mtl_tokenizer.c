@@ -1,0 +1,283 @@
+/* test_mtl_tokenizer.c - the multilingual text front end (punc_norm,
+ * str.lower, NFKD, language step, "[xx]" tag, [SPACE], grapheme BPE)
+ * against ids from the real Python pipeline and the Hugging Face tokenizers
+ * library (tools/dev/mtl_cases.py, tests/data/mtl-v2/tokenizer/):
+ * every case per language, the language errors (unknown code, ja/zh not
+ * implemented, a language for the English kind), and lower-casing, NFKD,
+ * Cased and Case_Ignorable on every code point against Python's unicodedata
+ * tables (disagreements from the Unicode versions reported); every
+ * allocation of the multilingual encode may fail. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+#include "alloc_hook.h"
+#include "testutil.h"
+#include "text/mtl_text.h"
+#include "text/punc_norm.h"
+#include "text/tokenizer.h"
+
+static bool same_ids(const int32_t *ids, int64_t n, const cJSON *want)
+{
+    if (n != cJSON_GetArraySize(want)) return false;
+    int64_t i = 0;
+    for (const cJSON *e = want->child; e; e = e->next, i++)
+        if (ids[i] != e->valueint) return false;
+    return true;
+}
+
+static void print_ids(const int32_t *ids, int64_t n, const cJSON *want)
+{
+    printf("  got :");
+    for (int64_t i = 0; i < n; i++) printf(" %d", ids[i]);
+    printf("\n  want:");
+    for (const cJSON *e = want->child; e; e = e->next) printf(" %d", e->valueint);
+    printf("\n");
+}
+
+#define N_LANG 24 /* 23 codes + none */
+static const char *const lang_names[N_LANG] = {"ar", "da", "de", "el", "en", "es", "fi", "fr", "he", "hi", "it", "ja",
+                                               "ko", "ms", "nl", "no", "pl", "pt", "ru", "sv", "sw", "tr", "zh", "-"};
+
+static int lang_index(const char *code)
+{
+    for (int i = 0; i < N_LANG - 1; i++)
+        if (code && !strcasecmp(code, lang_names[i])) return i;
+    return N_LANG - 1;
+}
+
+static void test_cases(const cJSON *root, const struct text_tokenizer *t)
+{
+    char err[ERR_MAX] = "";
+    int total[N_LANG] = {0}, matched[N_LANG] = {0}, n_cases = 0, n_ok = 0;
+    for (const cJSON *c = cJSON_GetObjectItem(root, "cases")->child; c; c = c->next, n_cases++) {
+        const cJSON *jl = cJSON_GetObjectItem(c, "language");
+        const char *lang = cJSON_IsString(jl) ? jl->valuestring : NULL;
+        const char *text = cJSON_GetObjectItem(c, "text")->valuestring;
+        const char *want_norm = cJSON_GetObjectItem(c, "normalized")->valuestring;
+        const char *want_prep = cJSON_GetObjectItem(c, "prepared")->valuestring;
+        const cJSON *want = cJSON_GetObjectItem(c, "ids");
+        /* the steps one by one, for a readable failure */
+        char *norm = NULL, *prep = NULL;
+        cbx_status rc = punc_norm(text, PUNC_MULTILINGUAL, &norm, err);
+        CHECK(rc == CBX_OK && !strcmp(norm, want_norm), "case %d [%s] punc_norm: got \"%s\" want \"%s\"", n_cases,
+              lang ? lang : "-", norm ? norm : err, want_norm);
+        rc = norm ? mtl_text_prepare(norm, strlen(norm), lang, &prep, err) : CBX_ERR_INTERNAL;
+        CHECK(rc == CBX_OK && !strcmp(prep, want_prep), "case %d [%s] prepared: got \"%s\" want \"%s\"", n_cases,
+              lang ? lang : "-", prep ? prep : err, want_prep);
+        /* the whole front end */
+        int32_t *ids = NULL;
+        int64_t n = 0;
+        rc = text_tokenizer_encode_lang(t, text, lang, &ids, &n, err);
+        bool ok = rc == CBX_OK && same_ids(ids, n, want);
+        CHECK(ok, "case %d [%s] ids (\"%.60s\"): %s", n_cases, lang ? lang : "-", text,
+              rc == CBX_OK ? "differ" : err);
+        if (rc == CBX_OK && !ok) print_ids(ids, n, want);
+        free(ids);
+        if (!lang) { /* encode == encode_lang(NULL) */
+            rc = text_tokenizer_encode(t, text, &ids, &n, err);
+            CHECK(rc == CBX_OK && same_ids(ids, n, want), "case %d: text_tokenizer_encode == no language", n_cases);
+            free(ids);
+        }
+        int li = lang_index(lang);
+        total[li]++;
+        matched[li] += ok;
+        n_ok += ok;
+        free(norm);
+        free(prep);
+    }
+    printf("multilingual fixture: %d cases, ids identical %d\n  per language (matched/total):", n_cases, n_ok);
+    int n_langs = 0;
+    for (int i = 0; i < N_LANG; i++) {
+        if (total[i]) printf(" %s %d/%d", lang_names[i], matched[i], total[i]);
+        n_langs += total[i] >= 3;
+    }
+    printf("\n");
+    CHECK(n_langs == 21, "%d languages with at least 3 cases (want the 21 other than ja, zh)", n_langs);
+}
+
+static void test_errors(const struct text_tokenizer *t)
+{
+    char err[ERR_MAX] = "";
+    int32_t *ids = NULL;
+    int64_t n = -1;
+    static const char *const refused[] = {"ja", "zh", "JA", "Zh"};
+    for (int i = 0; i < 4; i++) {
+        err[0] = 0;
+        cbx_status rc = text_tokenizer_encode_lang(t, "こんにちは 你好", refused[i], &ids, &n, err);
+        CHECK(rc == CBX_ERR_UNSUPPORTED && !ids && n == 0 && strstr(err, "not implemented yet") &&
+                  strstr(err, refused[i][0] == 'j' || refused[i][0] == 'J' ? "Japanese" : "Chinese"),
+              "language %s refused: %s", refused[i], err);
+    }
+    static const char *const bad[] = {"xx", "", "eng", "en-US", "[fr]", "f"};
+    for (int i = 0; i < 6; i++) {
+        err[0] = 0;
+        cbx_status rc = text_tokenizer_encode_lang(t, "Hello", bad[i], &ids, &n, err);
+        CHECK(rc == CBX_ERR_INVALID_ARG && !ids && n == 0 && strstr(err, "unsupported language") &&
+                  strstr(err, "ar, da, de") && strstr(err, "tr, zh"),
+              "bad language \"%s\": %s", bad[i], err);
+    }
+    cbx_status rc = text_tokenizer_encode_lang(t, "abc\xff", "fr", &ids, &n, err);
+    CHECK(rc == CBX_ERR_INVALID_ARG && !ids && n == 0, "invalid UTF-8 refused: %s", err);
+    /* the splitter's count: no tag */
+    int64_t c1 = -1, c2 = -1;
+    const char *s = "Bonjour le monde, ça va ?";
+    rc = text_tokenizer_count(t, s, strlen(s), &c1, err);
+    int32_t *tagged = NULL;
+    cbx_status rc2 = text_tokenizer_encode_raw_lang(t, s, "fr", &tagged, &c2, err);
+    CHECK(rc == CBX_OK && rc2 == CBX_OK && c1 > 0 && c2 == c1 + 1, "count %lld, with [fr] %lld", (long long)c1,
+          (long long)c2);
+    free(tagged);
+    /* a language for the English kind */
+    struct text_tokenizer *en = NULL;
+    rc = text_tokenizer_load_dir(TEXT_TOK_GRAPHEME, test_data("english"), &en, err);
+    CHECK(rc == CBX_OK, "load english tokenizer: %s", err);
+    if (en) {
+        rc = text_tokenizer_encode_lang(en, "Hello", "en", &ids, &n, err);
+        CHECK(rc == CBX_ERR_INVALID_ARG && !ids && strstr(err, "takes none"), "English kind with a language: %s",
+              err);
+        rc = text_tokenizer_encode_lang(en, "Hello", NULL, &ids, &n, err);
+        CHECK(rc == CBX_OK && n > 0, "English kind without a language");
+        free(ids);
+    }
+    text_tokenizer_free(en);
+}
+
+/* One code point as UTF-8 */
+static void cp_utf8(int32_t c, char *o)
+{
+    o[utf8proc_encode_char(c, (utf8proc_uint8_t *)o)] = 0;
+}
+
+/* Inclusive [lo, hi] ranges as one flag per code point (caller frees). */
+static unsigned char *range_flags(const cJSON *ranges)
+{
+    unsigned char *f = calloc(0x110000, 1);
+    for (const cJSON *r = ranges ? ranges->child : NULL; f && r; r = r->next)
+        for (int c = cJSON_GetArrayItem(r, 0)->valueint; c <= cJSON_GetArrayItem(r, 1)->valueint; c++) f[c] = 1;
+    return f;
+}
+
+/* lower, NFKD, Cased, Case_Ignorable on every code point Python knows */
+static void test_unicode(const cJSON *u)
+{
+    char err[ERR_MAX] = "";
+    const cJSON *lower = cJSON_GetObjectItem(u, "lower"), *nfkd = cJSON_GetObjectItem(u, "nfkd");
+    unsigned char *assigned = range_flags(cJSON_GetObjectItem(u, "assigned")),
+                  *cased = range_flags(cJSON_GetObjectItem(u, "cased")),
+                  *ign = range_flags(cJSON_GetObjectItem(u, "case_ignorable"));
+    if (!assigned || !cased || !ign) {
+        CHECK(false, "out of memory");
+        free(assigned), free(cased), free(ign);
+        return;
+    }
+    int n_assigned = 0, bad_lower = 0, bad_nfkd = 0, bad_cased = 0, bad_ign = 0, newer = 0, newer_change = 0;
+    for (int32_t c = 0; c < 0x110000; c++) {
+        if (c >= 0xd800 && c < 0xe000) continue;
+        char s[8], key[16];
+        cp_utf8(c, s);
+        char *lo = NULL;
+        utf8proc_uint8_t *de = NULL;
+        if (mtl_text_lower(s, strlen(s), &lo, err) != CBX_OK) { CHECK(false, "lower U+%04X: %s", c, err); break; }
+        utf8proc_map((const utf8proc_uint8_t *)s, 0, &de,
+                     UTF8PROC_NULLTERM | UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT);
+        if (!assigned[c]) {
+            /* assigned in utf8proc's Unicode only */
+            if (utf8proc_category(c) != UTF8PROC_CATEGORY_CN) {
+                newer++;
+                newer_change += strcmp(lo, s) != 0 || strcmp((const char *)de, s) != 0;
+            }
+        } else {
+            n_assigned++;
+            snprintf(key, sizeof key, "%x", (unsigned)c);
+            const cJSON *wl = cJSON_GetObjectItem(lower, key), *wd = cJSON_GetObjectItem(nfkd, key);
+            const char *want_lower = wl ? wl->valuestring : s;
+            const char *want_nfkd = wd ? wd->valuestring : s;
+            if (strcmp(lo, want_lower)) {
+                if (bad_lower++ < 5) printf("  lower U+%04X: \"%s\" want \"%s\"\n", c, lo, want_lower);
+            }
+            if (!(c >= 0xac00 && c <= 0xd7a3) && strcmp((const char *)de, want_nfkd)) {
+                if (bad_nfkd++ < 5) printf("  NFKD U+%04X: \"%s\" want \"%s\"\n", c, (const char *)de, want_nfkd);
+            }
+            if (!mtl_text_is_cased(c) != !cased[c]) {
+                if (bad_cased++ < 5) printf("  Cased U+%04X: %d\n", c, mtl_text_is_cased(c));
+            }
+            if (!mtl_text_is_case_ignorable(c) != !ign[c]) {
+                if (bad_ign++ < 5) printf("  Case_Ignorable U+%04X: %d\n", c, mtl_text_is_case_ignorable(c));
+            }
+        }
+        free(lo);
+        free(de);
+    }
+    printf("unicode: %d code points assigned in Python's unicodedata %s: lower differs %d, NFKD differs %d, "
+           "Cased differs %d, Case_Ignorable differs %d; %d more assigned only in utf8proc %s (%d of them "
+           "changed by lower or NFKD there, left as they are by Python)\n",
+           n_assigned, cJSON_GetObjectItem(u, "unidata_version")->valuestring, bad_lower, bad_nfkd, bad_cased,
+           bad_ign, newer, utf8proc_unicode_version(), newer_change);
+    free(assigned);
+    free(cased);
+    free(ign);
+    CHECK(n_assigned > 140000, "%d assigned code points", n_assigned);
+    CHECK(bad_lower == 0 && bad_nfkd == 0 && bad_cased == 0 && bad_ign == 0,
+          "lower, NFKD, Cased, Case_Ignorable agree with Python on every code point both know");
+}
+
+/* every allocation of encode_lang may fail: CBX_ERR_NOMEM, never a crash
+ * or wrong ids */
+static void test_alloc_failures(const struct text_tokenizer *t)
+{
+#ifdef HAVE_ALLOC_HOOK
+    char err[ERR_MAX] = "";
+    const char *text = "  ΟΔΥΣΣΕΥΣ İstanbul 한국어 ﬁne straße  ";
+    int32_t *want = NULL, *ids = NULL;
+    int64_t n_want = 0, n = 0;
+    cbx_status rc = text_tokenizer_encode_lang(t, text, "ko", &want, &n_want, err);
+    CHECK(rc == CBX_OK && n_want > 10, "alloc-failure reference: %s", rc == CBX_OK ? "ok" : err);
+    long k = 0;
+    int bad = 0;
+    for (; rc == CBX_OK && k < 10000; k++) {
+        alloc_hook_arm(k);
+        cbx_status r = text_tokenizer_encode_lang(t, text, "ko", &ids, &n, err);
+        alloc_hook_disarm();
+        bool ok = alloc_hook_hit() ? r == CBX_ERR_NOMEM && !ids
+                                   : r == CBX_OK && n == n_want && !memcmp(ids, want, (size_t)n * sizeof *ids);
+        if (!ok && bad++ < 3) printf("  allocation %ld: rc %d: %s\n", k, (int)r, r == CBX_OK ? "" : err);
+        free(ids);
+        ids = NULL;
+        if (!alloc_hook_hit()) break;
+    }
+    printf("  alloc-failure run, multilingual encode: %ld allocations, %d wrong\n", k, bad);
+    CHECK(bad == 0 && k > 5, "multilingual encode fails with out of memory at each of %ld allocations", k);
+    free(want);
+#else
+    (void)t;
+    printf("  alloc-failure runs skipped (sanitizer build)\n");
+#endif
+}
+
+int main(void)
+{
+    size_t n = 0;
+    char err[ERR_MAX] = "";
+    char *json = test_read_file(test_data("mtl-v2/tokenizer/mtl_cases.json"), &n);
+    cJSON *root = json ? cJSON_Parse(json) : NULL;
+    CHECK(root && cJSON_GetObjectItem(root, "cases") && cJSON_GetObjectItem(root, "unicode"),
+          "mtl_cases.json parses");
+    struct text_tokenizer *t = NULL;
+    cbx_status rc = text_tokenizer_load_dir(TEXT_TOK_GRAPHEME_MTL, test_data("mtl-v2/tokenizer"), &t, err);
+    CHECK(rc == CBX_OK && root &&
+              text_tokenizer_vocab_size(t) == cJSON_GetObjectItem(root, "vocab_size")->valueint,
+          "load the synthetic multilingual tokenizer: %s", rc == CBX_OK ? "ok" : err);
+    if (root && t) {
+        test_cases(root, t);
+        test_errors(t);
+        test_unicode(cJSON_GetObjectItem(root, "unicode"));
+        test_alloc_failures(t);
+    }
+    text_tokenizer_free(t);
+    cJSON_Delete(root);
+    free(json);
+    return test_summary();
+}
