@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "io/model_dir.h"
+#include "io/variant.h"
 #include "pipeline/engine.h"
 #include "t3/t3.h"
 
@@ -133,7 +134,7 @@ bool cli_gen_apply(const struct cli_gen *g, const char *cmd, const struct engine
                 g->set & CLI_GEN_MIN_P ? "min-p" : g->set & CLI_GEN_CFG ? "cfg-weight" : "exaggeration", name);
         return false;
     }
-    if (g->language) {
+    if (g->language && !variant_get(engine_model_variant(m))->languages) {
         fprintf(stderr, "chatterbox %s: --language: the %s model speaks one language (only the multilingual "
                         "models take a language)\n", cmd, name);
         return false;
@@ -154,6 +155,7 @@ bool cli_gen_apply(const struct cli_gen *g, const char *cmd, const struct engine
     if (g->set & CLI_GEN_EXAGGERATION) p->exaggeration = g->exaggeration;
     p->text_ids = g->text_ids;
     p->n_text_ids = g->n_text_ids;
+    p->language = g->language;
     return true;
 }
 

@@ -331,14 +331,12 @@ cbx_status cbx_synthesize(cbx_context *ctx, const cbx_voice *voice, const char *
                         params->cfm_steps);
     cbx_status rc = ctx_backend(ctx, params->n_threads, "cbx_synthesize");
     if (rc != CBX_OK) return rc;
-    if (params->language)
-        return err_setf(ctx->err, CBX_ERR_INVALID_ARG, "cbx_synthesize: the %s model speaks one language (language '%s')",
-                        model_variant_info(engine_model_variant(ctx->model->m))->name, params->language);
     struct engine_params e = engine_model_default_params(ctx->model->m);
     e.s.temperature = params->temperature;
     e.s.min_p = params->min_p;
     e.cfg_weight = params->cfg_weight;
     e.exaggeration = params->exaggeration;
+    e.language = params->language;
     e.s.top_k = params->top_k;
     e.s.top_p = params->top_p;
     e.s.repetition_penalty = params->repetition_penalty;

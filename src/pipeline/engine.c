@@ -811,7 +811,7 @@ static cbx_status text_tokens(const struct engine_model *m, const char *seg, con
         memcpy(raw, p->text_ids, sizeof *raw * (size_t)n);
     } else {
         /* the variant's front end: punc_norm, its own steps, the BPE */
-        if ((rc = text_tokenizer_encode(m->tok, seg, &raw, &n, err)) != CBX_OK) return rc;
+        if ((rc = text_tokenizer_encode_lang(m->tok, seg, p->language, &raw, &n, err)) != CBX_OK) return rc;
         /* Turbo: tokenizer(..., truncation=True) cuts at model_max_length */
         const int64_t maxlen = text_tokenizer_max_length(m->tok);
         if (maxlen > 0 && n > maxlen) n = maxlen;
@@ -1055,6 +1055,9 @@ cbx_status engine_synthesize(const struct engine_model *m, const struct backend 
     st->s3gen_bf16 = use_bf16(m, p);
     if (!text && !p->text_ids) return err_setf(err, CBX_ERR_INVALID_ARG, "no text given");
     if (p->text_ids && p->n_text_ids < 1) return err_setf(err, CBX_ERR_INVALID_ARG, "no text ids given");
+    if (p->language && !variant_get(m->variant)->languages)
+        return err_setf(err, CBX_ERR_INVALID_ARG, "the %s model speaks one language (language '%s' given)",
+                        variant_get(m->variant)->name, p->language);
     if (!(p->cfg_weight >= 0 && p->cfg_weight <= 100) || !(p->exaggeration <= 100) || !(p->s.min_p >= 0 && p->s.min_p <= 1))
         return err_setf(err, CBX_ERR_INVALID_ARG, "bad parameters (cfg_weight 0..100, exaggeration <= 100, min_p in [0, 1])");
     if (p->max_tokens < 1 || p->max_tokens > 100000 || p->pause_ms < 0 || p->pause_ms > 60000 ||

@@ -186,6 +186,9 @@ struct engine_params {
      * tokenizer file is not at hand. Borrowed for the call. */
     const int32_t *text_ids;
     int64_t n_text_ids;
+    /* multilingual models: the language code ("fr"; NULL: no language
+     * token, as upstream accepts None); an error for other variants */
+    const char *language;
 };
 enum { ENGINE_PREC_AUTO = 0, ENGINE_PREC_F32 = 1, ENGINE_PREC_BF16 = 2 };
 struct engine_params engine_default_params(void);
