@@ -19,23 +19,7 @@
 #include "text/punc_norm.h"
 #include "text/tokenizer.h"
 
-static bool same_ids(const int32_t *ids, int64_t n, const cJSON *want)
-{
-    if (n != cJSON_GetArraySize(want)) return false;
-    int64_t i = 0;
-    for (const cJSON *e = want->child; e; e = e->next, i++)
-        if (ids[i] != e->valueint) return false;
-    return true;
-}
-
-static void print_ids(const int32_t *ids, int64_t n, const cJSON *want)
-{
-    printf("  got :");
-    for (int64_t i = 0; i < n; i++) printf(" %d", ids[i]);
-    printf("\n  want:");
-    for (const cJSON *e = want->child; e; e = e->next) printf(" %d", e->valueint);
-    printf("\n");
-}
+#include "ids_json.inc"
 
 #define N_LANG 24 /* 23 codes + none */
 static const char *const lang_names[N_LANG] = {"ar", "da", "de", "el", "en", "es", "fi", "fr", "he", "hi", "it", "ja",
