@@ -18,6 +18,19 @@ cbx_status atomic_file_open(struct atomic_file *af, const char *path, char *err)
         atomic_file_abort(af);
         return err_setf(err, CBX_ERR_NOMEM, "%s: out of memory", path);
     }
+    /* an existing target that is not a regular file (/dev/null, a FIFO) is
+     * written in place: a rename would replace the device with a file */
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+        free(tmp);
+        if (!(af->f = fopen(path, "wb"))) {
+            cbx_status rc = err_setf(err, CBX_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
+            atomic_file_abort(af);
+            return rc;
+        }
+        setvbuf(af->f, NULL, _IOFBF, (size_t)1 << 20);
+        return CBX_OK;
+    }
     snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
     af->f = fopen(tmp, "wb");
     if (!af->f) {
@@ -36,7 +49,8 @@ cbx_status atomic_file_commit(struct atomic_file *af, char *err)
     if (!af->f) return err_setf(err, CBX_ERR_INVALID_ARG, "atomic file: commit without open");
     FILE *f = af->f;
     af->f = NULL;
-    int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
+    /* fsync of a device or pipe written in place may be refused (EINVAL) */
+    int bad = fflush(f) != 0 || (fsync(fileno(f)) != 0 && (af->tmp || errno != EINVAL));
     int e = errno;
     if (fclose(f) != 0 && !bad) {
         bad = 1;
@@ -44,7 +58,9 @@ cbx_status atomic_file_commit(struct atomic_file *af, char *err)
     }
     cbx_status rc = CBX_OK;
     if (bad) {
-        rc = err_setf(err, CBX_ERR_IO, "%s: write failed: %s", af->tmp, strerror(e));
+        rc = err_setf(err, CBX_ERR_IO, "%s: write failed: %s", af->tmp ? af->tmp : af->path, strerror(e));
+    } else if (!af->tmp) {
+        /* written in place (a device or a pipe): nothing to rename */
     } else if (rename(af->tmp, af->path) != 0) {
         rc = err_setf(err, CBX_ERR_IO, "%s: cannot rename %s onto it: %s", af->path, af->tmp, strerror(errno));
     } else {

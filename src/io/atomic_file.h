@@ -6,7 +6,9 @@
  * Usage: atomic_file_open, fwrite(af.f, ...), then exactly one of
  * atomic_file_commit (flush, fsync, close, rename) or atomic_file_abort
  * (close, remove the temporary). Both release everything; a zeroed struct
- * may be aborted safely. Not thread-safe per object. */
+ * may be aborted safely. A target that exists and is not a regular file
+ * (/dev/null, a FIFO) is written in place instead: renaming onto it would
+ * replace the device. Not thread-safe per object. */
 #ifndef CBX_IO_ATOMIC_FILE_H
 #define CBX_IO_ATOMIC_FILE_H
 

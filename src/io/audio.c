@@ -242,6 +242,32 @@ cbx_status io_audio_write(const char *path, const float *pcm, int64_t n, int sam
         return err_setf(err, CBX_ERR_UNSUPPORTED, "%s: libsndfile cannot write this format at "
                         "%d Hz", path, sample_rate);
 
+    /* an existing target that is not a regular file (/dev/null, a FIFO, a
+     * terminal) is written in place: renaming a temporary onto it would
+     * replace the device or pipe with a plain file */
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        if (S_ISDIR(st.st_mode)) return err_setf(err, CBX_ERR_IO, "%s: is a directory", path);
+        fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0) return err_setf(err, CBX_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
+        sf = sf_open_fd(fd, SFM_WRITE, &info, 0);
+        if (!sf) {
+            rc = err_setf(err, CBX_ERR_IO, "%s: cannot start writing (libsndfile: %s)", path, sf_strerror(NULL));
+        } else {
+            if (fmt != AUDIO_WAV_FLOAT) sf_command(sf, SFC_SET_CLIPPING, NULL, SF_TRUE);
+            sf_count_t w = sf_writef_float(sf, pcm, n);
+            if (w != n)
+                rc = err_setf(err, CBX_ERR_IO, "%s: wrote %lld of %lld samples (libsndfile: %s)", path,
+                              (long long)w, (long long)n, sf_strerror(sf));
+            int e = sf_close(sf);
+            if (e != 0 && rc == CBX_OK)
+                rc = err_setf(err, CBX_ERR_IO, "%s: finishing the file failed (libsndfile: %s)", path,
+                              sf_error_number(e));
+        }
+        if (close(fd) != 0 && rc == CBX_OK) rc = err_setf(err, CBX_ERR_IO, "%s: closing failed: %s", path, strerror(errno));
+        return rc;
+    }
+
     /* a unique name in the target's directory, so rename() is atomic */
     size_t len = strlen(path) + 48;
     tmp = malloc(len);

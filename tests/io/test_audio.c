@@ -10,6 +10,7 @@
 #include <string.h>
 #include <dirent.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "io/audio.h"
@@ -309,13 +310,49 @@ static void test_write_errors(void)
     cbx_status rc = io_audio_write(p, x, 16, 24000, AUDIO_WAV_PCM16, err);
     expect_fail("write into a missing directory", rc, err, CBX_ERR_IO, "cannot create");
 
-    /* target is a directory: the temporary file is written, the rename
-     * fails, and the temporary file must be gone */
+    /* target is a directory: refused, no temporary file left */
     snprintf(sub, sizeof sub, "%s/target", d);
     mkdir(sub, 0755);
     rc = io_audio_write(sub, x, 16, 24000, AUDIO_WAV_PCM16, err);
-    expect_fail("rename over a directory", rc, err, CBX_ERR_IO, "cannot replace");
+    expect_fail("write over a directory", rc, err, CBX_ERR_IO, "is a directory");
     CHECK(count_entries(d) == 1, "only the directory remains (%d entries)", count_entries(d));
+
+    /* a target that exists and is not a regular file (a FIFO here; the
+     * same rule keeps /dev/null a device: `say -o /dev/null` as root once
+     * replaced it with a file) is written in place and never replaced */
+    char fifo[8400], got[8400];
+    snprintf(fifo, sizeof fifo, "%s/pipe", d);
+    snprintf(got, sizeof got, "%s/pipe.out", d);
+    CHECK(mkfifo(fifo, 0600) == 0, "mkfifo %s", fifo);
+    pid_t pid = fork();
+    if (pid == 0) { /* the reader: the pipe's bytes into pipe.out; gives
+                     * up after 10 s (no writer ever came: the FIFO was
+                     * replaced) */
+        alarm(10);
+        FILE *in = fopen(fifo, "rb"), *out = fopen(got, "wb");
+        char buf[4096];
+        size_t k;
+        while (in && out && (k = fread(buf, 1, sizeof buf, in)) > 0) fwrite(buf, 1, k, out);
+        _exit(in && out && fclose(out) == 0 ? 0 : 1);
+    }
+    rc = io_audio_write(fifo, x, 16, 24000, AUDIO_WAV_PCM16, err);
+    int status = -1;
+    if (pid > 0) waitpid(pid, &status, 0);
+    struct stat st;
+    char head[4] = {0};
+    FILE *g = fopen(got, "rb");
+    size_t nh = g ? fread(head, 1, 4, g) : 0;
+    if (g) fclose(g);
+    printf("write into a FIFO: %s; %s; reader got '%.4s'\n", rc == CBX_OK ? "ok" : err,
+           stat(fifo, &st) == 0 && S_ISFIFO(st.st_mode) ? "still a FIFO" : "REPLACED", head);
+    CHECK(stat(fifo, &st) == 0 && S_ISFIFO(st.st_mode), "the FIFO target is still a FIFO");
+    /* libsndfile cannot write a WAV header into a pipe: a clear error (and
+     * no partial header), or, with a libsndfile that can, the whole WAV */
+    CHECK((rc == CBX_OK && nh == 4 && !memcmp(head, "RIFF", 4)) ||
+              (rc == CBX_ERR_IO && strstr(err, "pipe") && nh == 0),
+          "the FIFO's reader got a WAV, or the write failed clearly (%s)", rc == CBX_OK ? "ok" : err);
+    unlink(fifo);
+    unlink(got);
 
     /* a read-only directory (meaningless for root, who may write anyway) */
     if (geteuid() != 0) {
