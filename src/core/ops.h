@@ -48,6 +48,11 @@ struct tensor *op_split_dim(struct arena *a, const struct tensor *x, int dim, in
 struct tensor *op_permute(struct arena *a, const struct tensor *x, const int *perm);
 /* Contiguous copy of x (same type). */
 struct tensor *op_cont(struct arena *a, const struct tensor *x);
+/* Attention heads: [B, T, H * Dh] (any strides, e.g. a column slice of a
+ * fused qkv projection) -> the view [B, H, T, Dh]; and back, a contiguous
+ * [B, T, H, Dh] copy of o [B, H, T, Dh] reshaped to [B, T, H * Dh]. */
+struct tensor *op_split_heads(struct arena *a, const struct tensor *x, int64_t H);
+struct tensor *op_merge_heads(struct arena *a, const struct tensor *o);
 /* Contiguous copy converted to type (F32/F16/BF16/I32 among each other;
  * block types from/to F32 for contiguous rows). */
 struct tensor *op_cast(struct arena *a, const struct tensor *x, enum dtype type);

@@ -130,7 +130,7 @@ struct tensor *op_split_dim(struct arena *a, const struct tensor *x, int dim, in
         return NULL;
     }
     struct tensor v = *x;
-    for (int d = x->ndim; d > dim + 1; d--) {
+    for (int d = x->ndim; d > dim + 1 && d < TENSOR_MAX_DIMS; d--) {
         v.ne[d] = x->ne[d - 1];
         v.nb[d] = x->nb[d - 1];
     }
@@ -155,6 +155,29 @@ struct tensor *op_cont(struct arena *a, const struct tensor *x)
 {
     if (!x) return NULL;
     return op_cast(a, x, x->type);
+}
+
+static const int heads_perm[4] = {0, 2, 1, 3}; /* [B,T,H,Dh] <-> [B,H,T,Dh] */
+
+struct tensor *op_split_heads(struct arena *a, const struct tensor *x, int64_t H)
+{
+    if (!x) return NULL;
+    if (x->ndim != 3) {
+        arena_fail(a, CBX_ERR_INTERNAL, "op_split_heads: %d dims, want [B, T, H * Dh]", x->ndim);
+        return NULL;
+    }
+    return op_permute(a, op_split_dim(a, x, 2, H), heads_perm);
+}
+
+struct tensor *op_merge_heads(struct arena *a, const struct tensor *o)
+{
+    if (!o) return NULL;
+    if (o->ndim != 4) {
+        arena_fail(a, CBX_ERR_INTERNAL, "op_merge_heads: %d dims, want [B, H, T, Dh]", o->ndim);
+        return NULL;
+    }
+    const int64_t merged[3] = {o->ne[0], o->ne[2], o->ne[1] * o->ne[3]};
+    return op_reshape(a, op_cont(a, op_permute(a, o, heads_perm)), 3, merged);
 }
 
 cbx_status op_copy_into(struct arena *a, struct tensor *dst, const struct tensor *src)

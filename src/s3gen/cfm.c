@@ -482,8 +482,7 @@ static struct resid transformer(struct arena *a, const struct s3gen_estimator *e
 {
     struct resid out = {NULL, NULL};
     if (!in.x) return out;
-    int64_t B = in.x->ne[0], T = in.x->ne[1], inner = (int64_t)e->n_heads * e->head_dim;
-    const int to_heads[4] = {0, 2, 1, 3}; /* [B, T, H, Dh] <-> [B, H, T, Dh] */
+    const int64_t inner = (int64_t)e->n_heads * e->head_dim;
     struct tensor *h = (struct tensor *)in.x, *n;
     if (in.r)
         n = op_add_layer_norm(a, in.x, in.r, l->norm1_w, l->norm1_b, LN_EPS, &h);
@@ -492,14 +491,13 @@ static struct resid transformer(struct arena *a, const struct s3gen_estimator *e
     /* q, k, v: column slices of one [B, T, 3 inner] GEMM, viewed as heads
      * (attention reads them with strides) */
     struct tensor *qkv = op_linear(a, n, l->qkv, NULL);
-    struct tensor *q = op_permute(a, op_split_dim(a, op_slice(a, qkv, 2, 0, inner), 2, e->n_heads), to_heads);
-    struct tensor *k = op_permute(a, op_split_dim(a, op_slice(a, qkv, 2, inner, inner), 2, e->n_heads), to_heads);
-    struct tensor *v = op_permute(a, op_split_dim(a, op_slice(a, qkv, 2, 2 * inner, inner), 2, e->n_heads), to_heads);
+    struct tensor *q = op_split_heads(a, op_slice(a, qkv, 2, 0, inner), e->n_heads);
+    struct tensor *k = op_split_heads(a, op_slice(a, qkv, 2, inner, inner), e->n_heads);
+    struct tensor *v = op_split_heads(a, op_slice(a, qkv, 2, 2 * inner, inner), e->n_heads);
     /* F.scaled_dot_product_attention, scale dim_head^-0.5, bidirectional */
     struct attn_params ap = {1.0f / sqrtf((float)e->head_dim), false};
     struct tensor *o = op_attention(a, q, k, v, NULL, &ap);           /* [B, H, T, Dh] */
-    const int64_t merged[3] = {B, T, inner};
-    o = op_reshape(a, op_cont(a, op_permute(a, o, to_heads)), 3, merged);
+    o = op_merge_heads(a, o);
     struct tensor *hs;
     n = op_add_layer_norm(a, h, op_linear(a, o, l->to_out.w, l->to_out.b), l->norm3_w, l->norm3_b,
                           LN_EPS, &hs);

@@ -324,14 +324,12 @@ static struct tensor *rel_attn(struct arena *a, const struct s3gen_encoder *e,
                                const struct tensor *pos)
 {
     if (!x || !pos) return NULL;
-    const int64_t T = x->ne[1], H = e->n_head, D = e->d_model;
+    const int64_t H = e->n_head;
     const float scale = 1.0f / sqrtf((float)e->d_k);              /* 1 / math.sqrt(d_k) */
     const int to_heads[4] = {0, 2, 1, 3};                          /* [1,T,H,Dk] <-> [1,H,T,Dk] */
     struct tensor *q = op_split_dim(a, op_linear(a, x, l->linear_q_w, l->linear_q_b), 2, H);
-    struct tensor *k = op_split_dim(a, op_linear(a, x, l->linear_k_w, l->linear_k_b), 2, H);
-    struct tensor *v = op_split_dim(a, op_linear(a, x, l->linear_v_w, l->linear_v_b), 2, H);
-    k = op_permute(a, k, to_heads);                                 /* [1, H, T, Dk] */
-    v = op_permute(a, v, to_heads);
+    struct tensor *k = op_split_heads(a, op_linear(a, x, l->linear_k_w, l->linear_k_b), H); /* [1, H, T, Dk] */
+    struct tensor *v = op_split_heads(a, op_linear(a, x, l->linear_v_w, l->linear_v_b), H);
     /* p = linear_pos(pos_emb).view(1, -1, H, Dk) */
     struct tensor *p = op_split_dim(a, op_linear(a, pos, l->linear_pos_w, NULL), 2, H);
     const int to_heads_t[4] = {0, 2, 3, 1};
@@ -346,8 +344,7 @@ static struct tensor *rel_attn(struct arena *a, const struct s3gen_encoder *e,
     bd = rel_shift(a, bd);                                          /* [1, H, T, T] */
     const struct attn_params ap = {scale, false};
     struct tensor *o = op_attention(a, qu, k, v, bd, &ap);          /* [1, H, T, Dk] */
-    const int64_t merged[3] = {1, T, D};
-    o = op_reshape(a, op_cont(a, op_permute(a, o, to_heads)), 3, merged);
+    o = op_merge_heads(a, o);
     return op_linear(a, o, l->linear_out_w, l->linear_out_b);
 }
 

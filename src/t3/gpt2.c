@@ -4,13 +4,6 @@
 
 #include "t3/backbone.h"
 
-/* [B, T, D] slice [off, off + D) of the fused projection -> [B, H, T, Dh] */
-static struct tensor *heads(struct arena *a, const struct tensor *qkv, int64_t off, int64_t D, int64_t H)
-{
-    const int to_heads[4] = {0, 2, 1, 3};
-    return op_permute(a, op_split_dim(a, op_slice(a, qkv, 2, off, D), 2, H), to_heads);
-}
-
 struct tensor *gpt2_block(struct arena *a, const struct t3_backbone *bb, struct kv_cache *kv, int il,
                           const struct tensor *hs, bool kv_only)
 {
@@ -19,8 +12,9 @@ struct tensor *gpt2_block(struct arena *a, const struct t3_backbone *bb, struct 
     struct tensor *h = op_layer_norm(a, hs, l->ln_1_w, l->ln_1_b, bb->eps);
     /* GPT2Attention: c_attn -> split q, k, v -> heads -> cache -> SDPA -> c_proj */
     struct tensor *qkv = op_linear(a, h, l->c_attn_w, l->c_attn_b); /* [B, T, 3D] */
-    struct tensor *o = kv_cache_attend(a, kv, il, heads(a, qkv, 0, D, H), heads(a, qkv, D, D, H),
-                                       heads(a, qkv, 2 * D, D, H), kv_only);
+    struct tensor *o = kv_cache_attend(a, kv, il, op_split_heads(a, op_slice(a, qkv, 2, 0, D), H),
+                                       op_split_heads(a, op_slice(a, qkv, 2, D, D), H),
+                                       op_split_heads(a, op_slice(a, qkv, 2, 2 * D, D), H), kv_only);
     if (kv_only || !o) return o;
     struct tensor *x = op_add(a, hs, op_linear(a, o, l->c_proj_w, l->c_proj_b));
     h = op_layer_norm(a, x, l->ln_2_w, l->ln_2_b, bb->eps);

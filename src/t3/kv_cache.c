@@ -41,7 +41,7 @@ struct tensor *kv_cache_attend(struct arena *a, struct kv_cache *kv, int il,
                                const struct tensor *v, bool kv_only)
 {
     if (!q || !k || !v) return NULL;
-    const int64_t B = q->ne[0], H = q->ne[1], T = q->ne[2], Dh = q->ne[3];
+    const int64_t T = q->ne[2], Dh = q->ne[3];
     const int n_past = kv->n_past;
     op_copy_into(a, op_slice(a, kv->k[il], 2, n_past, T), k);
     op_copy_into(a, op_slice(a, kv->v[il], 2, n_past, T), v);
@@ -49,9 +49,7 @@ struct tensor *kv_cache_attend(struct arena *a, struct kv_cache *kv, int il,
     struct attn_params ap = {1.0f / sqrtf((float)Dh), true};
     struct tensor *o = op_attention(a, q, op_slice(a, kv->k[il], 2, 0, n_past + T),
                                     op_slice(a, kv->v[il], 2, 0, n_past + T), NULL, &ap);
-    const int to_rows[4] = {0, 2, 1, 3};                                 /* [B,H,T,Dh] -> [B,T,H,Dh] */
-    const int64_t merged[3] = {B, T, H * Dh};
-    return op_reshape(a, op_cont(a, op_permute(a, o, to_rows)), 3, merged);
+    return op_merge_heads(a, o);
 }
 
 /* bytes of one head's n cached positions */

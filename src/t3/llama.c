@@ -11,13 +11,6 @@ struct rope_params llama_rope_520m(int head_dim)
     return p;
 }
 
-/* [B, T, H*Dh] -> [B, H, T, Dh] */
-static struct tensor *heads(struct arena *a, const struct tensor *x, int64_t H)
-{
-    const int to_heads[4] = {0, 2, 1, 3};
-    return op_permute(a, op_split_dim(a, x, 2, H), to_heads);
-}
-
 struct tensor *llama_layer_forward(struct arena *a, const struct t3_backbone *bb, struct kv_cache *kv,
                                    int il, const struct tensor *hs, const struct tensor *pos,
                                    bool kv_only)
@@ -26,9 +19,9 @@ struct tensor *llama_layer_forward(struct arena *a, const struct t3_backbone *bb
     const int64_t H = bb->n_head, Hk = bb->n_kv_head;
     struct tensor *h = op_rms_norm(a, hs, l->input_layernorm_w, bb->eps);
     /* LlamaAttention: projections -> heads -> RoPE on q, k -> cache -> SDPA -> o_proj */
-    struct tensor *q = op_rope(a, heads(a, op_linear(a, h, l->q_proj_w, NULL), H), pos, &bb->rope);
-    struct tensor *k = op_rope(a, heads(a, op_linear(a, h, l->k_proj_w, NULL), Hk), pos, &bb->rope);
-    struct tensor *v = heads(a, op_linear(a, h, l->v_proj_w, NULL), Hk);
+    struct tensor *q = op_rope(a, op_split_heads(a, op_linear(a, h, l->q_proj_w, NULL), H), pos, &bb->rope);
+    struct tensor *k = op_rope(a, op_split_heads(a, op_linear(a, h, l->k_proj_w, NULL), Hk), pos, &bb->rope);
+    struct tensor *v = op_split_heads(a, op_linear(a, h, l->v_proj_w, NULL), Hk);
     struct tensor *o = kv_cache_attend(a, kv, il, q, k, v, kv_only);
     if (kv_only || !o) return o;
     struct tensor *x = op_add(a, hs, op_linear(a, o, l->o_proj_w, NULL));

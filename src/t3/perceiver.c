@@ -30,31 +30,21 @@ cbx_status perceiver_load(struct perceiver *p, const struct weights *w, const ch
     return rc;
 }
 
-/* [B, T, D] -> [B, H, T, D/H] */
-static struct tensor *heads(struct arena *a, const struct tensor *x, int64_t H)
-{
-    const int to_heads[4] = {0, 2, 1, 3};
-    return op_permute(a, op_split_dim(a, x, 2, H), to_heads);
-}
-
 /* AttentionBlock2(x1, x2): the same LayerNorm on both inputs; q from x1,
  * k and v from x2; softmax(q kᵀ / sqrt(Dh)) v; x1 + proj_out(heads merged). */
 static struct tensor *block(struct arena *a, const struct perceiver *p, const struct tensor *x1,
                             const struct tensor *x2)
 {
     if (!x1 || !x2) return NULL;
-    const int64_t B = x1->ne[0], T = x1->ne[1], D = x1->ne[2], H = p->n_head;
+    const int64_t D = x1->ne[2], H = p->n_head;
     struct tensor *n1 = op_layer_norm(a, x1, p->norm_w, p->norm_b, 1e-5f);
     struct tensor *n2 = x1 == x2 ? n1 : op_layer_norm(a, x2, p->norm_w, p->norm_b, 1e-5f);
-    struct tensor *q = heads(a, op_linear(a, n1, p->to_q_w, p->to_q_b), H);
-    struct tensor *k = heads(a, op_linear(a, n2, p->to_k_w, p->to_k_b), H);
-    struct tensor *v = heads(a, op_linear(a, n2, p->to_v_w, p->to_v_b), H);
+    struct tensor *q = op_split_heads(a, op_linear(a, n1, p->to_q_w, p->to_q_b), H);
+    struct tensor *k = op_split_heads(a, op_linear(a, n2, p->to_k_w, p->to_k_b), H);
+    struct tensor *v = op_split_heads(a, op_linear(a, n2, p->to_v_w, p->to_v_b), H);
     struct attn_params ap = {1.0f / sqrtf((float)(D / H)), false};
     struct tensor *o = op_attention(a, q, k, v, NULL, &ap);
-    const int to_rows[4] = {0, 2, 1, 3};
-    const int64_t merged[3] = {B, T, D};
-    o = op_reshape(a, op_cont(a, op_permute(a, o, to_rows)), 3, merged);
-    return op_add(a, x1, op_linear(a, o, p->proj_out_w, p->proj_out_b));
+    return op_add(a, x1, op_linear(a, op_merge_heads(a, o), p->proj_out_w, p->proj_out_b));
 }
 
 struct tensor *perceiver_forward(struct arena *a, const struct perceiver *p, const struct tensor *h)
