@@ -14,7 +14,6 @@
 #include "core/backend.h"
 #include "core/cpu/linear_kernels.h"
 #include "core/quant.h"
-#include "io/variant.h"
 
 /* The linear weights of the decode step: the backbone's, then the head.
  * slots: room for t3_backbone_linears + 1. */
@@ -513,11 +512,6 @@ struct t3_gen_params t3_gen_default_params(const struct t3_model *m)
         p.cfg_weight = 0.5;
     }
     return p;
-}
-
-int64_t t3_filter_speech_tokens(int32_t *tokens, int64_t n)
-{
-    return variant_filter_speech(variant_get(MODEL_TURBO), tokens, n);
 }
 
 int64_t t3_drop_invalid_tokens(int32_t *tokens, int64_t n)
