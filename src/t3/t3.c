@@ -514,18 +514,6 @@ struct t3_gen_params t3_gen_default_params(const struct t3_model *m)
     return p;
 }
 
-int64_t t3_drop_invalid_tokens(int32_t *tokens, int64_t n)
-{
-    int64_t from = 0, to = n;
-    for (int64_t i = 0; i < n; i++)
-        if (tokens[i] == 6561) { from = i + 1; break; }
-    for (int64_t i = 0; i < n; i++)
-        if (tokens[i] == 6562) { to = i; break; }
-    if (to < from) to = from; /* a stop before the start: nothing between */
-    memmove(tokens, tokens + from, sizeof *tokens * (size_t)(to - from));
-    return to - from;
-}
-
 /* speech_head(hidden[:, -1]) of every row -> host logits [n_rows, V] */
 static cbx_status last_logits(struct arena *a, const struct t3_model *m, const struct tensor *h,
                               float *logits)

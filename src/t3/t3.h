@@ -233,9 +233,5 @@ cbx_status t3_inference_prefixed(const struct t3_model *m, const struct backend 
                                  const struct t3_gen_params *p, t3_step_cb cb, void *user,
                                  int32_t **tokens, int64_t *n_tokens, char *err);
 
-/* tts.py drop_invalid_tokens: cut after the first start token (6561) and
- * before the first stop token (6562), when present. Returns the new
- * length; the kept ids move to the front. */
-int64_t t3_drop_invalid_tokens(int32_t *tokens, int64_t n);
 
 #endif
