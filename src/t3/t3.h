@@ -233,5 +233,4 @@ cbx_status t3_inference_prefixed(const struct t3_model *m, const struct backend 
                                  const struct t3_gen_params *p, t3_step_cb cb, void *user,
                                  int32_t **tokens, int64_t *n_tokens, char *err);
 
-
 #endif
