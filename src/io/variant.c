@@ -78,6 +78,13 @@ static const char *const mtl_languages[VARIANT_N_LANGUAGES + 1] = {
 #define TURBO_VOICE {15, 375, 5.0, true, true, -27.0}
 #define LLAMA_VOICE {6, 150, 1.0, false, false, 0.0}
 
+/* Long text (engine.h): segment budget and early-stop floor per text
+ * token. Ordinary English speech is ~15 characters and 25 speech tokens a
+ * second: a GPT-2 token (~4 characters) is ~6 speech tokens, a grapheme
+ * token (~2-3 characters) ~1.5 (60 GPT-2 tokens ~ 150 grapheme tokens). */
+#define SEGMENT_GPT2 .segment = {60, 2.0}
+#define SEGMENT_GRAPHEME .segment = {150, 0.5}
+
 #define GPT2_TOKENIZER                                                                    \
     .tokenizer = VARIANT_TOK_GPT2_BPE,                                                    \
     .tokenizer_files = {"vocab.json", "merges.txt", "added_tokens.json",                  \
@@ -114,7 +121,7 @@ static const struct variant rows[MODEL_N_VARIANTS] = {
         .conds_file = "conds.pt", .conds_keys = conds_keys,
         .hf_repo = "ResembleAI/chatterbox-turbo", .hf_cache_subdir = "ResembleAI/chatterbox-turbo",
         TURBO_DOWNLOAD("t3_turbo_v1.safetensors"),
-        GPT2_TOKENIZER, TURBO_T3, TURBO_AUDIO, .voice = TURBO_VOICE,
+        GPT2_TOKENIZER, SEGMENT_GPT2, TURBO_T3, TURBO_AUDIO, .voice = TURBO_VOICE,
     },
     [MODEL_NANO] = {
         .id = MODEL_NANO, .name = "nano", .aliases = {"chatterbox-nano", NULL},
@@ -123,7 +130,7 @@ static const struct variant rows[MODEL_N_VARIANTS] = {
         .conds_file = "conds.pt", .conds_keys = conds_keys,
         .hf_repo = "ResembleAI/chatterbox-nano", .hf_cache_subdir = "ResembleAI/chatterbox-nano",
         TURBO_DOWNLOAD("t3_nano_v1.safetensors"),
-        GPT2_TOKENIZER, TURBO_T3, TURBO_AUDIO, .voice = TURBO_VOICE,
+        GPT2_TOKENIZER, SEGMENT_GPT2, TURBO_T3, TURBO_AUDIO, .voice = TURBO_VOICE,
     },
     [MODEL_ENGLISH] = {
         .id = MODEL_ENGLISH, .name = "english", .aliases = {NULL},
@@ -136,7 +143,7 @@ static const struct variant rows[MODEL_N_VARIANTS] = {
         .download_optional = {NULL},
         .tokenizer = VARIANT_TOK_GRAPHEME, .tokenizer_files = {"tokenizer.json", NULL},
         .tokenizer_data_dir = NULL, .text_vocab = 704, .text_rules = VARIANT_TEXT_ENGLISH,
-        .languages = NULL,
+        .languages = NULL, SEGMENT_GRAPHEME,
         LLAMA_T3, LLAMA_AUDIO(false), .voice = LLAMA_VOICE,
     },
     /* English and multilingual share a repository but get a cache
@@ -149,7 +156,7 @@ static const struct variant rows[MODEL_N_VARIANTS] = {
         .conds_file = "conds.pt", .conds_keys = conds_keys,
         .hf_repo = "ResembleAI/chatterbox", .hf_cache_subdir = "ResembleAI/chatterbox-multilingual",
         MTL_DOWNLOAD("t3_mtl23ls_v2.safetensors"),
-        MTL_TOKENIZER, LLAMA_T3, LLAMA_AUDIO(true), .voice = LLAMA_VOICE,
+        MTL_TOKENIZER, SEGMENT_GRAPHEME, LLAMA_T3, LLAMA_AUDIO(true), .voice = LLAMA_VOICE,
     },
     [MODEL_MTL_V3] = {
         .id = MODEL_MTL_V3, .name = "mtl-v3", .aliases = {"multilingual-v3", NULL},
@@ -158,7 +165,7 @@ static const struct variant rows[MODEL_N_VARIANTS] = {
         .conds_file = "conds.pt", .conds_keys = conds_keys,
         .hf_repo = "ResembleAI/chatterbox", .hf_cache_subdir = "ResembleAI/chatterbox-multilingual-v3",
         MTL_DOWNLOAD("t3_mtl23ls_v3.safetensors"),
-        MTL_TOKENIZER, LLAMA_T3, LLAMA_AUDIO(true), .voice = LLAMA_VOICE,
+        MTL_TOKENIZER, SEGMENT_GRAPHEME, LLAMA_T3, LLAMA_AUDIO(true), .voice = LLAMA_VOICE,
     },
 };
 

@@ -100,6 +100,12 @@ struct variant_sampling {
     int max_tokens;            /* samples incl. the stop token: 1001 / 1000 */
 };
 
+/* Long-text splitting (ours, not upstream's: engine.h "Long text"). */
+struct variant_segment {
+    int max_tokens;             /* text tokens per segment */
+    double min_speech_per_text; /* fewer speech tokens per text token: an early stop */
+};
+
 /* prepare_conditionals constants (overview.md §5). */
 struct variant_voice {
     int enc_cond_seconds;      /* ENC_COND_LEN / 16000: T3 prompt audio */
@@ -132,6 +138,7 @@ struct variant {
     int text_vocab;                                     /* text_tokens_dict_size */
     enum variant_text_rules text_rules;                 /* punc_norm rule set */
     const char *const *languages;                       /* NULL-terminated codes, or NULL: none */
+    struct variant_segment segment;                     /* long text */
 
     /* T3 (t3.md §2, §7-§9) */
     enum variant_backbone backbone;

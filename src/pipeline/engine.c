@@ -448,10 +448,10 @@ struct engine_params engine_default_params(void)
     p.cfm_steps = 0;
     p.stream_first_prompt_tokens = 25;
     p.split = true;
-    p.max_segment_tokens = 60;
+    p.max_segment_tokens = variant_get(MODEL_TURBO)->segment.max_tokens;
     p.pause_ms = 100;
     p.max_retries = 2;
-    p.min_speech_per_text = 2.0;
+    p.min_speech_per_text = variant_get(MODEL_TURBO)->segment.min_speech_per_text;
     p.stream = false;
     p.stream_first_tokens = stream_default_params().first_tokens;
     p.stream_chunk_tokens = stream_default_params().chunk_tokens;
@@ -473,13 +473,8 @@ struct engine_params engine_model_default_params(const struct engine_model *m)
     p.s.repetition_penalty = d->repetition_penalty;
     p.max_tokens = d->max_tokens;
     if (variant_get(m->variant)->cfg) p.cfg_weight = d->cfg_weight;
-    if (variant_get(m->variant)->tokenizer != VARIANT_TOK_GPT2_BPE) {
-        /* grapheme tokens: ~2-3 characters each, ~1.5 speech tokens per
-         * token of ordinary English speech (25 speech tokens/s, ~15
-         * characters/s) */
-        p.max_segment_tokens = 150;
-        p.min_speech_per_text = 0.5;
-    }
+    p.max_segment_tokens = variant_get(m->variant)->segment.max_tokens;
+    p.min_speech_per_text = variant_get(m->variant)->segment.min_speech_per_text;
     return p;
 }
 

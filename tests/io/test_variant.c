@@ -66,6 +66,9 @@ static void check_row(const struct variant *v)
     const bool gpt2 = v->backbone == VARIANT_T3_GPT2;
     CHECK(gpt2 == (v->tokenizer == VARIANT_TOK_GPT2_BPE), "%s: GPT-2 T3 iff GPT-2 BPE", n);
     CHECK(gpt2 == (v->text_rules == VARIANT_TEXT_TURBO), "%s: GPT-2 T3 iff Turbo punc_norm", n);
+    /* long text: a GPT-2 token covers more speech than a grapheme token */
+    CHECK(v->segment.max_tokens == (gpt2 ? 60 : 150) && v->segment.min_speech_per_text == (gpt2 ? 2.0 : 0.5),
+          "%s: segment budget %d, early-stop floor %.2f", n, v->segment.max_tokens, v->segment.min_speech_per_text);
     CHECK(v->text_vocab == (gpt2 ? 50276 : v->languages ? 2454 : 704), "%s: text vocabulary %d", n, v->text_vocab);
     CHECK(gpt2 ? v->start_text == -1 && v->stop_text == -1 : v->start_text == 255 && v->stop_text == 0,
           "%s: text start/stop %d/%d", n, v->start_text, v->stop_text);
