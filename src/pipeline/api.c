@@ -115,20 +115,25 @@ cbx_status cbx_model_load(const char *path, const cbx_model_params *params, cbx_
 void cbx_model_free(cbx_model *model)
 {
     if (!model) return;
+    vc_model_free(model->vc); /* may borrow from the engine */
     engine_model_free(model->m);
-    vc_model_free(model->vc);
     pthread_mutex_destroy(&model->mu);
     free(model->path);
     free(model);
 }
 
-/* The model's voice-conversion part, loaded on first use. */
+/* The model's voice-conversion part, made on first use: over the text-to-
+ * speech engine's S3Gen when there is one (one copy in memory), else
+ * loaded. */
 static cbx_status model_vc(const cbx_model *cm, struct vc_model **out, char *err)
 {
     cbx_model *m = (cbx_model *)cm;
     cbx_status rc = CBX_OK;
     pthread_mutex_lock(&m->mu);
-    if (!m->vc) rc = vc_model_load(m->path, m->wtype, &m->vc, err);
+    if (!m->vc && m->m && engine_model_s3gen(m->m))
+        rc = vc_model_borrow(engine_model_file(m->m), engine_model_s3gen(m->m), &m->vc, err);
+    else if (!m->vc)
+        rc = vc_model_load(m->path, m->wtype, &m->vc, err);
     *out = m->vc;
     pthread_mutex_unlock(&m->mu);
     return rc;

@@ -163,6 +163,8 @@ void engine_model_free(struct engine_model *m)
 
 enum model_variant engine_model_variant(const struct engine_model *m) { return m->variant; }
 const struct t3_model *engine_model_t3(const struct engine_model *m) { return &m->t3; }
+const struct model *engine_model_file(const struct engine_model *m) { return m->file; }
+const struct s3gen *engine_model_s3gen(const struct engine_model *m) { return m->has_s3gen ? &m->s3 : NULL; }
 
 /* The workspace of slot s for backend be, or NULL when another call holds
  * it (that call then runs with memory of its own, as without one). The

@@ -125,6 +125,13 @@ enum model_variant engine_model_variant(const struct engine_model *m);
 /* The loaded T3 (read-only; borrowed from m). */
 struct t3_model;
 const struct t3_model *engine_model_t3(const struct engine_model *m);
+/* The opened model file and the loaded S3Gen (NULL when loaded with
+ * t3_only), read-only and borrowed from m, e.g. for voice conversion
+ * (vc_model_borrow). */
+struct model;
+struct s3gen;
+const struct model *engine_model_file(const struct engine_model *m);
+const struct s3gen *engine_model_s3gen(const struct engine_model *m);
 /* Wall seconds engine_model_load took. */
 double engine_model_load_seconds(const struct engine_model *m);
 /* The built-in voice (conds.pt); borrowed from m. */

@@ -15,13 +15,40 @@
 #include "voice/voice.h"
 
 struct vc_model {
-    struct model *file;          /* owned */
-    struct s3gen s3;             /* S3Gen() of from_local: flow + mel2wav */
+    struct model *own_file;      /* vc_model_load: owned; vc_model_borrow: NULL */
+    struct s3gen own_s3;
+    const struct model *file;    /* own_file or borrowed */
+    const struct s3gen *s3;      /* S3Gen() of from_local: flow + mel2wav */
     struct s3tokenizer *tok;     /* s3gen.tokenizer; borrows file's weights */
     struct conds builtin;        /* conds.pt "gen" (and "t3", unused) */
     bool has_builtin;
     char builtin_err[ERR_MAX];   /* why there is no built-in voice */
 };
+
+/* The variant check and the parts made over file and s3 (either call). */
+static cbx_status vc_model_init(struct vc_model *vm, const char *name, char *err)
+{
+    enum model_variant v = model_get_variant(vm->file);
+    if (v != MODEL_ENGLISH)
+        return err_setf(err, CBX_ERR_UNSUPPORTED,
+                        "%s: voice conversion needs the english model (ResembleAI/chatterbox, standard "
+                        "S3Gen); this is the %s model", name, model_variant_info(v)->name);
+    if (!vm->s3) return err_setf(err, CBX_ERR_INVALID_ARG, "%s: no S3Gen loaded", name);
+    if (vm->s3->meanflow) /* an English file should never hold the meanflow estimator */
+        return err_setf(err, CBX_ERR_FORMAT, "%s: the S3Gen weights are meanflow (Turbo/Nano), want the "
+                        "standard english S3Gen", name);
+    struct weights w = model_weights(vm->file, MODEL_S3GEN);
+    cbx_status rc = s3tok_load(&vm->tok, &w, err);
+    if (rc != CBX_OK) return rc;
+    /* a model without a built-in voice still converts to given voices */
+    if (conds_from_model(vm->file, &vm->builtin, vm->builtin_err) == CBX_OK) {
+        if (vc_check_target(&vm->builtin, "the built-in voice (conds.pt)", vm->builtin_err) == CBX_OK)
+            vm->has_builtin = true;
+        else
+            conds_free(&vm->builtin);
+    }
+    return CBX_OK;
+}
 
 /* ChatterboxVC.from_local */
 cbx_status vc_model_load(const char *path, int wtype, struct vc_model **out, char *err)
@@ -30,31 +57,19 @@ cbx_status vc_model_load(const char *path, int wtype, struct vc_model **out, cha
     if (!path || !*path) return err_setf(err, CBX_ERR_INVALID_ARG, "no model path given");
     struct vc_model *vm = calloc(1, sizeof *vm);
     if (!vm) return err_setf(err, CBX_ERR_NOMEM, "out of memory");
-    cbx_status rc = model_open(path, &vm->file, err);
+    cbx_status rc = model_open(path, &vm->own_file, err);
     if (rc != CBX_OK) goto fail;
+    vm->file = vm->own_file;
     enum model_variant v = model_get_variant(vm->file);
-    if (v != MODEL_ENGLISH) {
-        rc = err_setf(err, CBX_ERR_UNSUPPORTED,
-                      "%s: voice conversion needs the english model (ResembleAI/chatterbox, standard "
-                      "S3Gen); this is the %s model", path, model_variant_info(v)->name);
+    if (v != MODEL_ENGLISH) { /* refused before S3Gen is loaded */
+        rc = vc_model_init(vm, path, err);
         goto fail;
     }
     struct weights w = model_weights(vm->file, MODEL_S3GEN);
     const int wt = wtype >= 0 ? wtype : model_stored_wtype(vm->file);
-    if ((rc = s3gen_load(&vm->s3, &w, (enum dtype)wt, err)) != CBX_OK) goto fail;
-    if (vm->s3.meanflow) { /* an English file should never hold the meanflow estimator */
-        rc = err_setf(err, CBX_ERR_FORMAT, "%s: the S3Gen weights are meanflow (Turbo/Nano), want the "
-                      "standard english S3Gen", path);
-        goto fail;
-    }
-    if ((rc = s3tok_load(&vm->tok, &w, err)) != CBX_OK) goto fail;
-    /* a model without a built-in voice still converts to given voices */
-    if (conds_from_model(vm->file, &vm->builtin, vm->builtin_err) == CBX_OK) {
-        if (vc_check_target(&vm->builtin, "the built-in voice (conds.pt)", vm->builtin_err) == CBX_OK)
-            vm->has_builtin = true;
-        else
-            conds_free(&vm->builtin);
-    }
+    if ((rc = s3gen_load(&vm->own_s3, &w, (enum dtype)wt, err)) != CBX_OK) goto fail;
+    vm->s3 = &vm->own_s3;
+    if ((rc = vc_model_init(vm, path, err)) != CBX_OK) goto fail;
     *out = vm;
     return CBX_OK;
 fail:
@@ -62,13 +77,31 @@ fail:
     return rc;
 }
 
+cbx_status vc_model_borrow(const struct model *file, const struct s3gen *s3, struct vc_model **out,
+                           char *err)
+{
+    *out = NULL;
+    if (!file) return err_setf(err, CBX_ERR_INVALID_ARG, "no model given");
+    struct vc_model *vm = calloc(1, sizeof *vm);
+    if (!vm) return err_setf(err, CBX_ERR_NOMEM, "out of memory");
+    vm->file = file;
+    vm->s3 = s3;
+    cbx_status rc = vc_model_init(vm, "the model", err);
+    if (rc != CBX_OK) {
+        vc_model_free(vm);
+        return rc;
+    }
+    *out = vm;
+    return CBX_OK;
+}
+
 void vc_model_free(struct vc_model *vm)
 {
     if (!vm) return;
     conds_free(&vm->builtin);
     s3tok_free(vm->tok);
-    s3gen_free(&vm->s3);
-    model_close(vm->file);
+    s3gen_free(&vm->own_s3);
+    model_close(vm->own_file);
     free(vm);
 }
 
@@ -121,7 +154,7 @@ cbx_status vc_voice_load(const struct vc_model *vm, const struct backend *be, co
 struct vc_params vc_default_params(const struct vc_model *vm)
 {
     struct vc_params p = {0, 0, false};
-    if (vm) p.bf16 = s3gen_default_bf16(vm->s3.wtype);
+    if (vm) p.bf16 = s3gen_default_bf16(vm->s3->wtype);
     return p;
 }
 
@@ -182,7 +215,7 @@ cbx_status vc_convert(const struct vc_model *vm, const struct backend *be, const
     sp.seed = p->seed;
     sp.n_cfm_steps = p->n_cfm_steps;
     sp.bf16 = p->bf16;
-    rc = s3gen_vocode(&vm->s3, be, ids, n, target, &sp, pcm, n_pcm, err);
+    rc = s3gen_vocode(vm->s3, be, ids, n, target, &sp, pcm, n_pcm, err);
     if (rc == CBX_OK && tokens) {
         *tokens = ids;
         if (n_tokens) *n_tokens = n;

@@ -52,6 +52,14 @@ struct vc_model; /* opaque: model file, S3Gen, S3Tokenizer, built-in voice */
  * variant is refused (CBX_ERR_UNSUPPORTED) naming it. *out owned by the
  * caller, free with vc_model_free(); on failure NULL and err says why. */
 cbx_status vc_model_load(const char *path, int wtype, struct vc_model **out, char *err);
+/* The same over a model file and an S3Gen loaded elsewhere (a text-to-
+ * speech engine's: engine_model_file, engine_model_s3gen), so a program
+ * that speaks and converts holds S3Gen once. Both are borrowed and must
+ * outlive *out; only the S3Tokenizer and the built-in voice are made. The
+ * variant rules are vc_model_load's. */
+struct s3gen;
+cbx_status vc_model_borrow(const struct model *file, const struct s3gen *s3, struct vc_model **out,
+                           char *err);
 void vc_model_free(struct vc_model *vm); /* no-op on NULL */
 
 /* The opened model file (variant, weights); borrowed from vm. */
