@@ -83,6 +83,7 @@ static cbx_status load_tokens(const struct model *m, int32_t **ids, int64_t *n, 
 
 struct result {
     double load, t3, t3_tokens, s3gen, rtf, rss, t3_warm, pre_cold, pre_warm, prefix, rtf_warm, s3gen_other;
+    double audio_s; /* seconds of audio the RTFs divide by */
     bool bf16;
 };
 
@@ -221,7 +222,11 @@ static int run_type(const char *path, int wtype, int N, const struct bench_opts 
     res->t3_tokens = n_dec;
     res->s3gen = bench_stats(s3t, o->reps).median;
     res->s3gen_other = bench_stats(so, o->reps).median;
-    const double audio_s = (double)(N + vr->n_silence) * 960.0 / ENGINE_SAMPLE_RATE;
+    /* the audio the row's post-processing keeps: N tokens, the silence
+     * tail, less the last token's audio where the row cuts it */
+    const int n_audio = N + vr->n_silence - (vr->trim_last_token && N + vr->n_silence > 1 ? 1 : 0);
+    const double audio_s = (double)n_audio * 960.0 / ENGINE_SAMPLE_RATE;
+    res->audio_s = audio_s;
     res->rtf = (res->t3 + res->s3gen) / audio_s;
     res->t3_warm = bench_stats(t3w, o->reps).median;
     res->pre_cold = bench_stats(pc, o->reps).median;
@@ -294,7 +299,7 @@ int main(int argc, char **argv)
                 "e2e %-5s t3 cold %.2f s (prefill %.3f s) vs warm %.2f s (prefill %.3f s): x%.2f, prefill x%.1f; "
                 "prefix build %.3f s; RTF warm %.3f\n"
                 "e2e %-5s s3gen %.2f s with %s products, %.2f s with %s (x%.2f)\n",
-                name, N, (N + ENGINE_N_SIL) * 0.04, r.load, r.t3, N / r.t3, r.t3_tokens, r.s3gen, r.rtf, r.rss,
+                name, N, r.audio_s, r.load, r.t3, N / r.t3, r.t3_tokens, r.s3gen, r.rtf, r.rss,
                 name, r.t3, r.pre_cold, r.t3_warm, r.pre_warm, r.t3_warm > 0 ? r.t3 / r.t3_warm : 0,
                 r.pre_warm > 0 ? r.pre_cold / r.pre_warm : 0, r.prefix, r.rtf_warm,
                 name, r.s3gen, r.bf16 ? "bf16" : "f32", r.s3gen_other, r.bf16 ? "f32" : "bf16",
