@@ -120,6 +120,29 @@ static void test_cases(const cJSON *root)
     text_tokenizer_free(t);
 }
 
+/* grapheme_bpe_encode of every {text, ids} in cases against its ids;
+ * prints and returns the number of cases, *n_ok the identical ones */
+static int encode_cases(const struct grapheme_bpe *g, const cJSON *cases, const char *what, int *n_ok)
+{
+    char err[ERR_MAX] = "";
+    int n_cases = 0;
+    *n_ok = 0;
+    for (const cJSON *c = g && cases ? cases->child : NULL; c; c = c->next, n_cases++) {
+        const char *text = cJSON_GetObjectItem(c, "text")->valuestring;
+        const cJSON *want = cJSON_GetObjectItem(c, "ids");
+        int32_t *ids = NULL;
+        int64_t n = 0;
+        cbx_status rc = grapheme_bpe_encode(g, text, &ids, &n, err);
+        bool ok = rc == CBX_OK && same_ids(ids, n, want);
+        CHECK(ok, "%s case %d (\"%.60s\"): %s", what, n_cases, text, rc == CBX_OK ? "ids differ" : err);
+        if (rc == CBX_OK && !ok) print_ids(ids, n, want);
+        *n_ok += ok;
+        free(ids);
+    }
+    printf("grapheme %s fixture: %d cases, ids identical %d\n", what, n_cases, *n_ok);
+    return n_cases;
+}
+
 /* 3. array-form merges, fuse_unk, added tokens in two passes */
 static void test_variant(const cJSON *root)
 {
@@ -128,20 +151,7 @@ static void test_variant(const cJSON *root)
     cbx_status rc = grapheme_bpe_load_file(test_data("english/tokenizer_variant.json"), &g, err);
     CHECK(rc == CBX_OK, "load tokenizer_variant.json: %s", err);
     if (!g) return;
-    int n_cases = 0, n_ok = 0;
-    for (const cJSON *c = cJSON_GetObjectItem(root, "variant_cases")->child; c; c = c->next, n_cases++) {
-        const char *text = cJSON_GetObjectItem(c, "text")->valuestring;
-        const cJSON *want = cJSON_GetObjectItem(c, "ids");
-        int32_t *ids = NULL;
-        int64_t n = 0;
-        rc = grapheme_bpe_encode(g, text, &ids, &n, err);
-        bool ok = rc == CBX_OK && same_ids(ids, n, want);
-        CHECK(ok, "variant case %d (\"%.60s\"): %s", n_cases, text, rc == CBX_OK ? "ids differ" : err);
-        if (rc == CBX_OK && !ok) print_ids(ids, n, want);
-        n_ok += ok;
-        free(ids);
-    }
-    printf("grapheme variant fixture: %d cases, ids identical %d\n", n_cases, n_ok);
+    int n_ok, n_cases = encode_cases(g, cJSON_GetObjectItem(root, "variant_cases"), "variant", &n_ok);
     CHECK(n_cases >= 8 && grapheme_bpe_vocab_size(g) == 708, "variant: %d cases, %lld ids", n_cases,
           (long long)grapheme_bpe_vocab_size(g));
     grapheme_bpe_free(g);
@@ -162,20 +172,7 @@ static void test_mtl_shape(const cJSON *root)
           "multilingual-shaped file: %lld ids (%s)", t ? (long long)text_tokenizer_vocab_size(t) : -1LL,
           rc == CBX_OK ? "ok" : err);
     const struct grapheme_bpe *g = t ? text_tokenizer_grapheme(t) : NULL;
-    int n_cases = 0, n_ok = 0;
-    for (const cJSON *c = g ? cJSON_GetObjectItem(root, "mtl_shape_cases")->child : NULL; c; c = c->next, n_cases++) {
-        const char *text = cJSON_GetObjectItem(c, "text")->valuestring;
-        const cJSON *want = cJSON_GetObjectItem(c, "ids");
-        int32_t *ids = NULL;
-        int64_t n = 0;
-        rc = grapheme_bpe_encode(g, text, &ids, &n, err);
-        bool ok = rc == CBX_OK && same_ids(ids, n, want);
-        CHECK(ok, "mtl-shape case %d (\"%.60s\"): %s", n_cases, text, rc == CBX_OK ? "ids differ" : err);
-        if (rc == CBX_OK && !ok) print_ids(ids, n, want);
-        n_ok += ok;
-        free(ids);
-    }
-    printf("grapheme multilingual-shaped fixture: %d cases, ids identical %d\n", n_cases, n_ok);
+    int n_ok, n_cases = encode_cases(g, cJSON_GetObjectItem(root, "mtl_shape_cases"), "multilingual-shaped", &n_ok);
     CHECK(n_cases >= 8, "mtl-shape fixture has %d cases", n_cases);
     text_tokenizer_free(t);
     free(json);
