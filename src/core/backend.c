@@ -2,6 +2,7 @@
  * The kernels themselves live in src/core/cpu/ and src/core/ref/. */
 #include "backend.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -33,7 +34,7 @@ static void host_copy(const struct backend *be, void *dst, const void *src, size
     memcpy(dst, src, n);
 }
 
-struct backend *backend_cpu_create(int n_threads)
+static struct backend *cpu_create(int n_threads, bool shared)
 {
     struct backend *be = calloc(1, sizeof *be);
     if (!be) return NULL;
@@ -43,7 +44,9 @@ struct backend *backend_cpu_create(int n_threads)
     be->buf_free = host_free;
     be->to_host = host_copy;
     be->from_host = host_copy;
-    be->tp = tp_create(n_threads > 0 ? n_threads : tp_default_threads());
+    n_threads = n_threads > 0 ? n_threads : tp_default_threads();
+    be->tp = shared ? tp_shared(n_threads) : tp_create(n_threads);
+    be->shared_tp = shared;
     if (!be->tp) { free(be); return NULL; }
     cpu_blas_init();
     cpu_register_elementwise(&be->k);
@@ -55,36 +58,43 @@ struct backend *backend_cpu_create(int n_threads)
     return be;
 }
 
+struct backend *backend_cpu_create(int n_threads) { return cpu_create(n_threads, false); }
+struct backend *backend_cpu_create_shared(int n_threads) { return cpu_create(n_threads, true); }
+
 void backend_cpu_free(struct backend *be)
 {
     if (!be) return;
-    tp_free(be->tp);
+    if (be->shared_tp)
+        tp_shared_release(be->tp);
+    else
+        tp_free(be->tp);
     free(be);
 }
 
 static struct backend ref_be;
-static int ref_ready;
+static pthread_once_t ref_once = PTHREAD_ONCE_INIT;
+
+static void ref_init(void)
+{
+    struct backend b = {0};
+    b.name = "ref";
+    b.host = true;
+    b.buf_alloc = host_alloc;
+    b.buf_free = host_free;
+    b.to_host = host_copy;
+    b.from_host = host_copy;
+    ref_register_elementwise(&b.k);
+    ref_register_linear(&b.k);
+    ref_register_conv(&b.k);
+    ref_register_nn(&b.k);
+    ref_register_spectral(&b.k);
+    ref_register_conv2d(&b.k);
+    ref_be = b;
+}
 
 const struct backend *backend_ref(void)
 {
-    /* Filled on first use; the table is constant afterwards. Callers that
-     * race on the very first call write identical values. */
-    if (!ref_ready) {
-        struct backend b = {0};
-        b.name = "ref";
-        b.host = true;
-        b.buf_alloc = host_alloc;
-        b.buf_free = host_free;
-        b.to_host = host_copy;
-        b.from_host = host_copy;
-        ref_register_elementwise(&b.k);
-        ref_register_linear(&b.k);
-        ref_register_conv(&b.k);
-        ref_register_nn(&b.k);
-        ref_register_spectral(&b.k);
-        ref_register_conv2d(&b.k);
-        ref_be = b;
-        ref_ready = 1;
-    }
+    /* filled once, by the first caller (others wait); constant afterwards */
+    pthread_once(&ref_once, ref_init);
     return &ref_be;
 }

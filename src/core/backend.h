@@ -92,6 +92,7 @@ struct backend {
     const char *name;
     bool host;                  /* data pointers are host-addressable */
     struct threadpool *tp;      /* cpu backend's pool (NULL otherwise) */
+    bool shared_tp;             /* tp is a process-wide pool (tp_shared) */
     void *(*buf_alloc)(const struct backend *be, size_t n);
     void (*buf_free)(const struct backend *be, void *p);
     /* explicit transfers; host backends use memcpy */
@@ -123,8 +124,12 @@ static inline void backend_buf_free(const struct backend *be, void *p)
 /* The cpu backend with n_threads (0 = all online CPUs); NULL on failure.
  * Free with backend_cpu_free. */
 struct backend *backend_cpu_create(int n_threads);
+/* The same over the process-wide pool of n_threads (tp_shared): backends
+ * with the same count share their workers; their ops take turns. */
+struct backend *backend_cpu_create_shared(int n_threads);
 void backend_cpu_free(struct backend *be);
-/* The reference backend (static, single-threaded, never freed). */
+/* The reference backend (static, single-threaded, never freed; any thread
+ * may call this, the first call fills it). */
 const struct backend *backend_ref(void);
 
 /* Registration of each kernel group, one function per source file pair

@@ -245,3 +245,47 @@ void tp_parallel_for(struct threadpool *tp, int64_t n, int64_t grain,
     }
     pthread_mutex_unlock(&tp->job_lock);
 }
+
+/* ---- process-wide pools ----------------------------------------------- */
+
+#define TP_SHARED_MAX 16 /* distinct thread counts at once */
+
+static pthread_mutex_t shared_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct { struct threadpool *tp; int n, refs; } shared[TP_SHARED_MAX];
+
+struct threadpool *tp_shared(int n_threads)
+{
+    if (n_threads < 1) n_threads = 1;
+    struct threadpool *tp = NULL;
+    pthread_mutex_lock(&shared_mu);
+    int free_slot = -1;
+    for (int i = 0; i < TP_SHARED_MAX && !tp; i++) {
+        if (shared[i].tp && shared[i].n == n_threads) {
+            shared[i].refs++;
+            tp = shared[i].tp;
+        } else if (!shared[i].tp && free_slot < 0) {
+            free_slot = i;
+        }
+    }
+    if (!tp && free_slot >= 0 && (tp = tp_create(n_threads))) {
+        shared[free_slot].tp = tp;
+        shared[free_slot].n = n_threads;
+        shared[free_slot].refs = 1;
+    }
+    pthread_mutex_unlock(&shared_mu);
+    return tp;
+}
+
+void tp_shared_release(struct threadpool *tp)
+{
+    if (!tp) return;
+    struct threadpool *stop = NULL;
+    pthread_mutex_lock(&shared_mu);
+    for (int i = 0; i < TP_SHARED_MAX; i++)
+        if (shared[i].tp == tp && --shared[i].refs == 0) {
+            stop = tp;
+            shared[i].tp = NULL;
+        }
+    pthread_mutex_unlock(&shared_mu);
+    tp_free(stop);
+}

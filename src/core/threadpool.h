@@ -26,6 +26,14 @@ struct threadpool *tp_create(int n_threads);
 void tp_free(struct threadpool *tp); /* no-op on NULL */
 int tp_n_threads(const struct threadpool *tp);
 
+/* A pool of n_threads shared by the whole process: the callers asking for
+ * the same count get the same pool (jobs serialised, invariant 3), so N
+ * contexts do not start N sets of workers. Reference-counted: every
+ * successful tp_shared is paired with one tp_shared_release, and the last
+ * release stops the workers. NULL on failure. Thread safety: any thread. */
+struct threadpool *tp_shared(int n_threads);
+void tp_shared_release(struct threadpool *tp); /* no-op on NULL */
+
 /* Split [0, n) into chunks of at least `grain` indices and run fn on them.
  * tp may be NULL (runs serially on the caller). */
 void tp_parallel_for(struct threadpool *tp, int64_t n, int64_t grain,

@@ -289,13 +289,14 @@ static int relay(void *user, const float *pcm, int64_t n, int sample_rate)
 }
 
 /* ctx's backend with n threads (in [0, 1024], checked by the caller),
- * started on first use and restarted when n changes. */
+ * started on first use and restarted when n changes; its workers are the
+ * process-wide pool of that count, shared with every other context. */
 static cbx_status ctx_backend(cbx_context *ctx, int n, const char *who)
 {
     if (ctx->be && ctx->be_threads == n) return CBX_OK;
     backend_cpu_free(ctx->be);
     ctx->be_threads = -1;
-    if (!(ctx->be = backend_cpu_create(n)))
+    if (!(ctx->be = backend_cpu_create_shared(n)))
         return err_setf(ctx->err, CBX_ERR_NOMEM, "%s: cannot start %d threads", who, n);
     ctx->be_threads = n;
     return CBX_OK;

@@ -305,3 +305,12 @@ void test_fixture_voice_dir(const char *variant, const char *dir)
         CHECK(test_copy_file(from, to), "voice: %s -> %s", map[i][0], map[i][1]);
     }
 }
+
+int test_n_threads(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) n += e->d_name[0] != '.';
+    if (d) closedir(d);
+    return n;
+}

@@ -47,6 +47,8 @@ void *test_read_file(const char *path, size_t *n);
 struct npy test_fixture(const char *variant, const char *name);
 /* Elements of an .npy array. */
 int64_t test_numel(const struct npy *n);
+/* Threads of this process (entries of /proc/self/task). */
+int test_n_threads(void);
 /* Monotonic wall-clock seconds, and this process's CPU seconds. */
 double test_now(void);
 double test_cpu_seconds(void);

@@ -74,6 +74,36 @@ static void *caller_main(void *p)
     return NULL;
 }
 
+/* 7. process-wide pools: one per thread count, reference-counted */
+static void test_shared(atomic_int *hits)
+{
+    const int t0 = test_n_threads();
+    struct threadpool *a = tp_shared(3), *b = tp_shared(3), *c = tp_shared(2);
+    CHECK(a && a == b && c && c != a && tp_n_threads(a) == 3 && tp_n_threads(c) == 2,
+          "tp_shared: the same pool for the same count, another for another count");
+    const int t1 = test_n_threads();
+    printf("shared pools: %d threads before, %d with two users of a 3-thread pool and one of a 2-thread pool\n",
+           t0, t1);
+    CHECK(t1 == t0 + 2 + 1, "workers started once per pool: %d -> %d threads", t0, t1);
+    /* two callers on the shared pool at once */
+    struct caller cl[2] = {{a, hits, 5000, 100, false}, {b, hits + 5000, 5000, 100, false}};
+    pthread_t th;
+    bool started = pthread_create(&th, NULL, caller_main, &cl[1]) == 0;
+    caller_main(&cl[0]);
+    if (started) pthread_join(th, NULL);
+    CHECK(started && cl[0].ok && cl[1].ok, "two users of one shared pool, 100 jobs each");
+    tp_shared_release(b);
+    CHECK(once(a, 1000, 1, hits), "after one release the other user's pool still runs");
+    tp_shared_release(a);
+    tp_shared_release(c);
+    tp_shared_release(NULL);
+    sleep_ms(5);
+    CHECK(test_n_threads() == t0, "last release stops the workers: %d threads (want %d)", test_n_threads(), t0);
+    struct threadpool *d = tp_shared(3);
+    CHECK(d && once(d, 1000, 1, hits), "a pool made again after the last release");
+    tp_shared_release(d);
+}
+
 int main(void)
 {
     enum { N = 10000 };
@@ -133,6 +163,7 @@ int main(void)
         tp_free(tp);
         CHECK(1, "%d threads: tp_free returned (%s workers)", nt, nt % 2 ? "sleeping" : "polling");
     }
+    test_shared(hits);
     /* NULL pool runs serially */
     tp_release_cores(NULL);
     CHECK(once(NULL, 100, 1, hits), "NULL pool: serial, each index once");
