@@ -654,15 +654,25 @@ done:
     return rc;
 }
 
-/* Apply the processors of m's order to l (the row a token is sampled
- * from) and draw it: top_k 1 is the argmax after the repetition penalty.
- * hist: the repetition history. Returns the token, or -1 when nothing can
- * be drawn (every logit -inf). */
-struct sample_buf { float *probs, *scratch; int32_t *idx; uint8_t *seen; };
-static int64_t sample(const struct t3_model *m, const struct sampler_params *s, float *l, int64_t V,
-                      const int32_t *hist, int64_t n_hist, struct rng_stream *rs, const struct sample_buf *b)
+/* CFG: l = cond + w (cond - uncond) of rows [cond, uncond]; one row: a copy */
+static void cfg_combine(const float *rows, int n_rows, double w, float *l, int64_t V)
 {
-    const bool greedy = s->top_k == 1;
+    if (n_rows == 2) {
+        const float wf = (float)w;
+        for (int64_t i = 0; i < V; i++) l[i] = rows[i] + wf * (rows[i] - rows[V + i]);
+    } else {
+        memcpy(l, rows, sizeof(float) * (size_t)V);
+    }
+}
+
+/* Apply the processors of m's order to l (the row a token is sampled
+ * from); hist: the repetition history. With top_k 1 (greedy) the Llama
+ * order stops after the repetition penalty (the argmax, which none of the
+ * later steps moves). */
+struct sample_buf { float *probs, *scratch; int32_t *idx; uint8_t *seen; };
+static void process(const struct t3_model *m, const struct sampler_params *s, float *l, int64_t V,
+                    const int32_t *hist, int64_t n_hist, const struct sample_buf *b)
+{
     if (m->order == T3_ORDER_TURBO) {
         /* inference_turbo: temperature, top-k, top-p, repetition penalty */
         if (s->temperature > 0 && s->temperature != 1.0) sampler_temperature(l, V, (float)s->temperature);
@@ -670,17 +680,24 @@ static int64_t sample(const struct t3_model *m, const struct sampler_params *s, 
         if (s->top_p < 1.0) sampler_top_p(l, V, s->top_p, b->scratch, b->idx);
         if (s->repetition_penalty != 1.0) sampler_repetition_penalty(l, V, hist, n_hist, (float)s->repetition_penalty, b->seen);
     } else {
-        /* inference: repetition penalty, temperature, min-p, top-p (greedy:
-         * the argmax, which none of the later steps moves); no top-k */
+        /* inference: repetition penalty, temperature, min-p, top-p; no top-k */
         if (s->repetition_penalty != 1.0) sampler_repetition_penalty(l, V, hist, n_hist, (float)s->repetition_penalty, b->seen);
-        if (!greedy) {
+        if (s->top_k != 1) {
             if (s->temperature > 0 && s->temperature != 1.0) sampler_temperature(l, V, (float)s->temperature);
             if (s->min_p > 0) sampler_min_p(l, V, s->min_p, b->scratch);
             if (s->top_p < 1.0) sampler_top_p(l, V, s->top_p, b->scratch, b->idx);
         }
     }
+}
+
+/* process(), then draw: top_k 1 is the argmax. Returns the token, or -1
+ * when nothing can be drawn (every logit -inf). */
+static int64_t sample(const struct t3_model *m, const struct sampler_params *s, float *l, int64_t V,
+                      const int32_t *hist, int64_t n_hist, struct rng_stream *rs, const struct sample_buf *b)
+{
+    process(m, s, l, V, hist, n_hist, b);
     if (sampler_all_neg_inf(l, V)) return -1;
-    if (greedy) {
+    if (s->top_k == 1) {
         int64_t best = 0;
         for (int64_t i = 1; i < V; i++)
             if (l[i] > l[best]) best = i;
@@ -688,6 +705,28 @@ static int64_t sample(const struct t3_model *m, const struct sampler_params *s, 
     }
     sampler_softmax(l, b->probs, V);
     return rng_categorical(rs, b->probs, V);
+}
+
+cbx_status t3_step_probs(const struct t3_model *m, const struct t3_gen_params *p, const float *raw, int n_rows,
+                         const int32_t *hist, int64_t n_hist, float *probs, char *err)
+{
+    const int64_t V = m->hp.speech_vocab;
+    if (n_rows < 1 || n_rows > (m->order == T3_ORDER_CFG ? 2 : 1))
+        return err_setf(err, CBX_ERR_INVALID_ARG, "t3_step_probs: %d rows", n_rows);
+    float *l = malloc(sizeof(float) * (size_t)V * 3);
+    int32_t *idx = malloc(sizeof(int32_t) * (size_t)V);
+    uint8_t *seen = malloc((size_t)V);
+    cbx_status rc = l && idx && seen ? CBX_OK : err_setf(err, CBX_ERR_NOMEM, "t3_step_probs: out of memory");
+    if (rc == CBX_OK) {
+        const struct sample_buf b = {probs, l + V, idx, seen};
+        cfg_combine(raw, n_rows, p->cfg_weight, l, V);
+        process(m, &p->s, l, V, hist, n_hist, &b);
+        sampler_softmax(l, probs, V);
+    }
+    free(l);
+    free(idx);
+    free(seen);
+    return rc;
 }
 
 /* ---- sequences: prefill, then one step per token -------------------------- */
@@ -851,13 +890,7 @@ cbx_status t3_seq_step(struct t3_seq *s, int32_t *token, char *err)
     const struct sample_buf sb = {l + V, s->logits + 5 * (size_t)V, s->idx, s->seen};
     int32_t *out = s->hist + 1;
     if (s->cb) memcpy(raw, s->logits, sizeof(float) * (size_t)(V * s->n_rows));
-    /* CFG: l = cond + w (cond - uncond) */
-    if (s->n_rows == 2) {
-        const float w = (float)s->p.cfg_weight;
-        for (int64_t i = 0; i < V; i++) l[i] = s->logits[i] + w * (s->logits[i] - s->logits[V + i]);
-    } else {
-        memcpy(l, s->logits, sizeof(float) * (size_t)V);
-    }
+    cfg_combine(s->logits, s->n_rows, s->p.cfg_weight, l, V);
     /* repetition history: Turbo [start] at the first step, then the
      * samples alone; Llama the start token and the samples */
     const int32_t *h = s->cfg || s->n == 0 ? s->hist : out;

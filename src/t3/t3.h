@@ -233,4 +233,13 @@ cbx_status t3_inference_prefixed(const struct t3_model *m, const struct backend 
                                  const struct t3_gen_params *p, t3_step_cb cb, void *user,
                                  int32_t **tokens, int64_t *n_tokens, char *err);
 
+/* The distribution a step draws its token from: raw logits rows [n_rows][V]
+ * (V = hp.speech_vocab; CFG models: [cond, uncond], or one row), the CFG
+ * combine with p->cfg_weight, the processors of m's order with p->s and
+ * the repetition history hist[n_hist], then the softmax into probs[V]
+ * (top_k 1: of the logits after the repetition penalty). For tests that
+ * recompute a step from its logits. */
+cbx_status t3_step_probs(const struct t3_model *m, const struct t3_gen_params *p, const float *raw, int n_rows,
+                         const int32_t *hist, int64_t n_hist, float *probs, char *err);
+
 #endif
