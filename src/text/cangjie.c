@@ -183,8 +183,12 @@ cbx_status cangjie_load_mem(const char *json, size_t len, const char *where, str
         const char *s = e->valuestring, *tab = strchr(s, '\t');
         size_t n = strlen(s);
         if (!tab) {
-            rc = err_setf(err, CBX_ERR_FORMAT, "%s: entry %zu (\"%.40s\") has no tab between glyph and code", where,
-                          t->n_entries, s);
+            char shown[41]; /* the entry on one line: control characters as '?' */
+            size_t k = 0;
+            for (; s[k] && k < sizeof shown - 1; k++) shown[k] = (unsigned char)s[k] < 0x20 ? '?' : s[k];
+            shown[k] = 0;
+            rc = err_setf(err, CBX_ERR_FORMAT, "%s: entry %zu (\"%s\") has no tab between glyph and code", where,
+                          t->n_entries, shown);
             goto cleanup;
         }
         if (!valid_utf8(s, n)) {
