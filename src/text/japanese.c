@@ -87,12 +87,19 @@ static cbx_status run_kakasi(const char *s, size_t n, char **out, char *err)
     return rc;
 }
 
-static cbx_status options(bool wakati, char *err)
+/* kakasi is set up once for the process: -JH (kanji to hiragana) with -f
+ * ("furigana": each converted word comes out as orig[reading]), so one
+ * call gives kakasi's segmentation and the readings together. */
+static bool configured; /* under lock */
+
+static cbx_status configure(char *err)
 {
-    static char a0[] = "kakasi", a1[] = "-ieuc", a2[] = "-oeuc", w[] = "-w", jh[] = "-JH";
-    char *argv[] = {a0, a1, a2, wakati ? w : jh, NULL};
-    if (kakasi_getopt_argv(4, argv) != 0)
-        return err_setf(err, CBX_ERR_INTERNAL, "Japanese: kakasi rejected its options (%s)", argv[3]);
+    static char a0[] = "kakasi", a1[] = "-ieuc", a2[] = "-oeuc", a3[] = "-JH", a4[] = "-f";
+    char *argv[] = {a0, a1, a2, a3, a4, NULL};
+    if (configured) return CBX_OK;
+    if (kakasi_getopt_argv(5, argv) != 0)
+        return err_setf(err, CBX_ERR_INTERNAL, "Japanese: kakasi rejected its options (-JH -f)");
+    configured = true;
     return CBX_OK;
 }
 
@@ -102,34 +109,20 @@ static cbx_status options(bool wakati, char *err)
 struct piece { size_t b, e; bool kanji; char *reading; };
 struct pieces { struct piece *p; size_t n, cap; };
 
-static bool put_piece(struct pieces *P, size_t b, size_t e, bool kanji)
+/* Append [b, e); reading (owned from here on, freed on failure) makes it a
+ * kanji word. */
+static bool put_piece(struct pieces *P, size_t b, size_t e, char *reading)
 {
-    if (b == e) return true;
+    if (b == e && !reading) return true;
     if (P->n == P->cap) {
         size_t cap = P->cap ? P->cap * 2 : 32;
         struct piece *p = realloc(P->p, cap * sizeof *p);
-        if (!p) return false;
+        if (!p) { free(reading); return false; }
         P->p = p;
         P->cap = cap;
     }
-    P->p[P->n++] = (struct piece){b, e, kanji, NULL};
+    P->p[P->n++] = (struct piece){b, e, reading != NULL, reading};
     return true;
-}
-
-/* A word [b, e) of the run; a kanji word is cut after each small "っ"
- * that does not end it: pykakasi's segments end there ("渡っ" "た"), and
- * kakasi drops the kanji of "作って" read whole (it reads "作っ" alone). */
-static bool has_kanji(const char *s, size_t n);
-static bool put_word(struct pieces *P, const char *s, size_t b, size_t e)
-{
-    bool k = has_kanji(s + b, e - b);
-    for (size_t i = b; k && i + 3 < e; i++)
-        if (!memcmp(s + i, "\xe3\x81\xa3", 3)) {
-            if (!put_piece(P, b, i + 3, true)) return false;
-            b = i + 3;
-            k = has_kanji(s + b, e - b);
-        }
-    return put_piece(P, b, e, k);
 }
 
 /* Code point at s[i..n) (n bytes left), *k its bytes; -1 when invalid. */
@@ -174,58 +167,143 @@ static size_t run_end(const char *s, size_t i, size_t n)
     return i;
 }
 
-/* Phase 1, under lock with -w: the runs, cut into kakasi's words. */
+static char *dup_n(const char *s, size_t n)
+{
+    char *o = malloc(n + 1);
+    if (o) memcpy(o, s, n), o[n] = 0;
+    return o;
+}
+
+/* Parse kakasi -f output o for the run s[b, e) into pieces: plain text
+ * (hiragana, copied) and "orig[reading]" words, orig starting at the
+ * first character that is not hiragana. 1: parsed, 0: o does not spell
+ * the run (the caller falls back), -1: out of memory. */
+static int parse_f(const char *s, size_t b, size_t e, const char *o, struct pieces *P)
+{
+    size_t at = b;
+    while (*o) {
+        const char *lb = strchr(o, '['), *rb = lb ? strchr(lb, ']') : NULL;
+        size_t m = lb ? (size_t)(lb - o) : strlen(o);
+        if ((lb && !rb) || at + m > e || memcmp(s + at, o, m)) return 0;
+        size_t w = 0, k; /* orig starts at the first non-hiragana */
+        while (w < m && is_hiragana(cp_at(o, w, m, &k))) w += k;
+        if (!lb) {
+            if (!put_piece(P, at, at + m, NULL)) return -1;
+            at += m;
+            break;
+        }
+        if (w == m) return 0; /* a reading with no word in front */
+        char *r = dup_n(lb + 1, (size_t)(rb - lb - 1));
+        if (!r || !put_piece(P, at, at + w, NULL) || !put_piece(P, at + w, at + m, r)) return -1;
+        at += m;
+        o = rb + 1;
+    }
+    return at == e ? 1 : 0;
+}
+
+/* A kanji word with a small "っ" before its end is read in parts cut
+ * after each such "っ": pykakasi's segments end there ("渡っ" "た"), and
+ * kakasi drops the kanji of "作って" read whole (it reads "作っ" alone). */
+static cbx_status recut(const char *s, struct pieces *P, size_t first, char *err)
+{
+    for (size_t i = first; i < P->n; i++) {
+        struct piece x = P->p[i];
+        if (!x.kanji) continue;
+        size_t cut = 0;
+        for (size_t j = x.b; j + 3 < x.e && !cut; j++)
+            if (!memcmp(s + j, "\xe3\x81\xa3", 3)) cut = j + 3;
+        if (!cut) continue;
+        struct pieces Q = {0};
+        char *o1 = NULL, *o2 = NULL;
+        cbx_status rc = run_kakasi(s + x.b, cut - x.b, &o1, err);
+        if (rc == CBX_OK) rc = run_kakasi(s + cut, x.e - cut, &o2, err);
+        int ok = 1;
+        if (rc == CBX_OK) ok = parse_f(s, x.b, cut, o1, &Q);
+        if (rc == CBX_OK && ok == 1) ok = parse_f(s, cut, x.e, o2, &Q);
+        if (ok < 0) rc = err_setf(err, CBX_ERR_NOMEM, "Japanese: out of memory");
+        if (rc == CBX_OK && ok == 1 && Q.n > 1) {
+            /* replace piece i by Q's pieces */
+            struct piece *p = P->n - 1 + Q.n > P->cap ? realloc(P->p, (P->n - 1 + Q.n) * sizeof *p) : P->p;
+            if (!p) {
+                rc = err_setf(err, CBX_ERR_NOMEM, "Japanese: out of memory");
+            } else {
+                P->p = p;
+                if (P->n - 1 + Q.n > P->cap) P->cap = P->n - 1 + Q.n;
+                free(x.reading);
+                memmove(P->p + i + Q.n, P->p + i + 1, (P->n - i - 1) * sizeof *p);
+                memcpy(P->p + i, Q.p, Q.n * sizeof *p);
+                P->n += Q.n - 1;
+                i += Q.n - 1;
+                Q.n = 0;
+            }
+        }
+        for (size_t q = 0; q < Q.n; q++) free(Q.p[q].reading);
+        free(Q.p);
+        free(o1);
+        free(o2);
+        if (rc != CBX_OK) return rc;
+    }
+    return CBX_OK;
+}
+
+/* The runs, through kakasi (under lock). */
 static cbx_status segment(const char *s, size_t n, struct pieces *P, char *err)
 {
     size_t gap = 0, i = 0, k;
-    cbx_status rc = CBX_OK;
-    while (i < n && rc == CBX_OK) {
+    while (i < n) {
         int32_t c = cp_at(s, i, n, &k);
         if (c < 0) return err_setf(err, CBX_ERR_INVALID_ARG, "text is not valid UTF-8 (byte %zu)", i);
         if (!is_kanji(c) || !euc_ok(s + i, k)) { i += k; continue; }
         size_t e = run_end(s, i, n);
-        if (!put_piece(P, gap, i, false)) return err_setf(err, CBX_ERR_NOMEM, "Japanese: out of memory");
-        char *w = NULL;
-        if ((rc = run_kakasi(s + i, e - i, &w, err)) != CBX_OK) return rc;
-        /* the words, checked to spell the run; else the run is one word */
-        size_t first = P->n, at = i;
-        bool same = true;
-        for (char *p = w; *p && same;) {
-            while (*p == ' ') p++;
-            size_t m = strcspn(p, " ");
-            if (!m) break;
-            same = at + m <= e && !memcmp(s + at, p, m);
-            if (same && !put_word(P, s, at, at + m)) {
-                free(w);
-                return err_setf(err, CBX_ERR_NOMEM, "Japanese: out of memory");
-            }
-            at += m;
-            p += m;
-        }
-        free(w);
-        if (!same || at != e) {
+        if (!put_piece(P, gap, i, NULL)) return err_setf(err, CBX_ERR_NOMEM, "Japanese: out of memory");
+        char *o = NULL;
+        cbx_status rc = run_kakasi(s + i, e - i, &o, err);
+        if (rc != CBX_OK) return rc;
+        size_t first = P->n;
+        int ok = parse_f(s, i, e, o, P);
+        if (ok == 0) {
+            /* unexpected output: the run is one word, read as kakasi -JH
+             * would (its output without the orig[ ] frames) */
+            for (size_t q = first; q < P->n; q++) free(P->p[q].reading);
             P->n = first;
-            if (!put_piece(P, i, e, true)) return err_setf(err, CBX_ERR_NOMEM, "Japanese: out of memory");
+            char *r = malloc(strlen(o) + 1), *w = r;
+            for (const char *p = o; r && *p;) {
+                const char *lb = strchr(p, '['), *rb = lb ? strchr(lb, ']') : NULL;
+                if (!lb || !rb) { strcpy(w, p); w += strlen(p); break; }
+                size_t m = (size_t)(lb - p), h = 0, kk;
+                while (h < m && is_hiragana(cp_at(p, h, m, &kk))) h += kk;
+                memcpy(w, p, h), w += h;
+                memcpy(w, lb + 1, (size_t)(rb - lb - 1)), w += rb - lb - 1;
+                p = rb + 1;
+            }
+            if (r) *w = 0;
+            ok = r && put_piece(P, i, e, r) ? 1 : -1;
         }
+        free(o);
+        if (ok < 0) return err_setf(err, CBX_ERR_NOMEM, "Japanese: out of memory");
+        if ((rc = recut(s, P, first, err)) != CBX_OK) return rc;
         gap = i = e;
     }
-    if (rc == CBX_OK && !put_piece(P, gap, n, false)) rc = err_setf(err, CBX_ERR_NOMEM, "Japanese: out of memory");
-    return rc;
+    if (!put_piece(P, gap, n, NULL)) return err_setf(err, CBX_ERR_NOMEM, "Japanese: out of memory");
+    return CBX_OK;
 }
 
-/* Phases 1 and 2 under the lock. */
+/* Everything that touches kakasi, under the lock. A word whose original
+ * holds no kanji (U+4E00..U+9FFF; "々" alone) is copied, as upstream's
+ * rule looks at the original only. */
 static cbx_status readings(const char *s, size_t n, struct pieces *P, char *err)
 {
     if (pthread_mutex_lock(&lock) != 0) return err_setf(err, CBX_ERR_INTERNAL, "Japanese: cannot take the lock");
     cbx_status rc = ready(err);
-    if (rc == CBX_OK) rc = options(true, err);
+    if (rc == CBX_OK) rc = configure(err);
     if (rc == CBX_OK) rc = segment(s, n, P, err);
-    bool any = false;
-    for (size_t i = 0; i < P->n; i++) any |= P->p[i].kanji;
-    if (rc == CBX_OK && any) rc = options(false, err);
-    for (size_t i = 0; i < P->n && rc == CBX_OK; i++)
-        if (P->p[i].kanji) rc = run_kakasi(s + P->p[i].b, P->p[i].e - P->p[i].b, &P->p[i].reading, err);
     pthread_mutex_unlock(&lock);
+    for (size_t i = 0; i < P->n && rc == CBX_OK; i++)
+        if (P->p[i].kanji && !has_kanji(s + P->p[i].b, P->p[i].e - P->p[i].b)) {
+            free(P->p[i].reading);
+            P->p[i].reading = NULL;
+            P->p[i].kanji = false;
+        }
     return rc;
 }
 

@@ -10,14 +10,16 @@
  * Emulation: each maximal run that starts with a kanji and goes on over
  * kanji, "々", "ヶ"/"ヵ" between kanji, and hiragana (its okurigana and
  * particles; a combining voicing mark U+3099/U+309A ends it, as pykakasi's
- * segments end there on NFKD text) is cut into words by kakasi's own
- * dictionary segmentation (kakasi -w, the same longest-match dictionary
- * pykakasi's segments come from); each word holding a kanji is converted
- * alone with kakasi -JH and the "は"/"へ" rule applied to it; the rest of
- * the text is copied. Readings come from kakasi's dictionary, so a word
- * may read differently from pykakasi's (tests/text/test_mtl_tokenizer.c
- * measures the agreement). The caller applies NFKD afterwards (upstream
- * does it inside hiragana_normalize).
+ * segments end there on NFKD text) goes through kakasi -JH -f once: its
+ * "orig[reading]" output gives kakasi's own dictionary segmentation (the
+ * longest-match dictionary pykakasi's segments come from) and the
+ * readings together. Each word holding a kanji becomes its reading with
+ * the "は"/"へ" rule; a word with a small "っ" before its end is read in
+ * parts cut after it, as pykakasi cuts it (and as kakasi reads it right);
+ * the rest of the text is copied. Readings come from kakasi's dictionary,
+ * so a word may read differently from pykakasi's
+ * (tests/text/test_mtl_tokenizer.c measures the agreement). The caller
+ * applies NFKD afterwards (upstream does it inside hiragana_normalize).
  *
  * libkakasi keeps global state and is not thread-safe: every call into it
  * is made under one process-wide mutex; text goes to it in EUC-JP (iconv)
