@@ -6,11 +6,14 @@
  * ja, kakasi standing in for pykakasi, the share of identical cases is
  * printed and must reach 90%), the language errors (unknown code, zh
  * without Cangjie5_TC.json, in a directory and in memory, a language for
- * the English kind), and lower-casing, NFKD,
+ * the English kind), ja/zh encodes on 4 threads at once (libkakasi is
+ * global state behind a lock; seen to differ without it), and
+ * lower-casing, NFKD,
  * Cased and Case_Ignorable on every code point against Python's unicodedata
  * tables (disagreements from the Unicode versions reported); every
  * allocation of the multilingual encode may fail. */
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -281,6 +284,72 @@ static void test_unicode(const cJSON *u)
           "lower, NFKD, Cased, Case_Ignorable agree with Python on every code point both know");
 }
 
+/* libkakasi keeps global state: ja (and zh) encodes on 4 threads at once
+ * give the ids of one thread alone */
+struct worker {
+    const struct text_tokenizer *t;
+    const cJSON *cases;
+    int differ, failed;
+};
+
+static void *work(void *arg)
+{
+    struct worker *w = arg;
+    char err[ERR_MAX];
+    for (int rep = 0; rep < 5; rep++)
+        for (const cJSON *c = w->cases->child; c; c = c->next) {
+            const cJSON *jl = cJSON_GetObjectItem(c, "language");
+            const char *lang = cJSON_IsString(jl) ? jl->valuestring : NULL;
+            if (!lang || (strcmp(lang, "ja") && strcmp(lang, "zh"))) continue;
+            int32_t *ids = NULL;
+            int64_t n = 0;
+            cbx_status rc = text_tokenizer_encode_lang(w->t, cJSON_GetObjectItem(c, "text")->valuestring, lang, &ids,
+                                                       &n, err);
+            const cJSON *mine = cJSON_GetObjectItem(c, "mine");
+            w->failed += rc != CBX_OK;
+            w->differ += rc == CBX_OK && !same_ids(ids, n, mine);
+            free(ids);
+        }
+    return NULL;
+}
+
+static void test_threads(cJSON *root, const struct text_tokenizer *t)
+{
+    char err[ERR_MAX];
+    cJSON *cases = cJSON_GetObjectItem(root, "cases");
+    int n_cases = 0;
+    for (cJSON *c = cases->child; c; c = c->next) { /* one thread's ids as "mine" */
+        const cJSON *jl = cJSON_GetObjectItem(c, "language");
+        const char *lang = cJSON_IsString(jl) ? jl->valuestring : NULL;
+        if (!lang || (strcmp(lang, "ja") && strcmp(lang, "zh"))) continue;
+        int32_t *ids = NULL;
+        int64_t n = 0;
+        if (text_tokenizer_encode_lang(t, cJSON_GetObjectItem(c, "text")->valuestring, lang, &ids, &n, err) != CBX_OK)
+            continue;
+        cJSON *a = cJSON_CreateArray();
+        for (int64_t i = 0; a && i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(ids[i]));
+        if (a) cJSON_AddItemToObject(c, "mine", a);
+        free(ids);
+        n_cases++;
+    }
+    struct worker w[4];
+    pthread_t th[4];
+    int started = 0;
+    for (int i = 0; i < 4; i++) {
+        w[i] = (struct worker){t, cases, 0, 0};
+        started += pthread_create(&th[i], NULL, work, &w[i]) == 0;
+    }
+    int differ = 0, failed = 0;
+    for (int i = 0; i < started; i++) {
+        pthread_join(th[i], NULL);
+        differ += w[i].differ;
+        failed += w[i].failed;
+    }
+    printf("threads: 4 x 5 x %d ja/zh encodes at once: %d failed, %d differ from one thread's\n", n_cases, failed,
+           differ);
+    CHECK(started == 4 && n_cases >= 30 && failed == 0 && differ == 0, "ja/zh on 4 threads at once");
+}
+
 /* every allocation of encode_lang may fail: CBX_ERR_NOMEM, never a crash
  * or wrong ids */
 static void test_alloc_failures(const struct text_tokenizer *t)
@@ -333,6 +402,7 @@ int main(void)
     if (root && t && cj) {
         test_cases(root, t, cj);
         test_errors(t);
+        test_threads(root, t);
         test_unicode(cJSON_GetObjectItem(root, "unicode"));
         test_alloc_failures(t);
     }
