@@ -1,7 +1,8 @@
 /* test_mtl_tokenizer.c - the multilingual text front end (punc_norm,
  * str.lower, NFKD, language step, "[xx]" tag, [SPACE], grapheme BPE)
- * against ids from the real Python pipeline and the Hugging Face tokenizers
- * library (tools/dev/mtl_cases.py, tests/data/mtl-v2/tokenizer/):
+ * against ids from upstream's own MTLTokenizer (chatterbox-tts 0.1.7) and
+ * the Hugging Face tokenizers library (tools/dev/mtl_cases.py,
+ * tests/data/mtl-v2/tokenizer/):
  * every case per language (ids identical for every language but ja; for
  * ja, kakasi standing in for pykakasi, the share of identical cases is
  * printed and must reach 90%), the language errors (unknown code, zh
