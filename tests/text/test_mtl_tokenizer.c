@@ -8,7 +8,8 @@
  * printed and must reach 90%), the language errors (unknown code, zh
  * without Cangjie5_TC.json, in a directory and in memory, a language for
  * the English kind), ja/zh encodes on 4 threads at once (libkakasi is
- * global state behind a lock; seen to differ without it), and
+ * global state behind a lock; seen to differ without it), the table
+ * carried in a model GGUF (tokenizer.Cangjie5_TC_json), and
  * lower-casing, NFKD,
  * Cased and Case_Ignorable on every code point against Python's unicodedata
  * tables (disagreements from the Unicode versions reported); every
@@ -22,6 +23,8 @@
 
 #include "alloc_hook.h"
 #include "testutil.h"
+#include "io/gguf.h"
+#include "io/model_file.h"
 #include "text/cangjie.h"
 #include "text/mtl_text.h"
 #include "text/punc_norm.h"
@@ -285,6 +288,92 @@ static void test_unicode(const cJSON *u)
           "lower, NFKD, Cased, Case_Ignorable agree with Python on every code point both know");
 }
 
+/* A model GGUF holding only the metadata model_open checks and the
+ * tokenizer files as convert stores them (tokenizer.<file, '.' as '_'>). */
+static bool write_gguf(const char *path, bool with_cangjie)
+{
+    char err[ERR_MAX];
+    struct io_gguf_writer *w = NULL;
+    if (io_gguf_writer_create(&w, err) != CBX_OK) return false;
+    bool ok = true;
+    struct io_gguf_value v;
+    memset(&v, 0, sizeof v);
+    v.type = GGUF_TYPE_STRING;
+    v.v.str.s = "chatterbox";
+    v.v.str.len = 10;
+    ok &= io_gguf_writer_set(w, "general.architecture", &v, err) == CBX_OK;
+    v.v.str.s = "mtl-v2";
+    v.v.str.len = 6;
+    ok &= io_gguf_writer_set(w, "chatterbox.variant", &v, err) == CBX_OK;
+    memset(&v, 0, sizeof v);
+    v.type = GGUF_TYPE_UINT32;
+    v.v.u32 = 1;
+    ok &= io_gguf_writer_set(w, "chatterbox.format_version", &v, err) == CBX_OK;
+    v.v.u32 = 0;
+    static const char *const parts[] = {"t3", "s3gen", "ve", "conds"};
+    for (int i = 0; i < 4; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "chatterbox.%s.tensor_count", parts[i]);
+        ok &= io_gguf_writer_set(w, key, &v, err) == CBX_OK;
+    }
+    static const char *const files[] = {"grapheme_mtl_merged_expanded_v1.json", "Cangjie5_TC.json"};
+    for (int i = 0; i < 1 + with_cangjie && ok; i++) {
+        char rel[128], key[128];
+        snprintf(rel, sizeof rel, "mtl-v2/tokenizer/%s", files[i]);
+        size_t n = 0;
+        char *text = test_read_file(test_data(rel), &n);
+        ok = text && model_text_file_key(files[i], key, sizeof key);
+        memset(&v, 0, sizeof v);
+        v.type = GGUF_TYPE_STRING;
+        v.v.str.s = text;
+        v.v.str.len = n;
+        ok = ok && io_gguf_writer_set(w, key, &v, err) == CBX_OK;
+        free(text);
+    }
+    ok = ok && io_gguf_writer_write(w, path, err) == CBX_OK;
+    if (!ok) printf("  gguf: %s\n", err);
+    io_gguf_writer_free(w);
+    return ok;
+}
+
+/* the table travels in a converted GGUF: zh from the GGUF == from the
+ * directory; a GGUF without it loads and zh names the metadata key */
+static void test_gguf(const struct text_tokenizer *dir_tok)
+{
+    char err[ERR_MAX] = "";
+    const char *tmp = test_tmpdir("mtl_gguf");
+    for (int with = 1; with >= 0; with--) {
+        const char *path = test_path(tmp, with ? "with.gguf" : "without.gguf");
+        CHECK(write_gguf(path, with), "write %s", path);
+        struct model *m = NULL;
+        struct text_tokenizer *t = NULL;
+        cbx_status rc = model_open(path, &m, err);
+        if (rc == CBX_OK) rc = text_tokenizer_load_model(m, &t, err);
+        CHECK(rc == CBX_OK, "tokenizer from a GGUF %s the table: %s", with ? "with" : "without",
+              rc == CBX_OK ? "ok" : err);
+        if (t) {
+            const char *text = "我們明天早上八點在學校門口見面，好嗎？";
+            int32_t *a = NULL, *b = NULL;
+            int64_t na = 0, nb = 0;
+            rc = text_tokenizer_encode_lang(t, text, "zh", &a, &na, err);
+            printf("gguf %s the table: zh %s\n", with ? "with" : "without", rc == CBX_OK ? "encodes" : err);
+            if (with) {
+                cbx_status rc2 = text_tokenizer_encode_lang(dir_tok, text, "zh", &b, &nb, err);
+                CHECK(rc == CBX_OK && rc2 == CBX_OK && na == nb && na > 40 &&
+                          !memcmp(a, b, (size_t)na * sizeof *a),
+                      "zh from the GGUF: %lld ids, as from the directory", (long long)na);
+            } else {
+                CHECK(rc == CBX_ERR_NOT_FOUND && strstr(err, "tokenizer.Cangjie5_TC_json") && strstr(err, path),
+                      "zh from a GGUF without the table: %s", err);
+            }
+            free(a);
+            free(b);
+        }
+        text_tokenizer_free(t);
+        model_close(m);
+    }
+}
+
 /* libkakasi keeps global state: ja (and zh) encodes on 4 threads at once
  * give the ids of one thread alone */
 struct worker {
@@ -404,6 +493,7 @@ int main(void)
         test_cases(root, t, cj);
         test_errors(t);
         test_threads(root, t);
+        test_gguf(t);
         test_unicode(cJSON_GetObjectItem(root, "unicode"));
         test_alloc_failures(t);
     }
