@@ -19,6 +19,8 @@ static bool is_hiragana(int32_t c) { return (c >= 0x3041 && c <= 0x3096) || c ==
 /* ---- the kakasi side: one process-wide lock ------------------------------ */
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static bool configured; /* kakasi's options are set (under lock) */
+static bool broken;     /* kakasi failed to allocate: never called again (under lock) */
 static iconv_t to_euc = (iconv_t)-1, from_euc = (iconv_t)-1; /* under lock */
 
 static const char *dict_path(void)
@@ -76,11 +78,20 @@ static cbx_status convert(iconv_t cd, const char *in, size_t n, char **out, char
 static cbx_status run_kakasi(const char *s, size_t n, char **out, char *err)
 {
     *out = NULL;
+    if (broken)
+        return err_setf(err, CBX_ERR_INTERNAL,
+                        "Japanese: libkakasi ran out of memory earlier in this process and cannot be used again");
     char *euc = NULL, *r = NULL;
     cbx_status rc = convert(to_euc, s, n, &euc, err);
     if (rc != CBX_OK) return rc;
     r = kakasi_do(euc);
-    if (!r) rc = err_setf(err, CBX_ERR_INTERNAL, "Japanese: kakasi_do failed");
+    /* kakasi_do returns NULL only when its allocations fail; libkakasi
+     * does not recover from that (later calls read nothing, setting it up
+     * again crashes), so the step is off for the rest of the process */
+    if (!r) {
+        rc = err_setf(err, CBX_ERR_NOMEM, "Japanese: out of memory (kakasi_do)");
+        broken = true;
+    }
     else rc = convert(from_euc, r, strlen(r), out, err);
     if (r) kakasi_free(r);
     free(euc);
@@ -90,7 +101,6 @@ static cbx_status run_kakasi(const char *s, size_t n, char **out, char *err)
 /* kakasi is set up once for the process: -JH (kanji to hiragana) with -f
  * ("furigana": each converted word comes out as orig[reading]), so one
  * call gives kakasi's segmentation and the readings together. */
-static bool configured; /* under lock */
 
 static cbx_status configure(char *err)
 {
@@ -193,8 +203,9 @@ static int parse_f(const char *s, size_t b, size_t e, const char *o, struct piec
             break;
         }
         if (w == m) return 0; /* a reading with no word in front */
+        if (!put_piece(P, at, at + w, NULL)) return -1;
         char *r = dup_n(lb + 1, (size_t)(rb - lb - 1));
-        if (!r || !put_piece(P, at, at + w, NULL) || !put_piece(P, at + w, at + m, r)) return -1;
+        if (!r || !put_piece(P, at + w, at + m, r)) return -1; /* put_piece frees r on failure */
         at += m;
         o = rb + 1;
     }

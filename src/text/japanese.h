@@ -36,7 +36,9 @@
 /* The step on UTF-8 text[0..len). *out (NUL-terminated) is owned by the
  * caller (free()). Errors: CBX_ERR_INVALID_ARG (invalid UTF-8),
  * CBX_ERR_NOT_FOUND (kakasi's dictionary is not installed),
- * CBX_ERR_INTERNAL (kakasi or iconv failed), CBX_ERR_NOMEM. */
+ * CBX_ERR_NOMEM, CBX_ERR_INTERNAL (kakasi rejected its options, or it ran
+ * out of memory earlier: libkakasi does not recover from a failed
+ * allocation of its own, so the step then stays off for the process). */
 cbx_status japanese_hiragana(const char *text, size_t len, char **out, char *err);
 
 #endif
