@@ -13,6 +13,7 @@ pkgs=(
   libutf8proc-dev        # unicode normalisation
   libpcre2-dev           # GPT-2 pre-tokeniser regex
   libcjson-dev           # JSON
+  libkakasi2-dev kakasi-dic  # Japanese kanji -> hiragana (multilingual)
   libzip-dev             # torch .pt archives
   libcurl4-openssl-dev   # download
   libmicrohttpd-dev      # server

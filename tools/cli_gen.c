@@ -28,7 +28,11 @@ const char cli_gen_help[] =
     "                            0.5; 0 decodes without the unconditional row)\n"
     "  --exaggeration E          English only: emotion exaggeration (default: the\n"
     "                            voice's, 0.5 for the built-in voice)\n"
-    "  --language L              multilingual models only\n"
+    "  --language L              multilingual models only: ar da de el en es fi fr\n"
+    "                            he hi it ja ko ms nl no pl pt ru sv sw tr zh (ja:\n"
+    "                            kanji to hiragana with kakasi; zh: Cangjie codes\n"
+    "                            from the model's Cangjie5_TC.json, unsegmented as\n"
+    "                            upstream without pkuseg)\n"
     "  --text-ids \"I J K ...\"    the text as T3 token ids instead of text (the\n"
     "                            start/stop text tokens are added, as upstream's\n"
     "                            generate() does)\n";

@@ -21,6 +21,7 @@
 #include "pipeline/stream.h"
 #include "s3gen/s3gen.h"
 #include "t3/t3.h"
+#include "text/splitter.h"
 #include "text/tokenizer.h"
 #include "voice/voice.h"
 
@@ -494,245 +495,21 @@ uint64_t engine_seed(uint64_t seed, int i, int j)
     return splitmix64(seed ^ splitmix64(((uint64_t)(uint32_t)i << 32) | (uint32_t)j));
 }
 
-/* ---- long text ---------------------------------------------------------- */
+/* ---- long text (text/splitter.c) ---------------------------------------- */
 
-bool engine_has_word(const char *s)
-{
-    const utf8proc_uint8_t *p = (const utf8proc_uint8_t *)s;
-    utf8proc_ssize_t len = (utf8proc_ssize_t)strlen(s);
-    while (len > 0) {
-        utf8proc_int32_t c;
-        utf8proc_ssize_t k = utf8proc_iterate(p, len, &c);
-        if (k <= 0) { p++; len--; continue; }
-        utf8proc_category_t cat = utf8proc_category(c);
-        if (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO) return true;
-        if (cat >= UTF8PROC_CATEGORY_ND && cat <= UTF8PROC_CATEGORY_NO) return true;
-        p += k;
-        len -= k;
-    }
-    return false;
-}
-
-/* A piece of text [b, e) of the input and its token count. */
-struct unit { const char *b, *e; int64_t tokens; bool hard; /* ends a line */ };
-
-struct units { struct unit *u; int n, cap; };
-
-static cbx_status push_unit(struct units *U, const char *b, const char *e, bool hard, char *err)
-{
-    while (b < e && (*b == ' ' || *b == '\t' || *b == '\n' || *b == '\r')) b++;
-    while (e > b && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r')) e--;
-    if (b == e) return CBX_OK;
-    if (U->n == U->cap) {
-        int cap = U->cap ? 2 * U->cap : 32;
-        struct unit *u = realloc(U->u, sizeof *u * (size_t)cap);
-        if (!u) return err_setf(err, CBX_ERR_NOMEM, "out of memory splitting the text");
-        U->u = u;
-        U->cap = cap;
-    }
-    U->u[U->n++] = (struct unit){b, e, 0, hard};
-    return CBX_OK;
-}
-
-static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
-
-/* Bytes of a sentence ender at s (0 when none); *cjk: ends a sentence
- * without a following space. */
-static int ender_len(const char *s, bool *cjk)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    *cjk = false;
-    if (*u == '.' || *u == '!' || *u == '?') return 1;
-    if (u[0] == 0xE2 && u[1] == 0x80 && u[2] == 0xA6) return 3; /* … */
-    if (u[0] == 0xE3 && u[1] == 0x80 && u[2] == 0x82) { *cjk = true; return 3; } /* 。 */
-    if (u[0] == 0xEF && u[1] == 0xBC && (u[2] == 0x81 || u[2] == 0x9F)) { *cjk = true; return 3; } /* ！？ */
-    return 0;
-}
-
-/* Bytes of a closing quote/bracket at s that stays with its sentence. */
-static int closer_len(const char *s)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    if (*u == '"' || *u == '\'' || *u == ')' || *u == ']') return 1;
-    if (u[0] == 0xE2 && u[1] == 0x80 && (u[2] == 0x9D || u[2] == 0x99)) return 3; /* ” ’ */
-    return 0;
-}
-
-/* A '.' at dot that does not end a sentence: after a single letter
- * ("J. Smith", "e.g.") or a common title/abbreviation. */
-static bool is_abbreviation(const char *text, const char *dot)
-{
-    static const char *const abbr[] = {"mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "vs",
-                                       "mt", "no", "fig", "approx", "dept", "e.g", "i.e", "etc."};
-    const char *w = dot;
-    while (w > text && !is_space(w[-1]) && w[-1] != '(' && w[-1] != '"') w--;
-    size_t n = (size_t)(dot - w);
-    if (n == 0) return false;
-    if (n == 1 && ((*w >= 'A' && *w <= 'Z') || (*w >= 'a' && *w <= 'z'))) return true;
-    for (size_t i = 0; i < sizeof abbr / sizeof abbr[0]; i++)
-        if (strlen(abbr[i]) == n && !strncasecmp(w, abbr[i], n)) return true;
-    return false;
-}
-
-static bool unit_has_word(const struct unit *u)
-{
-    char buf[64];
-    size_t n = (size_t)(u->e - u->b);
-    if (n >= sizeof buf) return true; /* long pieces are checked per segment */
-    memcpy(buf, u->b, n);
-    buf[n] = 0;
-    return engine_has_word(buf);
-}
-
-/* Step 1: sentences (and lines). */
-static cbx_status split_sentences(const char *text, struct units *U, char *err)
-{
-    const char *b = text, *s = text;
-    cbx_status rc = CBX_OK;
-    while (*s && rc == CBX_OK) {
-        if (*s == '\n') {
-            rc = push_unit(U, b, s, true, err);
-            b = ++s;
-            continue;
-        }
-        bool cjk;
-        int k = ender_len(s, &cjk);
-        if (!k) { s++; continue; }
-        const char *e = s + k;
-        for (;;) { /* runs of enders ("?!", "...") and closing quotes */
-            bool c2;
-            int k2 = ender_len(e, &c2);
-            if (!k2) k2 = closer_len(e);
-            if (!k2) break;
-            e += k2;
-        }
-        if ((cjk || *e == 0 || is_space(*e)) && !(k == 1 && *s == '.' && e == s + 1 && is_abbreviation(text, s))) {
-            rc = push_unit(U, b, e, false, err);
-            b = e;
-        }
-        s = e;
-    }
-    if (rc == CBX_OK) rc = push_unit(U, b, s, false, err);
-    return rc;
-}
-
-static cbx_status count_tokens(const struct text_tokenizer *tok, const char *b, const char *e,
-                               int64_t *n, char *err)
-{
-    return text_tokenizer_count(tok, b, (size_t)(e - b), n, err);
-}
-
-/* Step 2: a piece over budget is cut at clause marks, then between words.
- * mode 0: clauses (after , ; : or before a dash), 1: words. */
-static cbx_status split_long(const struct text_tokenizer *tok, const struct unit *in, int budget,
-                             int mode, struct units *U, char *err)
-{
-    struct units sub = {0};
-    const char *b = in->b, *s = in->b;
-    cbx_status rc = CBX_OK;
-    while (s < in->e && rc == CBX_OK) {
-        const unsigned char *u = (const unsigned char *)s;
-        bool cut = false;
-        const char *e = s + 1;
-        if (mode == 0) {
-            if ((*s == ',' || *s == ';' || *s == ':') && s + 1 < in->e && is_space(s[1])) cut = true;
-            else if (u[0] == 0xE2 && u[1] == 0x80 && (u[2] == 0x94 || u[2] == 0x93)) { cut = true; e = s + 3; }
-            else if (*s == '-' && s > in->b && is_space(s[-1]) && s + 1 < in->e && is_space(s[1])) cut = true;
-        } else if (is_space(*s)) {
-            cut = true;
-        }
-        if (cut) {
-            rc = push_unit(&sub, b, e, false, err);
-            b = e;
-        }
-        s = e;
-    }
-    if (rc == CBX_OK) rc = push_unit(&sub, b, in->e, in->hard, err);
-    for (int i = 0; i < sub.n && rc == CBX_OK; i++) {
-        struct unit x = sub.u[i];
-        if ((rc = count_tokens(tok, x.b, x.e, &x.tokens, err)) != CBX_OK) break;
-        if (x.tokens > budget && mode == 0) {
-            rc = split_long(tok, &x, budget, 1, U, err);
-        } else {
-            if ((rc = push_unit(U, x.b, x.e, x.hard, err)) == CBX_OK) U->u[U->n - 1].tokens = x.tokens;
-        }
-    }
-    free(sub.u);
-    return rc;
-}
-
-static cbx_status add_segment(struct engine_segments *S, const struct unit *u, int n, char *err)
-{
-    size_t len = 0;
-    for (int i = 0; i < n; i++) len += (size_t)(u[i].e - u[i].b) + 1;
-    char *s = malloc(len + 1), *p = s;
-    if (!s) return err_setf(err, CBX_ERR_NOMEM, "out of memory splitting the text");
-    for (int i = 0; i < n; i++) {
-        if (i) *p++ = ' ';
-        memcpy(p, u[i].b, (size_t)(u[i].e - u[i].b));
-        p += u[i].e - u[i].b;
-    }
-    *p = 0;
-    if (!engine_has_word(s)) { free(s); return CBX_OK; }
-    char **t = realloc(S->text, sizeof *t * (size_t)(S->n + 1));
-    if (!t) { free(s); return err_setf(err, CBX_ERR_NOMEM, "out of memory splitting the text"); }
-    S->text = t;
-    S->text[S->n++] = s;
-    return CBX_OK;
-}
+bool engine_has_word(const char *s) { return text_split_has_word(s); }
 
 cbx_status engine_split(const struct text_tokenizer *tok, const char *text, int budget,
                         struct engine_segments *out, char *err)
 {
     memset(out, 0, sizeof *out);
-    if (budget < 1) budget = 1;
-    struct units sent = {0}, U = {0};
-    cbx_status rc = split_sentences(text, &sent, err);
-    for (int i = 0; i < sent.n && rc == CBX_OK; i++) {
-        struct unit *x = &sent.u[i];
-        if (!unit_has_word(x)) continue; /* a lone "..." or "!!!" */
-        if ((rc = count_tokens(tok, x->b, x->e, &x->tokens, err)) != CBX_OK) break;
-        if (x->tokens > budget) rc = split_long(tok, x, budget, 0, &U, err);
-        else if ((rc = push_unit(&U, x->b, x->e, x->hard, err)) == CBX_OK) U.u[U.n - 1].tokens = x->tokens;
-    }
-    /* Step 3: greedy packing; group g = units [start, i) */
-    int start = 0;
-    int64_t acc = 0;
-    int *cut = calloc((size_t)U.n + 1, sizeof *cut), n_cut = 0; /* segment starts */
-    if (!cut && rc == CBX_OK) rc = err_setf(err, CBX_ERR_NOMEM, "out of memory splitting the text");
-    for (int i = 0; i < U.n && rc == CBX_OK; i++) {
-        if (i > start && acc + U.u[i].tokens > budget) {
-            cut[n_cut++] = start;
-            start = i;
-            acc = 0;
-        }
-        acc += U.u[i].tokens;
-    }
-    if (rc == CBX_OK && U.n > 0) {
-        /* a tail under 1/8 of the budget joins the previous segment (up to
-         * 1.5x the budget) */
-        if (n_cut > 0 && acc * 8 < budget) {
-            int64_t prev = 0;
-            for (int i = cut[n_cut - 1]; i < start; i++) prev += U.u[i].tokens;
-            if (prev + acc <= budget + budget / 2) start = cut[--n_cut];
-        }
-        cut[n_cut++] = start;
-        cut[n_cut] = U.n;
-        for (int g = 0; g < n_cut && rc == CBX_OK; g++)
-            rc = add_segment(out, &U.u[cut[g]], cut[g + 1] - cut[g], err);
-    }
-    free(cut);
-    free(sent.u);
-    free(U.u);
-    if (rc != CBX_OK) engine_segments_free(out);
-    return rc;
+    return text_split(tok, text, NULL, budget, &out->text, &out->n, err);
 }
 
 void engine_segments_free(struct engine_segments *s)
 {
     if (!s) return;
-    for (int i = 0; i < s->n; i++) free(s->text[i]);
-    free(s->text);
+    text_split_free(s->text, s->n);
     memset(s, 0, sizeof *s);
 }
 

@@ -1,13 +1,18 @@
 /* mtl_text.c - the multilingual tokenizer's text steps (see mtl_text.h):
- * port of MTLTokenizer.encode / preprocess_text / korean_normalize
- * (chatterbox mtl_tts tokenizer). */
+ * port of MTLTokenizer.encode / preprocess_text / korean_normalize /
+ * ChineseCangjieConverter.__call__ (chatterbox mtl_tts tokenizer);
+ * hiragana_normalize is japanese.c. */
 #include "mtl_text.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <utf8proc.h>
+
+#include "text/cangjie.h"
+#include "text/japanese.h"
 
 struct range { int32_t lo, hi; };
 
@@ -150,7 +155,51 @@ cbx_status mtl_text_lower(const char *text, size_t len, char **out, char *err)
 static const char *const languages[] = {"ar", "da", "de", "el", "en", "es", "fi", "fr", "he", "hi", "it", "ja",
                                         "ko", "ms", "nl", "no", "pl", "pt", "ru", "sv", "sw", "tr", "zh"};
 
-cbx_status mtl_text_prepare(const char *text, size_t len, const char *language, char **out, char *err)
+/* ChineseCangjieConverter.__call__ without a segmenter: a Lo character
+ * with a code -> "[cj_x]" per character x of code + index, "[cj_.]". */
+static cbx_status cangjie_step(const struct cangjie *cj, const struct cps *in, struct cps *out, char *err)
+{
+    for (size_t i = 0; i < in->n; i++) {
+        int32_t c = in->p[i];
+        size_t n = 0;
+        int index = 0;
+        const char *code = utf8proc_category(c) == UTF8PROC_CATEGORY_LO ? cangjie_code(cj, c, &n, &index) : NULL;
+        if (!code) { cp_put(out, c); continue; }
+        char num[16] = "";
+        if (index > 0) snprintf(num, sizeof num, "%d", index);
+        struct cps s = {0};
+        cbx_status rc = decode(code, n, &s, err); /* valid: cangjie_load_mem checked it */
+        for (size_t k = 0; num[k] && rc == CBX_OK; k++) cp_put(&s, num[k]);
+        for (size_t k = 0; k < s.n && rc == CBX_OK && !s.oom; k++) {
+            for (const char *p = "[cj_"; *p; p++) cp_put(out, *p);
+            cp_put(out, s.p[k]);
+            cp_put(out, ']');
+        }
+        free(s.p);
+        if (rc != CBX_OK) return rc;
+        if (s.oom) return err_setf(err, CBX_ERR_NOMEM, "multilingual text: out of memory");
+        for (const char *p = "[cj_.]"; *p; p++) cp_put(out, *p);
+    }
+    return out->oom ? err_setf(err, CBX_ERR_NOMEM, "multilingual text: out of memory") : CBX_OK;
+}
+
+/* NFKD of UTF-8 s into a (emptied first). */
+static cbx_status nfkd_cps(const char *s, struct cps *a, char *err)
+{
+    utf8proc_uint8_t *d = NULL;
+    utf8proc_ssize_t k = utf8proc_map((const utf8proc_uint8_t *)s, 0, &d,
+                                      UTF8PROC_NULLTERM | UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT);
+    if (k < 0)
+        return err_setf(err, k == UTF8PROC_ERROR_NOMEM ? CBX_ERR_NOMEM : CBX_ERR_INVALID_ARG, "NFKD: %s",
+                        utf8proc_errmsg(k));
+    a->n = 0;
+    cbx_status rc = decode((const char *)d, (size_t)k, a, err);
+    free(d);
+    return rc;
+}
+
+cbx_status mtl_text_prepare(const char *text, size_t len, const char *language, const struct cangjie *cj,
+                            char **out, char *err)
 {
     *out = NULL;
     char tag[8] = "";
@@ -163,11 +212,9 @@ cbx_status mtl_text_prepare(const char *text, size_t len, const char *language, 
                             "en, es, fi, fr, he, hi, it, ja, ko, ms, nl, no, pl, pt, ru, sv, sw, tr, zh",
                             language);
         language = languages[i];
-        if (!strcmp(language, "ja") || !strcmp(language, "zh"))
-            return err_setf(err, CBX_ERR_UNSUPPORTED,
-                            "language \"%s\": %s text conversion is not implemented yet", language,
-                            !strcmp(language, "ja") ? "Japanese (kanji to hiragana, pykakasi)"
-                                                    : "Chinese (Cangjie)");
+        if (!strcmp(language, "zh") && !cj)
+            return err_setf(err, CBX_ERR_NOT_FOUND,
+                            "language \"zh\": the Chinese step needs the Cangjie table Cangjie5_TC.json");
         tag[0] = '[';
         memcpy(tag + 1, language, 2);
         tag[3] = ']';
@@ -194,6 +241,23 @@ cbx_status mtl_text_prepare(const char *text, size_t len, const char *language, 
     if (rc == CBX_OK) {
         a.n = 0;
         rc = decode((const char *)nfkd, strlen((const char *)nfkd), &a, err);
+    }
+    if (rc == CBX_OK && language && !strcmp(language, "zh")) {
+        /* 3. ChineseCangjieConverter */
+        b.n = 0;
+        rc = cangjie_step(cj, &a, &b, err);
+        a.n = 0;
+        for (size_t i = 0; i < b.n && rc == CBX_OK; i++) cp_put(&a, b.p[i]);
+        if (rc == CBX_OK && a.oom) rc = err_setf(err, CBX_ERR_NOMEM, "multilingual text: out of memory");
+    }
+    if (rc == CBX_OK && language && !strcmp(language, "ja")) {
+        /* 3. hiragana_normalize: kakasi, then NFKD again */
+        char *s = encode_utf8(a.p, a.n, NULL, false), *h = NULL;
+        if (!s) rc = err_setf(err, CBX_ERR_NOMEM, "multilingual text: out of memory");
+        else rc = japanese_hiragana(s, strlen(s), &h, err);
+        if (rc == CBX_OK) rc = nfkd_cps(h, &a, err);
+        free(s);
+        free(h);
     }
     if (rc == CBX_OK && language && !strcmp(language, "ko")) {
         /* 3. korean_normalize: syllables to jamo, then str.strip() */

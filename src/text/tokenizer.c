@@ -7,9 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "io/model_file.h"
 #include "io/variant.h"
+#include "text/cangjie.h"
 #include "text/gpt2_bpe.h"
 #include "text/grapheme_bpe.h"
 #include "text/mtl_text.h"
@@ -19,6 +21,8 @@ struct text_tokenizer {
     enum text_tokenizer_kind kind;
     struct gpt2_bpe *gpt2;         /* TEXT_TOK_GPT2 */
     struct grapheme_bpe *grapheme; /* the grapheme kinds */
+    struct cangjie *cangjie;       /* TEXT_TOK_GRAPHEME_MTL: Cangjie5_TC.json, or NULL */
+    char *cangjie_where;           /* where it was looked for (the "zh" error names it) */
 };
 
 /* Per kind: punc_norm rules and files (required first; NULL-terminated). */
@@ -32,7 +36,7 @@ static const struct kind_info {
                        {"vocab.json", "merges.txt", "added_tokens.json", "tokenizer_config.json", NULL}},
     [TEXT_TOK_GRAPHEME] = {"grapheme-bpe", PUNC_ENGLISH, 1, {"tokenizer.json", NULL}},
     [TEXT_TOK_GRAPHEME_MTL] = {"grapheme-bpe-mtl", PUNC_MULTILINGUAL, 1,
-                               {"grapheme_mtl_merged_expanded_v1.json", NULL}},
+                               {"grapheme_mtl_merged_expanded_v1.json", "Cangjie5_TC.json", NULL}},
 };
 #define N_KINDS (int)(sizeof kinds / sizeof kinds[0])
 
@@ -55,7 +59,15 @@ void text_tokenizer_free(struct text_tokenizer *t)
     if (!t) return;
     gpt2_bpe_free(t->gpt2);
     grapheme_bpe_free(t->grapheme);
+    cangjie_free(t->cangjie);
+    free(t->cangjie_where);
     free(t);
+}
+
+static cbx_status set_where(struct text_tokenizer *t, const char *where, char *err)
+{
+    if (!(t->cangjie_where = strdup(where))) return err_setf(err, CBX_ERR_NOMEM, "tokenizer: out of memory");
+    return CBX_OK;
 }
 
 /* EnTokenizer / MTLTokenizer assert both markers are in the vocabulary. */
@@ -92,6 +104,10 @@ cbx_status text_tokenizer_load_mem(enum text_tokenizer_kind kind, const struct t
     } else {
         rc = grapheme_bpe_load_mem(text[0], strlen(text[0]), ki->files[0], &t->grapheme, err);
         if (rc == CBX_OK) rc = check_markers(t->grapheme, ki->files[0], err);
+        /* the Cangjie table is optional: without it only "zh" fails */
+        if (rc == CBX_OK && kind == TEXT_TOK_GRAPHEME_MTL) rc = set_where(t, ki->files[1], err);
+        if (rc == CBX_OK && kind == TEXT_TOK_GRAPHEME_MTL && text[1])
+            rc = cangjie_load_mem(text[1], strlen(text[1]), ki->files[1], &t->cangjie, err);
     }
     if (rc != CBX_OK) {
         text_tokenizer_free(t);
@@ -119,6 +135,14 @@ cbx_status text_tokenizer_load_dir(enum text_tokenizer_kind kind, const char *di
         if (k < 0 || (size_t)k >= sizeof path) rc = err_setf(err, CBX_ERR_INVALID_ARG, "%s: path too long", dir);
         else rc = grapheme_bpe_load_file(path, &t->grapheme, err);
         if (rc == CBX_OK) rc = check_markers(t->grapheme, path, err);
+        if (rc == CBX_OK && kind == TEXT_TOK_GRAPHEME_MTL) {
+            /* optional: without it only "zh" fails, naming the file */
+            k = snprintf(path, sizeof path, "%s/%s", dir, kinds[kind].files[1]);
+            if (k < 0 || (size_t)k >= sizeof path) rc = err_setf(err, CBX_ERR_INVALID_ARG, "%s: path too long", dir);
+            if (rc == CBX_OK) rc = set_where(t, path, err);
+            if (rc == CBX_OK) rc = cangjie_load_file(path, &t->cangjie, err);
+            if (rc == CBX_ERR_NOT_FOUND) rc = CBX_OK;
+        }
     }
     if (rc != CBX_OK) {
         text_tokenizer_free(t);
@@ -145,6 +169,17 @@ cbx_status text_tokenizer_load_model(const struct model *m, struct text_tokenize
         else if (rc == CBX_OK) files[n++] = (struct text_tokenizer_file){ki->files[f], text[f]};
     }
     if (rc == CBX_OK) rc = text_tokenizer_load_mem((enum text_tokenizer_kind)kind, files, n, out, err);
+    if (rc == CBX_OK && kind == TEXT_TOK_GRAPHEME_MTL) {
+        /* name the GGUF's metadata key in the "zh" error */
+        char where[4200];
+        snprintf(where, sizeof where, "%s (metadata key tokenizer.Cangjie5_TC_json)", model_path(m));
+        free((*out)->cangjie_where);
+        (*out)->cangjie_where = NULL;
+        if ((rc = set_where(*out, where, err)) != CBX_OK) {
+            text_tokenizer_free(*out);
+            *out = NULL;
+        }
+    }
     for (int f = 0; f < 4; f++) free(text[f]);
     return rc;
 }
@@ -178,8 +213,12 @@ static cbx_status encode_raw_n(const struct text_tokenizer *t, const char *text,
                         language, kinds[t->kind].name);
     char *s = NULL;
     cbx_status rc = CBX_OK;
+    if (t->kind == TEXT_TOK_GRAPHEME_MTL && language && !strcasecmp(language, "zh") && !t->cangjie)
+        return err_setf(err, CBX_ERR_NOT_FOUND,
+                        "language \"zh\": the Chinese step needs the Cangjie table %s, which is missing",
+                        t->cangjie_where);
     if (t->kind == TEXT_TOK_GRAPHEME_MTL) {
-        rc = mtl_text_prepare(text, len, language, &s, err);
+        rc = mtl_text_prepare(text, len, language, t->cangjie, &s, err);
         if (rc != CBX_OK) return rc;
     } else {
         s = t->kind == TEXT_TOK_GPT2 ? malloc(len + 1) : spaces_to_tokens(text, len);
@@ -234,6 +273,15 @@ cbx_status text_tokenizer_count(const struct text_tokenizer *t, const char *text
 {
     int32_t *ids = NULL;
     cbx_status rc = encode_raw_n(t, text, len, NULL, &ids, n, err);
+    free(ids);
+    return rc;
+}
+
+cbx_status text_tokenizer_count_lang(const struct text_tokenizer *t, const char *text, size_t len,
+                                     const char *language, int64_t *n, char *err)
+{
+    int32_t *ids = NULL;
+    cbx_status rc = encode_raw_n(t, text, len, language, &ids, n, err);
     free(ids);
     return rc;
 }

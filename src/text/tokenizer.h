@@ -8,11 +8,11 @@
  *   TEXT_TOK_GRAPHEME  punc_norm (English rules) -> every " " becomes   tokenizer.json
  *                      "[SPACE]" -> grapheme BPE (English; grapheme_bpe.h)
  *   TEXT_TOK_GRAPHEME_MTL  punc_norm (multilingual rules) -> lower-case   grapheme_mtl_merged_
- *                      (Python str.lower) -> NFKD -> language step ->    expanded_v1.json
- *                      "[xx]" tag -> "[SPACE]" -> grapheme BPE
- *                      (mtl_text.h). Japanese and Chinese conversions
- *                      are not implemented: "ja", "zh" refuse with
- *                      CBX_ERR_UNSUPPORTED.
+ *                      (Python str.lower) -> NFKD -> language step ->    expanded_v1.json,
+ *                      "[xx]" tag -> "[SPACE]" -> grapheme BPE           [Cangjie5_TC.json]
+ *                      (mtl_text.h; "zh": Cangjie, unsegmented, from
+ *                      Cangjie5_TC.json: without that file the tokenizer
+ *                      loads and only "zh" fails; "ja": kakasi).
  *
  * No start/stop ids are added (T3 wraps the grapheme ids itself) and
  * nothing is truncated: text_tokenizer_max_length says where Turbo's
@@ -76,8 +76,8 @@ cbx_status text_tokenizer_encode(const struct text_tokenizer *t, const char *tex
  * multilingual model (case-insensitive; "[xx]" with the lower-cased code
  * is prepended), or NULL for none (upstream's language_id=None). A
  * non-NULL language for the other kinds, or an unknown code (the message
- * lists the valid ones): CBX_ERR_INVALID_ARG; "ja", "zh":
- * CBX_ERR_UNSUPPORTED (their conversions are not implemented).
+ * lists the valid ones): CBX_ERR_INVALID_ARG; "zh" when the model has no
+ * Cangjie5_TC.json: CBX_ERR_NOT_FOUND, naming the file.
  * text_tokenizer_encode(t, text, ...) is this with language NULL. */
 cbx_status text_tokenizer_encode_lang(const struct text_tokenizer *t, const char *text, const char *language,
                                       int32_t **ids, int64_t *n, char *err);
@@ -96,6 +96,10 @@ cbx_status text_tokenizer_encode_raw_lang(const struct text_tokenizer *t, const 
  * id fewer than with a tag; a budget, not the exact count). */
 cbx_status text_tokenizer_count(const struct text_tokenizer *t, const char *text, size_t len,
                                 int64_t *n, char *err);
+/* As text_tokenizer_count with a language (multilingual kind: its tag and
+ * language step are counted, so "zh" counts the Cangjie groups). */
+cbx_status text_tokenizer_count_lang(const struct text_tokenizer *t, const char *text, size_t len,
+                                     const char *language, int64_t *n, char *err);
 
 enum text_tokenizer_kind text_tokenizer_kind(const struct text_tokenizer *t);
 /* Ids the tokenizer can produce (largest + 1): T3's text vocabulary. */
