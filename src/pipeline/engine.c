@@ -499,11 +499,11 @@ uint64_t engine_seed(uint64_t seed, int i, int j)
 
 bool engine_has_word(const char *s) { return text_split_has_word(s); }
 
-cbx_status engine_split(const struct text_tokenizer *tok, const char *text, int budget,
+cbx_status engine_split(const struct text_tokenizer *tok, const char *text, const char *language, int budget,
                         struct engine_segments *out, char *err)
 {
     memset(out, 0, sizeof *out);
-    return text_split(tok, text, NULL, budget, &out->text, &out->n, err);
+    return text_split(tok, text, language, budget, &out->text, &out->n, err);
 }
 
 void engine_segments_free(struct engine_segments *s)
@@ -862,7 +862,7 @@ cbx_status engine_synthesize(const struct engine_model *m, const struct backend 
     }
     double t0 = now();
     if (p->split && !p->text_ids) {
-        rc = engine_split(m->tok, text, p->max_segment_tokens, &S, err);
+        rc = engine_split(m->tok, text, p->language, p->max_segment_tokens, &S, err);
     } else {
         if ((S.text = malloc(sizeof *S.text)) && (S.text[0] = strdup(p->text_ids ? "" : text))) S.n = 1;
         else rc = err_setf(err, CBX_ERR_NOMEM, "out of memory");

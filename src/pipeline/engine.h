@@ -11,12 +11,14 @@
  * No Perth watermark (a separate network upstream; overview.md §7).
  *
  * Long text (engine_split):
- *   1. the raw text is cut into sentences after . ! ? ... (and CJK 。！？)
- *      followed by white space, and at line breaks; a '.' after a common
- *      abbreviation ("Mr.", "e.g.") or a single letter ("J. Smith") does not
- *      end a sentence;
- *   2. a sentence longer than the token budget is cut at , ; : or a dash,
- *      and failing that between words;
+ *   1. the raw text is cut into sentences after . ! ? ... followed by white
+ *      space, after each script's own sentence ends (CJK 。！？ with no
+ *      space needed, Devanagari । ॥, Arabic ؟ ۔, Greek ;, text/splitter.h),
+ *      and at line breaks; a '.' after a common abbreviation ("Mr.",
+ *      "e.g.") or a single letter ("J. Smith") does not end a sentence;
+ *   2. a sentence longer than the token budget is cut at , ; : or a dash
+ *      (and CJK / Arabic clause marks), and failing that between words (or
+ *      between Han / kana characters, never inside a character's marks);
  *   3. consecutive pieces are packed greedily into segments of at most
  *      `max_segment_tokens` GPT-2 tokens (so a short text stays ONE segment
  *      and goes through exactly as upstream's generate() would take it,
@@ -216,11 +218,14 @@ struct engine_segments {
     int n;
 };
 struct text_tokenizer;
-/* Split text as described above, counting tokens with tok (the model's:
- * engine_model_tokenizer). Segments without word characters are dropped
- * here. *out owned by the caller, engine_segments_free(). */
-cbx_status engine_split(const struct text_tokenizer *tok, const char *text, int max_segment_tokens,
-                        struct engine_segments *out, char *err);
+/* Split text as described above (text/splitter.h), counting tokens with
+ * tok (the model's: engine_model_tokenizer) as the model will see them:
+ * with `language` (NULL: none) for the multilingual front end, whose
+ * Chinese step makes several ids of one character. Segments without word
+ * characters are dropped here. *out owned by the caller,
+ * engine_segments_free(). */
+cbx_status engine_split(const struct text_tokenizer *tok, const char *text, const char *language,
+                        int max_segment_tokens, struct engine_segments *out, char *err);
 /* The model's text front end (text/tokenizer.h: GPT-2 BPE for Turbo and
  * Nano, grapheme BPE from tokenizer.json for English); borrowed from m. */
 const struct text_tokenizer *engine_model_tokenizer(const struct engine_model *m);

@@ -30,7 +30,7 @@ static void expect(const char *what, const char *text, int budget, const char *c
 {
     struct engine_segments S;
     char err[ERR_MAX] = "";
-    cbx_status rc = engine_split(tok, text, budget, &S, err);
+    cbx_status rc = engine_split(tok, text, NULL, budget, &S, err);
     CHECK(rc == CBX_OK, "%s: %s", what, err);
     if (rc != CBX_OK) return;
     int n = 0;
@@ -67,7 +67,7 @@ static void invariants(const char *what, const char *text, int budget)
 {
     struct engine_segments S;
     char err[ERR_MAX] = "";
-    cbx_status rc = engine_split(tok, text, budget, &S, err);
+    cbx_status rc = engine_split(tok, text, NULL, budget, &S, err);
     CHECK(rc == CBX_OK && S.n > 0, "%s: %s", what, err);
     if (rc != CBX_OK) return;
     size_t len = strlen(text) + 2;
