@@ -22,8 +22,9 @@ to what `chatterbox synth english` writes) and writes:
       the Whitespace pre-tokenizer's \\w and \\s as code point ranges,
       measured by running it on "a" + c + "a" for every code point
 
-    python3 -m venv /work/venv-tok && /work/venv-tok/bin/pip install tokenizers
-    /work/venv-tok/bin/python tools/dev/grapheme_cases.py
+    python3 -m venv /work/venv-cjk && /work/venv-cjk/bin/pip install tokenizers
+    /work/venv-cjk/bin/pip install chatterbox-tts --no-deps   # punc_norm: upstream's own
+    /work/venv-cjk/bin/python tools/dev/grapheme_cases.py
 
 The synthetic tokenizer.json itself comes from the C writer: when it
 changes, test_grapheme fails, printing where it wrote the new file; copy
@@ -33,6 +34,10 @@ import argparse
 import itertools
 import json
 import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import upstream_src  # noqa: E402
 
 import tokenizers
 from tokenizers import Tokenizer
@@ -150,21 +155,8 @@ def make_mtl(src):
     return json.dumps(j, ensure_ascii=False, indent=2) + "\n"
 
 
-def punc_norm(text):
-    """English punc_norm (tts.py), spec/overview.md §6."""
-    if len(text) == 0:
-        text = "You need to add some text for me to talk."
-    if text[0].islower():
-        text = text[0].upper() + text[1:]
-    text = " ".join(text.split())
-    for old, new in [("...", ", "), ("\u2026", ", "), (":", ","), (" - ", ", "), (";", ", "),
-                     ("\u2014", "-"), ("\u2013", "-"), (" ,", ","), ("\u201c", '"'), ("\u201d", '"'),
-                     ("\u2018", "'"), ("\u2019", "'")]:
-        text = text.replace(old, new)
-    text = text.rstrip(" ")
-    if not any(text.endswith(p) for p in [".", "!", "?", "-", ","]):
-        text += "."
-    return text
+# upstream's own punc_norm (English rules), read from the installed package
+punc_norm = upstream_src.function("tts.py", "punc_norm")
 
 
 def make_variant(src):

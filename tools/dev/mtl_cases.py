@@ -45,6 +45,9 @@ import sys
 import types
 import unicodedata
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import upstream_src  # noqa: E402
+
 import tokenizers
 from tokenizers import Tokenizer
 
@@ -242,21 +245,8 @@ def load_upstream(model_dir):
     return mod
 
 
-def punc_norm(text):
-    """Multilingual punc_norm (mtl_tts.py), spec/overview.md §6."""
-    if len(text) == 0:
-        text = "You need to add some text for me to talk."
-    if text[0].islower():
-        text = text[0].upper() + text[1:]
-    text = " ".join(text.split())
-    for old, new in [("...", ", "), ("\u2026", ", "), (":", ","), (" - ", ", "), (";", ", "),
-                     ("\u2014", "-"), ("\u2013", "-"), (" ,", ","), ("\u201c", '"'), ("\u201d", '"'),
-                     ("\u2018", "'"), ("\u2019", "'")]:
-        text = text.replace(old, new)
-    text = text.rstrip(" ")
-    if not any(text.endswith(p) for p in [".", "!", "?", "-", ",", "、", "，", "。", "？", "！"]):
-        text += "."
-    return text
+# upstream's own punc_norm (Multilingual rules), read from the installed package
+punc_norm = upstream_src.function("mtl_tts.py", "punc_norm")
 
 
 def korean_normalize(text):
