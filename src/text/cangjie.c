@@ -14,61 +14,10 @@
 #include <utf8proc.h>
 
 #include "core/rng.h"
+#include "core/u64map.h"
+#include "text/utf8.h"
 
 /* ---- uint64 -> int32 ----------------------------------------------------- */
-
-struct u64_slot { uint64_t key; int32_t val; bool used; };
-struct u64_map { struct u64_slot *slot; size_t cap, used; };
-
-static size_t u64_home(const struct u64_map *m, uint64_t k)
-{
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdull;
-    k ^= k >> 33;
-    return (size_t)k & (m->cap - 1);
-}
-
-static struct u64_slot *u64_find(const struct u64_map *m, uint64_t k)
-{
-    if (!m->cap) return NULL;
-    for (size_t i = u64_home(m, k);; i = (i + 1) & (m->cap - 1)) {
-        struct u64_slot *e = &m->slot[i];
-        if (!e->used) return NULL;
-        if (e->key == k) return e;
-    }
-}
-
-static bool u64_grow(struct u64_map *m)
-{
-    struct u64_map g = {NULL, m->cap ? m->cap * 2 : 1024, m->used};
-    if (!(g.slot = calloc(g.cap, sizeof *g.slot))) return false;
-    for (size_t i = 0; i < m->cap; i++) {
-        if (!m->slot[i].used) continue;
-        size_t j = u64_home(&g, m->slot[i].key);
-        while (g.slot[j].used) j = (j + 1) & (g.cap - 1);
-        g.slot[j] = m->slot[i];
-    }
-    free(m->slot);
-    *m = g;
-    return true;
-}
-
-/* Set k -> v; when k is present, overwrite only if `replace`. false: out
- * of memory. */
-static bool u64_put(struct u64_map *m, uint64_t k, int32_t v, bool replace)
-{
-    struct u64_slot *e = u64_find(m, k);
-    if (e) {
-        if (replace) e->val = v;
-        return true;
-    }
-    if ((m->used + 1) * 2 > m->cap && !u64_grow(m)) return false;
-    size_t i = u64_home(m, k);
-    while (m->slot[i].used) i = (i + 1) & (m->cap - 1);
-    m->slot[i] = (struct u64_slot){k, v, true};
-    m->used++;
-    return true;
-}
 
 /* ---- interned codes ------------------------------------------------------ */
 
@@ -79,8 +28,8 @@ struct cangjie {
     size_t n_codes, cap_codes;
     int32_t *code_slot; /* hash of code strings -> index + 1, 0 empty */
     size_t slot_cap;
-    struct u64_map glyph; /* glyph -> code id */
-    struct u64_map first; /* glyph << 32 | code id -> first position */
+    struct u64map glyph;  /* glyph -> code id */
+    struct u64map first;  /* glyph << 32 | code id -> first position */
     size_t n_entries;
 };
 
@@ -136,8 +85,8 @@ void cangjie_free(struct cangjie *t)
     for (size_t i = 0; i < t->n_codes; i++) free(t->codes[i].s);
     free(t->codes);
     free(t->code_slot);
-    free(t->glyph.slot);
-    free(t->first.slot);
+    u64map_free(&t->glyph);
+    u64map_free(&t->first);
     free(t);
 }
 
@@ -147,17 +96,6 @@ static int32_t single_cp(const char *s, size_t n)
     utf8proc_int32_t c;
     utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &c);
     return k > 0 && (size_t)k == n ? c : -1;
-}
-
-static bool valid_utf8(const char *s, size_t n)
-{
-    for (size_t i = 0; i < n;) {
-        utf8proc_int32_t c;
-        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &c);
-        if (k <= 0) return false;
-        i += (size_t)k;
-    }
-    return true;
 }
 
 cbx_status cangjie_load_mem(const char *json, size_t len, const char *where, struct cangjie **out, char *err)
@@ -191,7 +129,7 @@ cbx_status cangjie_load_mem(const char *json, size_t len, const char *where, str
                           t->n_entries, shown);
             goto cleanup;
         }
-        if (!valid_utf8(s, n)) {
+        if (!utf8_valid(s, n)) {
             rc = err_setf(err, CBX_ERR_FORMAT, "%s: entry %zu is not valid UTF-8", where, t->n_entries);
             goto cleanup;
         }
@@ -210,8 +148,8 @@ cbx_status cangjie_load_mem(const char *json, size_t len, const char *where, str
         int32_t pos = t->codes[id].count++;
         int32_t c = single_cp(s, (size_t)(tab - s));
         if (c < 0) continue; /* never looked up, but it holds position pos */
-        if (!u64_put(&t->glyph, (uint64_t)c, id, true) ||
-            !u64_put(&t->first, (uint64_t)c << 32 | (uint32_t)id, pos, false)) {
+        if (!u64map_put(&t->glyph, (uint64_t)c, id, true) ||
+            !u64map_put(&t->first, (uint64_t)c << 32 | (uint32_t)id, pos, false)) {
             rc = err_setf(err, CBX_ERR_NOMEM, "%s: out of memory", where);
             goto cleanup;
         }
@@ -255,12 +193,13 @@ cbx_status cangjie_load_file(const char *path, struct cangjie **out, char *err)
 
 const char *cangjie_code(const struct cangjie *t, int32_t c, size_t *len, int *index)
 {
-    const struct u64_slot *g = c >= 0 ? u64_find(&t->glyph, (uint64_t)c) : NULL;
-    if (!g) return NULL;
-    const struct u64_slot *f = u64_find(&t->first, (uint64_t)c << 32 | (uint32_t)g->val);
-    const struct code *k = &t->codes[g->val];
+    int64_t id, first = 0;
+    if (c < 0 || !u64map_get(&t->glyph, (uint64_t)c, &id)) return NULL;
+    /* always present: the glyph's own entry */
+    if (!u64map_get(&t->first, (uint64_t)c << 32 | (uint32_t)id, &first)) first = 0;
+    const struct code *k = &t->codes[id];
     *len = k->n;
-    *index = f ? f->val : 0; /* always present: the glyph's own entry */
+    *index = (int)first;
     return k->s;
 }
 

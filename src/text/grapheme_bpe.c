@@ -13,6 +13,8 @@
 #include <utf8proc.h>
 
 #include "core/rng.h"
+#include "core/u64map.h"
+#include "text/utf8.h"
 
 #define MAX_ADDED 65536
 
@@ -76,54 +78,23 @@ static void str_free(struct str_map *m)
 
 /* ---- (left id, right id) -> (rank, merged id) -------------------------- */
 
-struct merge_slot { uint64_t key; int32_t rank, new_id; bool used; };
-struct merge_map { struct merge_slot *slot; size_t cap, used; };
-
 static uint64_t pair_key(int32_t a, int32_t b) { return (uint64_t)(uint32_t)a << 32 | (uint32_t)b; }
 
-static size_t merge_home(const struct merge_map *m, uint64_t k)
-{
-    k ^= k >> 31;
-    k *= 0x9e3779b97f4a7c15ull;
-    return (size_t)(k >> 17) & (m->cap - 1);
-}
+/* a merge's value in the map: rank << 32 | merged id */
+struct merge { int32_t rank, new_id; };
 
-static const struct merge_slot *merge_find(const struct merge_map *m, int32_t a, int32_t b)
+static bool merge_find(const struct u64map *m, int32_t a, int32_t b, struct merge *out)
 {
-    if (!m->cap) return NULL;
-    uint64_t k = pair_key(a, b);
-    for (size_t i = merge_home(m, k);; i = (i + 1) & (m->cap - 1)) {
-        if (!m->slot[i].used) return NULL;
-        if (m->slot[i].key == k) return &m->slot[i];
-    }
-}
-
-static bool merge_grow(struct merge_map *m)
-{
-    struct merge_map g = {NULL, m->cap ? m->cap * 2 : 256, m->used};
-    if (!(g.slot = calloc(g.cap, sizeof *g.slot))) return false;
-    for (size_t i = 0; i < m->cap; i++) {
-        if (!m->slot[i].used) continue;
-        size_t j = merge_home(&g, m->slot[i].key);
-        while (g.slot[j].used) j = (j + 1) & (g.cap - 1);
-        g.slot[j] = m->slot[i];
-    }
-    free(m->slot);
-    *m = g;
+    int64_t v;
+    if (!u64map_get(m, pair_key(a, b), &v)) return false;
+    *out = (struct merge){(int32_t)(v >> 32), (int32_t)(uint32_t)v};
     return true;
 }
 
 /* A repeated pair takes the later rank, as the library's HashMap collect. */
-static bool merge_put(struct merge_map *m, int32_t a, int32_t b, int32_t rank, int32_t new_id)
+static bool merge_put(struct u64map *m, int32_t a, int32_t b, int32_t rank, int32_t new_id)
 {
-    if ((m->used + 1) * 2 > m->cap && !merge_grow(m)) return false;
-    uint64_t k = pair_key(a, b);
-    size_t i = merge_home(m, k);
-    for (; m->slot[i].used; i = (i + 1) & (m->cap - 1))
-        if (m->slot[i].key == k) break;
-    if (!m->slot[i].used) m->used++;
-    m->slot[i] = (struct merge_slot){k, rank, new_id, true};
-    return true;
+    return u64map_put(m, pair_key(a, b), (int64_t)((uint64_t)(uint32_t)rank << 32 | (uint32_t)new_id), true);
 }
 
 /* ---- tokenizer ---------------------------------------------------------- */
@@ -137,7 +108,7 @@ struct added_set { struct added *a; int n; int first[257]; };
 struct grapheme_bpe {
     struct str_map vocab;   /* model.vocab */
     struct str_map added;   /* added token content -> id */
-    struct merge_map merges;
+    struct u64map merges;
     struct added_set pass[2]; /* 0: "normalized": false, 1: true */
     int32_t unk_id;         /* -1: no unk_token (unknown characters dropped) */
     bool fuse_unk, ignore_merges;
@@ -149,7 +120,7 @@ void grapheme_bpe_free(struct grapheme_bpe *t)
     if (!t) return;
     str_free(&t->vocab);
     str_free(&t->added);
-    free(t->merges.slot);
+    u64map_free(&t->merges);
     for (int p = 0; p < 2; p++) {
         for (int i = 0; i < t->pass[p].n; i++) free(t->pass[p].a[i].s);
         free(t->pass[p].a);
@@ -199,19 +170,6 @@ bool grapheme_bpe_is_space_char(int32_t c)
 
 static bool is_null(const cJSON *j) { return !j || cJSON_IsNull(j); }
 
-/* Tokens must be valid UTF-8 (the library's strings are), so an added
- * token can only match the text at character boundaries. */
-static bool valid_utf8(const char *s)
-{
-    size_t n = strlen(s);
-    for (size_t i = 0; i < n;) {
-        utf8proc_int32_t c;
-        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &c);
-        if (k <= 0) return false;
-        i += (size_t)k;
-    }
-    return true;
-}
 
 /* j is a non-negative integer below 2^31 - 1. */
 static bool json_id(const cJSON *j, int32_t *out)
@@ -280,7 +238,9 @@ static cbx_status load_model(struct grapheme_bpe *t, const cJSON *model, const c
         if (!e->string || !json_id(e, &id))
             return err_setf(err, CBX_ERR_FORMAT, "%s: model.vocab[\"%.40s\"] is not an id (integer 0..2^31-2)",
                             where, e->string ? e->string : "");
-        if (!valid_utf8(e->string))
+        /* tokens are valid UTF-8 (the library's strings are), so an added
+         * token can only match the text at character boundaries */
+        if (!utf8_valid(e->string, strlen(e->string)))
             return err_setf(err, CBX_ERR_FORMAT, "%s: model.vocab has a token that is not valid UTF-8", where);
         int r = str_put(&t->vocab, e->string, strlen(e->string), id);
         if (r < 0) return err_setf(err, CBX_ERR_NOMEM, "%s: out of memory", where);
@@ -371,7 +331,8 @@ static cbx_status load_added(struct grapheme_bpe *t, const cJSON *list, const ch
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(e, "content");
         int32_t id;
         if (!cJSON_IsObject(e) || !cJSON_IsString(content) || !*content->valuestring ||
-            !valid_utf8(content->valuestring) || !json_id(cJSON_GetObjectItemCaseSensitive(e, "id"), &id))
+            !utf8_valid(content->valuestring, strlen(content->valuestring)) ||
+            !json_id(cJSON_GetObjectItemCaseSensitive(e, "id"), &id))
             return err_setf(err, CBX_ERR_FORMAT, "%s: added_tokens[%d] needs an id and a non-empty UTF-8 content",
                             where, i);
         static const char *const unsupported[] = {"single_word", "lstrip", "rstrip"};
@@ -545,8 +506,8 @@ static struct qmerge q_pop(struct qmerge *h, int *n)
 
 static void q_pair(const struct grapheme_bpe *t, struct qmerge *h, int *nh, const struct sym *s, int32_t pos)
 {
-    const struct merge_slot *m = merge_find(&t->merges, s[pos].id, s[s[pos].next].id);
-    if (m) q_push(h, nh, (struct qmerge){m->rank, pos, m->new_id});
+    struct merge m;
+    if (merge_find(&t->merges, s[pos].id, s[s[pos].next].id, &m)) q_push(h, nh, (struct qmerge){m.rank, pos, m.new_id});
 }
 
 /* BPE of one pre-tokenised word w[0..n) (BPE::tokenize: merge_word, then
@@ -592,8 +553,8 @@ static void bpe_word(struct enc *e, const char *w, size_t n)
         int32_t right = cur->next;
         /* an entry whose pair changed since it was queued is stale (the
          * library compares only the merged id) */
-        const struct merge_slot *m = merge_find(&t->merges, cur->id, s[right].id);
-        if (!m || m->new_id != top.new_id) continue;
+        struct merge m;
+        if (!merge_find(&t->merges, cur->id, s[right].id, &m) || m.new_id != top.new_id) continue;
         cur->id = top.new_id;
         cur->len += s[right].len;
         cur->next = s[right].next;

@@ -11,17 +11,7 @@
 
 #include "text/cangjie.h"
 #include "text/mtl_text.h"
-
-static bool valid_utf8(const char *s, size_t n)
-{
-    for (size_t i = 0; i < n;) {
-        utf8proc_int32_t c;
-        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &c);
-        if (k <= 0) return false;
-        i += (size_t)k;
-    }
-    return true;
-}
+#include "text/utf8.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -45,7 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t n = 0;
         int index = -1;
         const char *code = cangjie_code(t, c, &n, &index);
-        if (code && (index < 0 || (size_t)index >= cangjie_n_entries(t) || !valid_utf8(code, n)))
+        if (code && (index < 0 || (size_t)index >= cangjie_n_entries(t) || !utf8_valid(code, n)))
             __builtin_trap();
         if (c != 0) tn += (size_t)utf8proc_encode_char(c, (utf8proc_uint8_t *)text + tn);
         i += (size_t)k;
@@ -53,7 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     text[tn] = 0;
     char *out = NULL;
     cbx_status rc = mtl_text_prepare(text, tn, "zh", t, &out, err);
-    if (rc == CBX_OK && (!out || !valid_utf8(out, strlen(out)) || strncmp(out, "[zh]", 4))) __builtin_trap();
+    if (rc == CBX_OK && (!out || !utf8_valid(out, strlen(out)) || strncmp(out, "[zh]", 4))) __builtin_trap();
     if (rc != CBX_OK && (rc != CBX_ERR_INVALID_ARG || out)) __builtin_trap();
     free(out);
     cangjie_free(t);
