@@ -72,6 +72,7 @@ static const float *weights_f32(struct arena *a, const struct tensor *w)
     return dst;
 }
 
+/* AXPY_BODY (conv_kernels.h), generic or AVX2, picked at run time */
 static void axpy_generic(float *restrict o, const float *restrict s, float w, int64_t step,
                          int64_t n)
 {

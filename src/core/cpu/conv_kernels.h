@@ -91,6 +91,7 @@ static inline const float *act_row(const struct tensor *x, int64_t b, int64_t c,
         for (int64_t j = 0; j < n; j++) o[j] += w * s[j * step];
 
 #ifdef CONV_X86
+/* AXPY_BODY built for AVX2 */
 void conv_axpy_avx2(float *restrict o, const float *restrict s, float w, int64_t step, int64_t n);
 /* r[q] = w[q * stride .. + n) . h, q < 4 (conv.c dot4_fn) */
 void conv_dot4_avx2(const float *w, int64_t stride, const float *h, int64_t n, float *r);
