@@ -13,8 +13,8 @@
  *
  * Numerics: +, -, *, / and the float-only activations are the same IEEE
  * operations as the ref backend (bit-identical, -ffp-contract=off);
- * transcendental activations use AVX2 vector functions of their own (see
- * "AVX2 activations") or, at the generic level and for softplus/log,
+ * transcendental activations use AVX2 / AVX-512 vector functions of their
+ * own (elementwise_avx2.c, elementwise_avx512.c) or, at the generic level and for softplus/log,
  * libm's float functions: both within a few ulp of the ref backend's
  * double evaluation. cumsum accumulates sequentially in double and stores
  * float32, as torch.cumsum does on CPU (acc_type<float> is double there). */
@@ -22,18 +22,12 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define HAVE_X86 1
-#else
-#define HAVE_X86 0
-#endif
-
 #include "../backend.h"
 #include "../cpu_features.h"
 #include "../elem.h"
 #include "../quant.h"
 #include "../threadpool.h"
+#include "elementwise_kernels.h"
 
 #define MAXOP 3
 #define BLK 256              /* gather/scatter buffer, elements */
@@ -133,31 +127,12 @@ static void scatter(char *dst, int64_t stride, const float *src, int64_t n)
 /* ---- element conversion ------------------------------------------------- */
 
 #if HAVE_X86
-__attribute__((target("avx,f16c"))) static void f16_to_f32_f16c(float *dst, const uint16_t *src,
-                                                                 int64_t n)
-{
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
-    for (; i < n; i++) dst[i] = fp16_to_f32(src[i]);
-}
-
-__attribute__((target("avx,f16c"))) static void f32_to_f16_f16c(uint16_t *dst, const float *src,
-                                                                 int64_t n)
-{
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i *)(dst + i),
-                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
-    for (; i < n; i++) dst[i] = f32_to_fp16(src[i]);
-}
-#endif
-
 /* The AVX2 level includes f16c (cpu_features.h). */
 static bool have_f16c(void)
 {
     return HAVE_X86 && cpu_level() >= CPU_AVX2;
 }
+#endif
 
 /* Contiguous float16/bfloat16 <-> float32 runs (u16 pointers may be
  * unaligned views, so element access goes through memcpy). */
@@ -165,7 +140,7 @@ static void f16_row_to_f32(float *dst, const char *src, int64_t n)
 {
 #if HAVE_X86
     if (have_f16c()) {
-        f16_to_f32_f16c(dst, (const uint16_t *)src, n);
+        elementwise_f16_to_f32_f16c(dst, (const uint16_t *)src, n);
         return;
     }
 #endif
@@ -180,7 +155,7 @@ static void f32_row_to_f16(char *dst, const float *src, int64_t n)
 {
 #if HAVE_X86
     if (have_f16c()) {
-        f32_to_f16_f16c((uint16_t *)dst, src, n);
+        elementwise_f32_to_f16_f16c((uint16_t *)dst, src, n);
         return;
     }
 #endif
@@ -237,44 +212,8 @@ struct cpy_ctx {
     const struct tensor *out, *x;
     int64_t ne[4], xb[4], ob[4];
     float *rowbuf; /* one row per thread */
-    bool q8z;      /* F32 rows (unit stride) into Q8_0 by q8_0_row_z */
+    bool q8z;      /* F32 rows (unit stride) into Q8_0 by elementwise_q8_0_row_avx512 */
 };
-
-#if HAVE_X86
-/* quantize_row_q8_0_ref at the AVX-512 level, byte for byte: per block
- * amax = max |x|, d = amax / 127, id = 1 / d (0 when d is 0), d stored by
- * f32_to_fp16, q = roundf(x * id) (the same products; roundf's half away
- * from zero as truncation plus one step away from zero where the dropped
- * part is >= 0.5, exact since |x * id| <= 127). A block holding a NaN or
- * an infinity goes to quantize_row_q8_0_ref itself. */
-__attribute__((target("avx512f,avx2,fma"))) static void q8_0_row_z(const float *x, struct block_q8_0 *y, int64_t n)
-{
-    const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f), inf = _mm512_set1_ps(INFINITY);
-    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
-    for (int64_t i = 0; i < n / QK; i++, x += QK) {
-        __m512 v[2] = {_mm512_loadu_ps(x), _mm512_loadu_ps(x + 16)};
-        __m512 a0 = _mm512_abs_ps(v[0]), a1 = _mm512_abs_ps(v[1]);
-        /* NaN (unordered) or infinite lanes */
-        if (_mm512_cmp_ps_mask(a0, inf, _CMP_NLT_UQ) | _mm512_cmp_ps_mask(a1, inf, _CMP_NLT_UQ)) {
-            quantize_row_q8_0_ref(x, &y[i], QK);
-            continue;
-        }
-        const float d = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1)) / ((1 << 7) - 1);
-        const float id = d ? 1.0f / d : 0.0f;
-        y[i].d = f32_to_fp16(d);
-        const __m512 vid = _mm512_set1_ps(id);
-        for (int h = 0; h < 2; h++) {
-            __m512 t = _mm512_mul_ps(v[h], vid);
-            __m512 r = _mm512_roundscale_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-            __mmask16 up = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(t, r)), half, _CMP_GE_OQ);
-            __m512 step = _mm512_castsi512_ps(
-                _mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(t), sign), _mm512_castps_si512(one)));
-            r = _mm512_mask_add_ps(r, up, r, step);
-            _mm_storeu_si128((__m128i *)(y[i].qs + 16 * h), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(r)));
-        }
-    }
-}
-#endif
 
 static void cpy_units(void *p, int64_t u0, int64_t u1, int ith)
 {
@@ -321,7 +260,7 @@ static void cpy_rows(void *p, int64_t r0, int64_t r1, int ith)
         }
 #if HAVE_X86
         if (c->q8z) {
-            q8_0_row_z((const float *)xr, (struct block_q8_0 *)or, n);
+            elementwise_q8_0_row_avx512((const float *)xr, (struct block_q8_0 *)or, n);
             continue;
         }
 #endif
@@ -530,310 +469,6 @@ static void un_vec(enum unop op, float p0, float p1, float *restrict o,
     }
 }
 
-/* ---- AVX2 activations --------------------------------------------------- */
-
-/* Vector exp, expm1, tanh, erf and sin/cos for the activations that
- * dominate the vocoder (Snake's sin), the flow decoder (Mish, GELU, SiLU)
- * and GPT-2's gelu_new (tanh). Cody-Waite range reduction, then Taylor polynomials
- * taken far enough that truncation is below 0.1 ulp on the reduced
- * interval; evaluated with explicit FMA. Measured against double libm in
- * tests/core/test_elementwise.c: within 2-4 ulp. Tails go through the same
- * vector code with masked loads, so an element's value never depends on
- * where it sits in the tensor. */
-#if HAVE_X86
-#define AVX2_FN __attribute__((target("avx2,fma")))
-
-AVX2_FN static inline __m256 v_set(float f) { return _mm256_set1_ps(f); }
-
-/* 2^k for integer k in [-126, 127] (128 gives inf) */
-AVX2_FN static inline __m256 v_pow2i(__m256i k)
-{
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23));
-}
-
-AVX2_FN static inline __m256 v_nan_from(__m256 y, __m256 x)
-{
-    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-}
-
-/* exp, erf, GELU, SiLU, sigmoid and Mish at 8 lanes (act_simd.inc) */
-#define AF AVX2_FN
-#define VF __m256
-#define VI __m256i
-#define VM __m256
-#define A_(name) v_##name
-#define VSET v_set
-#define VZERO _mm256_setzero_ps()
-#define VADD _mm256_add_ps
-#define VSUB _mm256_sub_ps
-#define VMUL _mm256_mul_ps
-#define VDIV _mm256_div_ps
-#define VMIN _mm256_min_ps
-#define VMAX _mm256_max_ps
-#define VFMA _mm256_fmadd_ps
-#define VFNMA _mm256_fnmadd_ps
-#define VRINT(x) _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-#define VCVT _mm256_cvtps_epi32
-#define VISUB _mm256_sub_epi32
-#define VISRA1(a) _mm256_srai_epi32(a, 1)
-#define VPOW2I v_pow2i
-#define VNANFROM v_nan_from
-#define VABS(x) _mm256_andnot_ps(v_set(-0.0f), x)
-#define VCOPYSIGN(r, x) _mm256_or_ps(r, _mm256_and_ps(x, v_set(-0.0f)))
-#define VLT(a, b) _mm256_cmp_ps(a, b, _CMP_LT_OQ)
-#define VGT(a, b) _mm256_cmp_ps(a, b, _CMP_GT_OQ)
-#define VSEL(m, a, b) _mm256_blendv_ps(a, b, m)
-#include "act_simd.inc"
-#include "act_simd_undef.inc"
-
-/* e^x - 1 without cancellation near 0; x clamped to [-30, 20] (callers
- * only need that range: the result is -1 below, and tanh saturates). */
-AVX2_FN static inline __m256 v_expm1(__m256 x)
-{
-    __m256 xc = _mm256_min_ps(_mm256_max_ps(x, v_set(-30.0f)), v_set(20.0f)), n;
-    __m256 r = v_reduce_ln2(xc, &n);
-    __m256 p = _mm256_fmadd_ps(_mm256_mul_ps(r, r), v_expm1_tail(r), r); /* e^r - 1 */
-    __m256 s = v_pow2i(_mm256_cvtps_epi32(n));
-    /* 2^n (p + 1) - 1 = 2^n p + (2^n - 1); exact p when n = 0 */
-    __m256 y = _mm256_fmadd_ps(s, p, _mm256_sub_ps(s, v_set(1.0f)));
-    return v_nan_from(y, x);
-}
-
-/* tanh(|x|) = expm1(2|x|) / (expm1(2|x|) + 2); 1 in float beyond 9.1 */
-AVX2_FN static inline __m256 v_tanh(__m256 x)
-{
-    const __m256 sign = v_set(-0.0f);
-    __m256 a = _mm256_min_ps(_mm256_andnot_ps(sign, x), v_set(9.1f));
-    __m256 e = v_expm1(_mm256_add_ps(a, a));
-    __m256 t = _mm256_div_ps(e, _mm256_add_ps(e, v_set(2.0f)));
-    return v_nan_from(_mm256_or_ps(t, _mm256_and_ps(x, sign)), x);
-}
-
-/* sin(x) (quadrant offset 0) or cos(x) (offset 1) for |x| <= 8192:
- * k = round(x 2/pi), r = x - k pi/2 in three parts (Cephes' split). */
-AVX2_FN static inline __m256 v_sincos(__m256 x, int offset)
-{
-    __m256 k = _mm256_round_ps(_mm256_mul_ps(x, v_set(0.636619772367581343f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(k, v_set(1.5703125f), x);
-    r = _mm256_fnmadd_ps(k, v_set(4.837512969970703125e-4f), r);
-    r = _mm256_fnmadd_ps(k, v_set(7.54978995489188216e-8f), r);
-    __m256 z = _mm256_mul_ps(r, r);
-    __m256 ps = v_set(1.0f / 362880);
-    ps = _mm256_fmadd_ps(ps, z, v_set(-1.0f / 5040));
-    ps = _mm256_fmadd_ps(ps, z, v_set(1.0f / 120));
-    ps = _mm256_fmadd_ps(ps, z, v_set(-1.0f / 6));
-    __m256 s = _mm256_fmadd_ps(_mm256_mul_ps(r, z), ps, r);
-    __m256 pc = v_set(-1.0f / 3628800);
-    pc = _mm256_fmadd_ps(pc, z, v_set(1.0f / 40320));
-    pc = _mm256_fmadd_ps(pc, z, v_set(-1.0f / 720));
-    pc = _mm256_fmadd_ps(pc, z, v_set(1.0f / 24));
-    pc = _mm256_fmadd_ps(pc, z, v_set(-0.5f));
-    __m256 c = _mm256_fmadd_ps(pc, z, v_set(1.0f));
-    __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(offset));
-    __m256 odd = _mm256_castsi256_ps(_mm256_cmpeq_epi32(
-        _mm256_and_si256(q, _mm256_set1_epi32(1)), _mm256_set1_epi32(1)));
-    __m256 y = _mm256_blendv_ps(s, c, odd);
-    __m256 neg = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(q, _mm256_set1_epi32(2)), 30));
-    return _mm256_xor_ps(y, neg);
-}
-
-AVX2_FN static inline bool v_sincos_ok(__m256 x)
-{
-    __m256 a = _mm256_andnot_ps(v_set(-0.0f), x);
-    /* false for |x| > 8192 and for NaN (both go to libm) */
-    return _mm256_movemask_ps(_mm256_cmp_ps(a, v_set(8192.0f), _CMP_LE_OQ)) == 0xff;
-}
-
-AVX2_FN static inline __m256i v_tail_mask(int64_t m)
-{
-    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)m), idx);
-}
-
-/* the ops with a vector form; the rest stay on libm */
-static bool un_has_avx2(enum unop op)
-{
-    return op != UN_SOFTPLUS && op != UN_LOG;
-}
-
-AVX2_FN static inline __m256 un8(enum unop op, __m256 v, __m256 p0, __m256 p1)
-{
-    const __m256 one = v_set(1.0f), zero = _mm256_setzero_ps();
-    switch (op) {
-    case UN_GELU: return v_gelu(v);
-    case UN_GELU_TANH: {
-        /* same float order as the scalar: k * (v + ((kappa v) v) v) */
-        __m256 c = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(v_set(0.044715f), v), v), v);
-        __m256 in = _mm256_mul_ps(v_set((float)(M_SQRT2 * M_2_SQRTPI * 0.5)), _mm256_add_ps(v, c));
-        return _mm256_mul_ps(_mm256_mul_ps(v_set(0.5f), v), _mm256_add_ps(one, v_tanh(in)));
-    }
-    case UN_SILU: return v_silu(v);
-    case UN_SIGMOID: return v_sigmoid(v);
-    case UN_MISH: return v_mish(v);
-    case UN_ELU:
-        /* min(0, v) keeps a NaN v (minps returns its second operand) */
-        return _mm256_blendv_ps(_mm256_mul_ps(p0, v_expm1(_mm256_min_ps(zero, v))), v,
-                                _mm256_cmp_ps(v, zero, _CMP_GT_OQ));
-    case UN_LEAKY_RELU:
-        return _mm256_blendv_ps(_mm256_mul_ps(v, p0), v, _mm256_cmp_ps(v, zero, _CMP_GT_OQ));
-    case UN_RELU: return _mm256_and_ps(v, _mm256_cmp_ps(v, zero, _CMP_GT_OQ));
-    case UN_TANH: return v_tanh(v);
-    case UN_EXP: return v_exp(v);
-    case UN_ABS: return _mm256_andnot_ps(v_set(-0.0f), v);
-    case UN_SQRT: return _mm256_sqrt_ps(v);
-    case UN_SQR: return _mm256_mul_ps(v, v);
-    case UN_NEG: return _mm256_xor_ps(v, v_set(-0.0f));
-    case UN_SCALE: return _mm256_add_ps(_mm256_mul_ps(p0, v), p1); /* no FMA: as scalar */
-    case UN_CLAMP: {
-        __m256 t = _mm256_blendv_ps(v, p1, _mm256_cmp_ps(v, p1, _CMP_GT_OQ));
-        return _mm256_blendv_ps(t, p0, _mm256_cmp_ps(v, p0, _CMP_LT_OQ));
-    }
-    default: return v; /* UN_SIN / UN_COS handled by the caller */
-    }
-}
-
-AVX2_FN static void un_vec_avx2(enum unop op, float p0, float p1, float *o, const float *x,
-                                int64_t n)
-{
-    const __m256 vp0 = v_set(p0), vp1 = v_set(p1);
-    for (int64_t i = 0; i < n; i += 8) {
-        int64_t m = n - i;
-        __m256i mask = v_tail_mask(m);
-        __m256 v = m >= 8 ? _mm256_loadu_ps(x + i) : _mm256_maskload_ps(x + i, mask);
-        __m256 r;
-        if (op == UN_SIN || op == UN_COS) {
-            if (v_sincos_ok(v)) {
-                r = v_sincos(v, op == UN_COS);
-            } else {
-                float t[8];
-                _mm256_storeu_ps(t, v);
-                for (int k = 0; k < 8; k++) t[k] = op == UN_COS ? cosf(t[k]) : sinf(t[k]);
-                r = _mm256_loadu_ps(t);
-            }
-        } else {
-            r = un8(op, v, vp0, vp1);
-        }
-        if (m >= 8) _mm256_storeu_ps(o + i, r);
-        else _mm256_maskstore_ps(o + i, mask, r);
-    }
-}
-
-AVX2_FN static void snake_run_avx2(float *o, const float *x, float al, float inv, int64_t n)
-{
-    const __m256 va = v_set(al), vi = v_set(inv);
-    for (int64_t i = 0; i < n; i += 8) {
-        int64_t m = n - i;
-        __m256i mask = v_tail_mask(m);
-        __m256 v = m >= 8 ? _mm256_loadu_ps(x + i) : _mm256_maskload_ps(x + i, mask);
-        __m256 ax = _mm256_mul_ps(v, va), s;
-        if (v_sincos_ok(ax)) {
-            s = v_sincos(ax, 0);
-        } else {
-            float t[8];
-            _mm256_storeu_ps(t, ax);
-            for (int k = 0; k < 8; k++) t[k] = sinf(t[k]);
-            s = _mm256_loadu_ps(t);
-        }
-        __m256 r = _mm256_add_ps(v, _mm256_mul_ps(vi, _mm256_mul_ps(s, s)));
-        if (m >= 8) _mm256_storeu_ps(o + i, r);
-        else _mm256_maskstore_ps(o + i, mask, r);
-    }
-}
-#endif
-
-/* ---- AVX-512 activations ------------------------------------------------ */
-
-/* The flow decoder's GELU (erf), Mish, SiLU and sigmoid on 16 lanes: the
- * same operations in the same order as the AVX2 functions above (IEEE
- * add/mul/div/fma, round-to-nearest conversions), so every lane gives the
- * AVX2 result bit for bit; only the width differs. */
-#if HAVE_X86
-#define AVX512_FN __attribute__((target("avx512f,avx2,fma")))
-
-AVX512_FN static inline __m512 w_set(float f) { return _mm512_set1_ps(f); }
-
-AVX512_FN static inline __m512 w_pow2i(__m512i k)
-{
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k, _mm512_set1_epi32(127)), 23));
-}
-
-AVX512_FN static inline __m512 w_nan_from(__m512 y, __m512 x)
-{
-    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x);
-}
-
-/* exp, erf, GELU, SiLU, sigmoid and Mish at 16 lanes (act_simd.inc) */
-#define AF AVX512_FN
-#define VF __m512
-#define VI __m512i
-#define VM __mmask16
-#define A_(name) w_##name
-#define VSET w_set
-#define VZERO _mm512_setzero_ps()
-#define VADD _mm512_add_ps
-#define VSUB _mm512_sub_ps
-#define VMUL _mm512_mul_ps
-#define VDIV _mm512_div_ps
-#define VMIN _mm512_min_ps
-#define VMAX _mm512_max_ps
-#define VFMA _mm512_fmadd_ps
-#define VFNMA _mm512_fnmadd_ps
-#define VRINT(x) _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-#define VCVT _mm512_cvtps_epi32
-#define VISUB _mm512_sub_epi32
-#define VISRA1(a) _mm512_srai_epi32(a, 1)
-#define VPOW2I w_pow2i
-#define VNANFROM w_nan_from
-#define W_SIGN _mm512_set1_epi32((int)0x80000000u)
-#define VABS(x) _mm512_castsi512_ps(_mm512_andnot_si512(W_SIGN, _mm512_castps_si512(x)))
-#define VCOPYSIGN(r, x) \
-    _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), _mm512_and_si512(_mm512_castps_si512(x), W_SIGN)))
-#define VLT(a, b) _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ)
-#define VGT(a, b) _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ)
-#define VSEL(m, a, b) _mm512_mask_blend_ps(m, a, b)
-#include "act_simd.inc"
-#include "act_simd_undef.inc"
-#undef W_SIGN
-
-static bool un_has_avx512(enum unop op)
-{
-    return op == UN_GELU || op == UN_SILU || op == UN_SIGMOID || op == UN_MISH;
-}
-
-AVX512_FN static inline __m512 un16(enum unop op, __m512 v)
-{
-    switch (op) {
-    case UN_GELU: return w_gelu(v);
-    case UN_SILU: return w_silu(v);
-    case UN_SIGMOID: return w_sigmoid(v);
-    case UN_MISH: return w_mish(v);
-    default: return v; /* not reached: un_has_avx512 */
-    }
-}
-
-/* one op per loop, so the switch is decided outside the vector loop */
-#define UN_LOOP512(OP)                                                                   \
-    for (int64_t i = 0; i < n; i += 16) {                                                \
-        int64_t m = n - i;                                                               \
-        __mmask16 k = m >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << m) - 1);          \
-        __m512 r = un16(OP, _mm512_maskz_loadu_ps(k, x + i));                            \
-        _mm512_mask_storeu_ps(o + i, k, r);                                              \
-    }
-
-AVX512_FN static void un_vec_avx512(enum unop op, float *o, const float *x, int64_t n)
-{
-    switch (op) {
-    case UN_GELU: UN_LOOP512(UN_GELU) break;
-    case UN_SILU: UN_LOOP512(UN_SILU) break;
-    case UN_SIGMOID: UN_LOOP512(UN_SIGMOID) break;
-    case UN_MISH: UN_LOOP512(UN_MISH) break;
-    default: break;
-    }
-}
-#undef UN_LOOP512
-#endif
-
 static bool use_avx2(void)
 {
     return HAVE_X86 && cpu_level() >= CPU_AVX2;
@@ -851,11 +486,11 @@ static void un_run(const struct un_ctx *c, float *o, const float *x, int64_t n)
 {
 #if HAVE_X86
     if (c->avx512) {
-        un_vec_avx512(c->op, o, x, n);
+        elementwise_unary_avx512(c->op, o, x, n);
         return;
     }
     if (c->avx2) {
-        un_vec_avx2(c->op, c->p0, c->p1, o, x, n);
+        elementwise_unary_avx2(c->op, c->p0, c->p1, o, x, n);
         return;
     }
 #endif
@@ -919,7 +554,7 @@ static void snake_any(bool avx2, float *o, const float *x, float al, float inv, 
 {
 #if HAVE_X86
     if (avx2) {
-        snake_run_avx2(o, x, al, inv, n);
+        elementwise_snake_avx2(o, x, al, inv, n);
         return;
     }
 #endif

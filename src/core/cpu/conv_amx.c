@@ -1,0 +1,438 @@
+/* conv_amx.c - conv1d / conv_transpose1d of the conv group on AMX-BF16
+ * (see conv_kernels.h).
+ *
+ * Taken when the arena asks for BF16 products (arena_bf16) and AMX-BF16 is
+ * ready (cpu_amx_ready), for one-group convs of stride 1:
+ *   y[co][t] = bias[co] + sum over taps k and input channels ci of
+ *              bf16(W[co][ci][k]) * bf16(xpad[ci][t + k*dil]),
+ * operands rounded to nearest even, products and sums in FP32 on 16 x 16
+ * tiles. The output tile is time-major: C[t][co] += A[t][ci] * B[ci][co]
+ *   A: x of a block of 32 input channels, time-major (x is packed per task
+ *      into xw[cb][pos][32] bf16), so the tile of tap k at columns
+ *      t..t+15 is the 1 KiB at row t + k*dil: one contiguous, aligned load;
+ *      a tap shift is a row offset and nothing is im2col'ed;
+ *   B: W in VNNI pairs, packed once per weight tensor into
+ *      wp[k][cb][cob][ci pair 16][co 16][2] (contiguous 1 KiB tiles) and
+ *      kept in a process-wide cache (below).
+ * A task is one block of up to AB_TB output columns (of one batch item and
+ * one group of out-channel blocks): it packs its input window (with the
+ * conv's padding, channels zero-padded to 32) and then, for each 32
+ * columns and each pair of 16-channel output blocks, accumulates four
+ * C tiles (2 column halves x 2 channel blocks: each A and B load feeds two
+ * products) over all (k, cb), transposes them back to [co][t] and adds the
+ * bias. Error: each product carries the two operands' bf16 rounding
+ * (<= 2^-8 of |x w|, both together); see core_conv_amx.
+ * conv_transpose1d (stride u, dilation 1, one group, u <= K) is the same
+ * kernel once per output phase r in [0, u): outputs o = m*u + r - padding
+ * take taps k = r + u*j at input m - j only, a stride-1 conv of x with the
+ * Kr = ceil((K - r) / u) taps W[ci][co][r + u*j] reversed, written to
+ * every u-th output column; all phases run in one parallel loop.
+ * (An earlier opt-in path, CBX_AMX=1, split F32 operands into three bf16
+ * parts to keep F32 accuracy in a channel-major layout; it saved ~7% of
+ * HiFT's CPU time and was removed.) */
+#include "../cpu_features.h"
+#include "amx_tilecfg.h"
+#include "conv_kernels.h"
+
+#ifdef CONV_AMX
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "avx512_tr16.h"
+
+#define AB_TB 256  /* most output columns per task (a multiple of 32) */
+#define AB_MAX_PH 16 /* most phases (transposed-conv stride) */
+#define AB_CACHE_BYTES ((size_t)512 << 20) /* packed weights kept at most */
+
+/* Packed weights of one F32 weight tensor and one phase. */
+struct ab_w {
+    const float *key;        /* the tensor's data */
+    int64_t cout, cin, K, tag; /* tag: 0 conv, else 1 + phase + 256 * stride */
+    uint64_t fp;             /* fingerprint of the values (ab_fingerprint) */
+    uint16_t *wp;            /* [K][ncb][nco][16][16][2] */
+    struct ab_w *next;
+};
+
+/* One phase (a plain conv has one): its packed W, taps, output columns,
+ * x position of column 0's tap 0 (= -pad_left) and output column of the
+ * phase's column 0. */
+struct ab_phase {
+    const uint16_t *wp;
+    int64_t K, M, x0, o0;
+};
+
+struct ab_job {
+    const struct tensor *x;
+    const float *bias;
+    float *out;              /* [B, Cout, Tout] contiguous */
+    float *rows;             /* per thread [32][lw] floats (fetch scratch) */
+    uint16_t *xw;            /* per thread [ncb][lw][32] bf16 */
+    enum pad_mode mode;
+    int64_t T, tout, cin, cout, ncb, nco, dil, ostep, lw, tb, n_tb, n_cg, cbg, B, nph;
+    struct ab_phase ph[AB_MAX_PH];
+};
+
+/* W packing: w' [cout][cin][K] of a conv, or of phase r of a transposed
+ * conv of stride u: w'[co][ci][k] = w[ci][co][r + u*(K - 1 - k)] (w
+ * [cin, cout, Kfull]). */
+struct ab_pack {
+    const float *w;
+    uint16_t *wp;
+    int64_t cout, cin, K, ncb, nco, kfull, u, r;
+    bool transposed;
+};
+
+#define TGTAMX __attribute__((target("amx-tile,amx-bf16,avx2,fma,avx512f,avx512bw,avx512dq,avx512bf16")))
+
+/* The packed-weight cache: entries keyed by the weight's data pointer,
+ * shape and phase, checked against a fingerprint of 1024 values spread
+ * over the tensor (so a tensor freed and another allocated at the same
+ * address is packed afresh; weights are constant, so a match is the same
+ * weights). Entries are never freed while the process runs (a reader holds
+ * no lock while it uses one) but at exit; past AB_CACHE_BYTES weights are
+ * packed per call into the arena instead. */
+static pthread_mutex_t ab_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ab_w *ab_cache;
+static size_t ab_cache_bytes;
+
+__attribute__((destructor)) static void ab_cache_free(void)
+{
+    pthread_mutex_lock(&ab_lock);
+    while (ab_cache) {
+        struct ab_w *e = ab_cache;
+        ab_cache = e->next;
+        free(e->wp);
+        free(e);
+    }
+    ab_cache_bytes = 0;
+    pthread_mutex_unlock(&ab_lock);
+}
+
+static uint64_t ab_fingerprint(const float *w, int64_t n)
+{
+    uint64_t h = 0xcbf29ce484222325u ^ (uint64_t)n;
+    int64_t m = min64(n, 1024);
+    for (int64_t i = 0; i < m; i++) {
+        uint32_t u;
+        memcpy(&u, w + (m > 1 ? i * (n - 1) / (m - 1) : 0), 4);
+        h = (h ^ u) * 0x100000001b3u;
+    }
+    return h;
+}
+
+/* the first n of 16 lanes (none for n <= 0) */
+static inline __mmask16 lanes(int64_t n) { return (__mmask16)(n <= 0 ? 0 : n >= 16 ? 0xffff : (1u << n) - 1); }
+
+/* bf16 of 16 floats in the low halves of dwords, as f32_to_bf16: round
+ * to nearest even, a NaN kept quiet */
+TGTAMX static inline __m512i ab_bf16(__m512 f)
+{
+    const __m512i x = _mm512_castps_si512(f);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
+                                                  _mm512_set1_epi32(0x7f800000));
+    __m512i r = _mm512_add_epi32(x, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                                     _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1))));
+    r = _mm512_srli_epi32(r, 16);
+    return _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
+}
+
+/* w' -> wp for the blocks [b0, b1) of 16 out channels: per tile (k, cb),
+ * each channel's 32 input channels gathered (zeros past Cout, Cin) and
+ * rounded to bf16 pairs, one dword per K pair, then the 16 x 16 dwords
+ * transposed into the tile's rows (K pair p: 16 channels x 2). */
+TGTAMX static void ab_pack_w(void *ctx, int64_t b0, int64_t b1, int ith)
+{
+    (void)ith;
+    const struct ab_pack *j = ctx;
+    /* w' element (co, ci, k) at w[co * sco + ci * sci + (k's tap)]; the
+     * callers keep 31 * sci within the gather's 32-bit indices */
+    const int64_t sci = j->transposed ? j->cout * j->kfull : j->K, sco = j->transposed ? j->kfull : j->cin * j->K;
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)sci));
+    for (int64_t cob = b0; cob < b1; cob++)
+        for (int64_t cb = 0; cb < j->ncb; cb++) {
+            const int64_t ci0 = cb * 32;
+            const __mmask16 m0 = lanes(j->cin - ci0), m1 = lanes(j->cin - ci0 - 16);
+            for (int64_t k = 0; k < j->K; k++) {
+                const int64_t kw = j->transposed ? j->r + j->u * (j->K - 1 - k) : k; /* w's own tap */
+                __m512i r[16];
+                for (int c = 0; c < 16; c++) {
+                    const int64_t co = cob * 16 + c;
+                    if (co >= j->cout) {
+                        r[c] = _mm512_setzero_si512();
+                        continue;
+                    }
+                    const float *b = j->w + co * sco + ci0 * sci + kw;
+                    __m512 lo = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m0, idx, b, 4);
+                    __m512 hi = m1 ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m1, idx, b + 16 * sci, 4)
+                                   : _mm512_setzero_ps();
+                    r[c] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(ab_bf16(lo))),
+                                              _mm512_cvtepi32_epi16(ab_bf16(hi)), 1);
+                }
+                avx512_tr16(r);
+                uint16_t *t = j->wp + ((k * j->ncb + cb) * j->nco + cob) * 512;
+                for (int p = 0; p < 16; p++) _mm512_storeu_si512(t + 32 * p, r[p]);
+            }
+        }
+}
+
+/* Packed weights of pk (pk->wp unset; n: elements of the tensor): from
+ * the cache, else packed now (into the cache, or into a when the cache is
+ * full). NULL after an allocation failure (recorded in a). */
+static const uint16_t *ab_weights(struct arena *a, struct ab_pack *pk, int64_t n)
+{
+    int64_t tag = pk->transposed ? 1 + pk->r + 256 * pk->u : 0;
+    uint64_t fp = ab_fingerprint(pk->w, n);
+    pthread_mutex_lock(&ab_lock);
+    struct ab_w *e = ab_cache;
+    while (e && !(e->key == pk->w && e->cout == pk->cout && e->cin == pk->cin &&
+                  e->K == pk->K && e->tag == tag && e->fp == fp))
+        e = e->next;
+    size_t nb = (size_t)(pk->K * pk->ncb * pk->nco) * 1024;
+    bool room = ab_cache_bytes + nb <= AB_CACHE_BYTES;
+    if (!e && room) ab_cache_bytes += nb; /* reserved */
+    pthread_mutex_unlock(&ab_lock);
+    if (e) return e->wp;
+
+    struct ab_w *ne = NULL;
+    if (room) {
+        ne = malloc(sizeof *ne);
+        pk->wp = ne ? aligned_alloc(64, nb) : NULL;
+        if (!pk->wp) {
+            free(ne);
+            pthread_mutex_lock(&ab_lock);
+            ab_cache_bytes -= nb;
+            pthread_mutex_unlock(&ab_lock);
+            arena_fail(a, CBX_ERR_NOMEM, "conv: out of memory for packed weights");
+            return NULL;
+        }
+    } else if (!(pk->wp = arena_alloc(a, nb))) {
+        return NULL;
+    }
+    tp_parallel_for(pool(a), pk->nco, 1, ab_pack_w, pk);
+    if (ne) {
+        *ne = (struct ab_w){.key = pk->w, .cout = pk->cout, .cin = pk->cin, .K = pk->K,
+                            .tag = tag, .fp = fp, .wp = pk->wp};
+        pthread_mutex_lock(&ab_lock);
+        ne->next = ab_cache;
+        ab_cache = ne;
+        pthread_mutex_unlock(&ab_lock);
+    }
+    return pk->wp;
+}
+
+/* The input window of a task: xw[cb][pos][32] = bf16 of xpad[cb*32 + c]
+ * at x position c0 + pos for pos < n (zero past n up to lw, and for
+ * channels past Cin), through rows (32 x lw floats). */
+TGTAMX static void ab_pack_x(const struct ab_job *j, int64_t b, int64_t c0, int64_t n,
+                             float *rows, uint16_t *xw)
+{
+    const __m512i il = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
+                                        24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
+                                        16, 0);
+    int64_t n16 = (n + 15) / 16 * 16;
+    for (int64_t cb = 0; cb < j->ncb; cb++) {
+        for (int c = 0; c < 32; c++) {
+            int64_t ci = cb * 32 + c, es;
+            float *dst = rows + c * j->lw;
+            if (ci < j->cin) {
+                const float *src = act_row(j->x, b, ci, &es);
+                fetch_row(dst, src, es, j->T, c0, 1, n, j->mode, 0.0f);
+                memset(dst + n, 0, (size_t)(n16 - n) * sizeof *dst);
+            } else {
+                memset(dst, 0, (size_t)n16 * sizeof *dst);
+            }
+        }
+        uint16_t *o = xw + cb * j->lw * 32;
+        for (int64_t s = 0; s < n16; s += 16) {
+            __m512i v[16];
+            for (int r = 0; r < 16; r++) { /* lane i: channels 2r, 2r+1 at column s + i */
+                __m512bh h = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(rows + (2 * r + 1) * j->lw + s),
+                                                 _mm512_loadu_ps(rows + 2 * r * j->lw + s));
+                v[r] = _mm512_permutexvar_epi16(il, (__m512i)h);
+            }
+            avx512_tr16(v);
+            for (int i = 0; i < 16; i++) _mm512_storeu_si512(o + (s + i) * 32, v[i]);
+        }
+        if (n16 < j->lw) memset(o + n16 * 32, 0, (size_t)((j->lw - n16) * 32) * sizeof *o);
+    }
+}
+
+/* A stored C tile tile[t][co] (16 x 16) -> y[co][t * ystep] for co < nr,
+ * t < nt, plus bias (ldy: floats between y's rows). */
+TGTAMX static void ab_store(const float *tile, float *y, int64_t ldy, int64_t ystep,
+                            const float *bias, int nr, int64_t nt)
+{
+    if (nt <= 0 || nr <= 0) return;
+    __m512i v[16];
+    for (int i = 0; i < 16; i++) v[i] = _mm512_load_si512(tile + 16 * i);
+    avx512_tr16(v);
+    __mmask16 m = (__mmask16)(nt >= 16 ? 0xffffu : (1u << nt) - 1);
+    __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
+                                                       13, 14, 15),
+                                     _mm512_set1_epi32((int)ystep));
+    for (int r = 0; r < nr; r++) {
+        __m512 o = _mm512_add_ps(_mm512_castsi512_ps(v[r]), _mm512_set1_ps(bias ? bias[r] : 0.0f));
+        if (ystep == 1) _mm512_mask_storeu_ps(y + r * ldy, m, o);
+        else _mm512_mask_i32scatter_ps(y + r * ldy, m, idx, o, 4);
+    }
+}
+
+/* tiles 0-7 all 16 rows x 64 bytes; static, see amx_tilecfg.h (a config
+ * built on the stack could lose its stores) */
+static const struct amx_tilecfg ab_cfg __attribute__((aligned(64))) = {
+    .palette = 1,
+    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+};
+
+/* Tasks: (phase, batch item, column block, group of out-channel blocks). */
+TGTAMX static void ab_run(void *ctx, int64_t i0, int64_t i1, int ith)
+{
+    const struct ab_job *j = ctx;
+    _tile_loadconfig(&ab_cfg);
+    float tmp[4 * 256] __attribute__((aligned(64)));
+    float *rows = j->rows + ith * 32 * j->lw;
+    uint16_t *xw = j->xw + ith * j->ncb * j->lw * 32;
+    const int64_t dil32 = j->dil * 32, lw32 = j->lw * 32, wstep = j->nco * 512;
+    for (int64_t i = i0; i < i1; i++) {
+        int64_t cg = i % j->n_cg, r = i / j->n_cg, tb = r % j->n_tb;
+        int64_t b = r / j->n_tb % j->B;
+        const struct ab_phase *ph = j->ph + r / j->n_tb / j->B;
+        int64_t t0 = tb * j->tb, tc = min64(j->tb, ph->M - t0);
+        if (tc <= 0) continue;
+        int64_t cb0 = cg * j->cbg, cb1 = min64(j->nco, cb0 + j->cbg), K = ph->K;
+        ab_pack_x(j, b, ph->x0 + t0, tc + (K - 1) * j->dil, rows, xw);
+        for (int64_t t = 0; t < tc; t += 32) {
+            for (int64_t cob = cb0; cob < cb1; cob += 2) {
+                const uint16_t *xa = xw + t * 32, *wb = ph->wp + cob * 512;
+                bool two = cob + 1 < cb1;
+                _tile_zero(0);
+                _tile_zero(2);
+                if (two) {
+                    _tile_zero(1);
+                    _tile_zero(3);
+                }
+                for (int64_t k = 0; k < K; k++)
+                    for (int64_t cb = 0; cb < j->ncb; cb++) {
+                        const uint16_t *pa = xa + cb * lw32 + k * dil32;
+                        const uint16_t *pw = wb + (k * j->ncb + cb) * wstep;
+                        _tile_loadd(4, pa, 64);
+                        _tile_loadd(5, pa + 512, 64);
+                        _tile_loadd(6, pw, 64);
+                        _tile_dpbf16ps(0, 4, 6);
+                        _tile_dpbf16ps(2, 5, 6);
+                        if (two) {
+                            _tile_loadd(7, pw + 512, 64);
+                            _tile_dpbf16ps(1, 4, 7);
+                            _tile_dpbf16ps(3, 5, 7);
+                        }
+                    }
+                _tile_stored(0, tmp, 64);
+                _tile_stored(2, tmp + 512, 64);
+                if (two) {
+                    _tile_stored(1, tmp + 256, 64);
+                    _tile_stored(3, tmp + 768, 64);
+                }
+                for (int q = 0; q < (two ? 2 : 1); q++) {
+                    int64_t co0 = (cob + q) * 16;
+                    int nr = (int)min64(16, j->cout - co0);
+                    float *y = j->out + (b * j->cout + co0) * j->tout + ph->o0 + (t0 + t) * j->ostep;
+                    const float *bias = j->bias ? j->bias + co0 : NULL;
+                    ab_store(tmp + q * 256, y, j->tout, j->ostep, bias, nr, tc - t);
+                    ab_store(tmp + 512 + q * 256, y + 16 * j->ostep, j->tout, j->ostep, bias, nr,
+                             tc - t - 16);
+                }
+            }
+        }
+    }
+    _tile_release();
+}
+
+static bool ab_ready(struct arena *a)
+{
+    return arena_bf16(a) && cpu_amx_ready() && cpu_features()->amx_bf16 &&
+           cpu_features()->avx512_bf16 && cpu_features()->avx512bw;
+}
+
+/* Blocking and scratch of j (phases set), then the run. */
+static void ab_launch(struct arena *a, struct ab_job *j)
+{
+    struct threadpool *tp = pool(a);
+    int64_t nt = tp ? tp_n_threads(tp) : 1, mmax = 0, kmax = 0;
+    for (int64_t r = 0; r < j->nph; r++) {
+        mmax = max64(mmax, j->ph[r].M);
+        kmax = max64(kmax, j->ph[r].K);
+    }
+    if (mmax <= 0 || j->B <= 0) return;
+    /* column blocks of 32..AB_TB columns, about 4 tasks per thread; then
+     * out-channel groups (even numbers of 16-channel blocks) when the
+     * columns alone give too few tasks */
+    int64_t n32 = (mmax + 31) / 32, want = 4 * nt, outer = j->B * j->nph;
+    j->tb = 32 * max64(1, min64(AB_TB / 32, n32 * outer / want));
+    j->n_tb = (mmax + j->tb - 1) / j->tb;
+    int64_t npair = (j->nco + 1) / 2, ng = min64(npair, max64(1, want / (outer * j->n_tb)));
+    j->cbg = 2 * ((npair + ng - 1) / ng);
+    j->n_cg = (j->nco + j->cbg - 1) / j->cbg;
+    j->lw = (j->tb + (kmax - 1) * j->dil + 15) / 16 * 16;
+    j->rows = arena_alloc(a, (size_t)(nt * 32 * j->lw) * sizeof(float));
+    j->xw = arena_alloc(a, (size_t)(nt * j->ncb * j->lw * 32) * sizeof(uint16_t));
+    if (!j->rows || !j->xw) return;
+    tp_parallel_for(tp, outer * j->n_tb * j->n_cg, 1, ab_run, j);
+}
+
+bool conv_conv1d_amx(struct arena *a, struct tensor *out, const struct tensor *x,
+                     const struct tensor *wt, const float *w, const float *bias,
+                     const struct conv1d_params *p, int64_t B)
+{
+    if (p->stride != 1 || p->groups != 1 || wt->ne[2] > INT32_MAX / 32 || !ab_ready(a)) return false;
+    int n = x->ndim;
+    struct ab_job j = {
+        .x = x, .bias = bias, .out = out->data, .mode = p->pad_mode, .T = x->ne[n - 1],
+        .tout = out->ne[n - 1], .cin = x->ne[n - 2], .cout = wt->ne[0], .dil = p->dilation,
+        .ostep = 1, .B = B, .nph = 1,
+    };
+    j.ncb = (j.cin + 31) / 32;
+    j.nco = (j.cout + 15) / 16;
+    struct ab_pack pk = {.w = w, .cout = j.cout, .cin = j.cin, .K = wt->ne[2], .ncb = j.ncb,
+                         .nco = j.nco};
+    j.ph[0] = (struct ab_phase){.K = pk.K, .M = j.tout, .x0 = -p->pad_left};
+    if (!(j.ph[0].wp = ab_weights(a, &pk, j.cout * j.cin * pk.K))) return true;
+    ab_launch(a, &j);
+    return true;
+}
+
+bool conv_convt_amx(struct arena *a, struct tensor *out, const struct tensor *x,
+                    const struct tensor *wt, const float *w, const float *bias,
+                    const struct conv_transpose1d_params *p, int64_t B)
+{
+    int64_t u = p->stride, K = wt->ne[2];
+    if (p->groups != 1 || p->dilation != 1 || u < 1 || u > K || u > AB_MAX_PH ||
+        wt->ne[1] * K > INT32_MAX / 32 || !ab_ready(a))
+        return false;
+    int n = x->ndim;
+    struct ab_job j = {
+        .x = x, .bias = bias, .out = out->data, .mode = PAD_ZERO, .T = x->ne[n - 1],
+        .tout = out->ne[n - 1], .cin = x->ne[n - 2], .cout = wt->ne[1], .dil = 1, .ostep = u,
+        .B = B, .nph = u,
+    };
+    j.ncb = (j.cin + 31) / 32;
+    j.nco = (j.cout + 15) / 16;
+    for (int64_t r = 0; r < u; r++) {
+        /* outputs o = m*u + r - padding for m in [m0, m1]; taps r + u*j,
+         * reversed: column m reads x from m - (Kr - 1) */
+        int64_t P = p->padding, kr = (K - r + u - 1) / u;
+        int64_t m0 = P - r > 0 ? (P - r + u - 1) / u : -((r - P) / u);
+        int64_t lim = j.tout - 1 + P - r; /* m*u <= lim */
+        int64_t m1 = lim >= 0 ? lim / u : -((-lim + u - 1) / u);
+        struct ab_pack pk = {.w = w, .cout = j.cout, .cin = j.cin, .K = kr, .ncb = j.ncb,
+                             .nco = j.nco, .kfull = K, .u = u, .r = r, .transposed = true};
+        j.ph[r] = (struct ab_phase){.K = kr, .M = max64(0, m1 - m0 + 1), .x0 = m0 - (kr - 1),
+                                    .o0 = m0 * u + r - P};
+        if (!(j.ph[r].wp = ab_weights(a, &pk, j.cin * j.cout * K))) return true;
+    }
+    ab_launch(a, &j);
+    return true;
+}
+#endif
