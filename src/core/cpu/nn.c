@@ -376,22 +376,15 @@ static void attn_items(void *c, int64_t it0, int64_t it1, int ith)
 {
     const struct attn_ctx *x = c;
     const struct prims *P = x->P;
-    const struct tensor *q = x->q, *k = x->k, *v = x->v, *bias = x->bias;
+    const struct tensor *k = x->k, *v = x->v, *bias = x->bias;
     const int64_t D = x->D, Tq = x->Tq, Tk = x->Tk;
     float *S = x->scratch + ith * x->per_thread; /* [QB_MAX, KB] */
     float *O = S + QB_MAX * KB;                  /* [QB_MAX, D] */
     float m[QB_MAX], l[QB_MAX];
     const float *qr[QB_MAX];
     for (int64_t it = it0; it < it1; it++) {
-        int64_t qbi = it % x->nqb, bh = it / x->nqb, h = bh % x->Hq, b = bh / x->Hq;
-        int64_t hk = h / x->group, i0 = qbi * x->qb;
-        int nq = (int)(Tq - i0 < x->qb ? Tq - i0 : x->qb);
-        for (int r = 0; r < nq; r++) {
-            qr[r] = (const float *)((const char *)q->data + b * q->nb[0] + h * q->nb[1] +
-                                    (i0 + r) * q->nb[2]);
-            m[r] = -INFINITY;
-            l[r] = 0;
-        }
+        int64_t b, h, hk, i0;
+        const int nq = attn_item_begin(x, it, &b, &h, &hk, &i0, qr, m, l);
         memset(O, 0, (size_t)nq * (size_t)D * sizeof *O);
         /* query i sits at absolute position Tk - Tq + i */
         int64_t shift = Tk - Tq, kend = Tk;

@@ -504,7 +504,7 @@ static const pv_tile_fn pv_tiles16[ZR + 1] = {NULL, pv_tile16_1, pv_tile16_2, pv
 AVX512 static void attn_tiles_z(void *c, int64_t it0, int64_t it1, int ith)
 {
     const struct attn_ctx *x = c;
-    const struct tensor *q = x->q, *v = x->v, *bias = x->bias;
+    const struct tensor *v = x->v, *bias = x->bias;
     const int64_t D = x->D, Tq = x->Tq, Tk = x->Tk, ldo = (D + 63) & ~(int64_t)63;
     float *S = x->scratch + ith * x->per_thread; /* [ZQB, ZKB] */
     float *O = S + ZQB * ZKB;                    /* [ZQB, ldo] */
@@ -513,15 +513,8 @@ AVX512 static void attn_tiles_z(void *c, int64_t it0, int64_t it1, int ith)
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     const pv_tile_fn *pvt = x->kv16 ? pv_tiles16 : pv_tiles;
     for (int64_t it = it0; it < it1; it++) {
-        int64_t qbi = it % x->nqb, bh = it / x->nqb, h = bh % x->Hq, b = bh / x->Hq;
-        int64_t hk = h / x->group, i0 = qbi * x->qb;
-        int nq = (int)(Tq - i0 < x->qb ? Tq - i0 : x->qb);
-        for (int r = 0; r < nq; r++) {
-            qr[r] = (const float *)((const char *)q->data + b * q->nb[0] + h * q->nb[1] +
-                                    (i0 + r) * q->nb[2]);
-            m[r] = -INFINITY;
-            l[r] = 0;
-        }
+        int64_t b, h, hk, i0;
+        const int nq = attn_item_begin(x, it, &b, &h, &hk, &i0, qr, m, l);
         memset(O, 0, (size_t)nq * (size_t)ldo * sizeof *O);
         int64_t shift = Tk - Tq, kend = Tk;
         if (x->p->causal && shift + i0 + nq < kend) kend = shift + i0 + nq;

@@ -6,6 +6,8 @@
 #ifndef CBX_CPU_NN_KERNELS_H
 #define CBX_CPU_NN_KERNELS_H
 
+#include <math.h>
+
 #include "../backend.h"
 #include "../threadpool.h"
 
@@ -46,6 +48,28 @@ struct attn_ctx {
     bool kv16;          /* AVX-512 drivers: k and v are F16 (an F16 KV cache) */
     bool kvq8;          /* AVX-512 rows driver: k and v are Q8_0 (a Q8_0 KV cache) */
 };
+
+/* Work item `it` of a blocked attention driver: batch b, query head h, its
+ * kv head *hk, first query row *i0 of the block; fills the block's query
+ * row pointers qr[] and online-softmax state (m = -inf, l = 0); returns
+ * the block's row count. */
+static inline int attn_item_begin(const struct attn_ctx *x, int64_t it, int64_t *b, int64_t *h, int64_t *hk,
+                                  int64_t *i0, const float **qr, float *m, float *l)
+{
+    const int64_t qbi = it % x->nqb, bh = it / x->nqb;
+    *h = bh % x->Hq;
+    *b = bh / x->Hq;
+    *hk = *h / x->group;
+    *i0 = qbi * x->qb;
+    const int nq = (int)(x->Tq - *i0 < x->qb ? x->Tq - *i0 : x->qb);
+    for (int r = 0; r < nq; r++) {
+        qr[r] = (const float *)((const char *)x->q->data + *b * x->q->nb[0] + *h * x->q->nb[1] +
+                                (*i0 + r) * x->q->nb[2]);
+        m[r] = -INFINITY;
+        l[r] = 0;
+    }
+    return nq;
+}
 
 /* the AVX-512 rows driver takes calls of up to this many query rows */
 enum { ROWS_MAX_TQ = 4 };
