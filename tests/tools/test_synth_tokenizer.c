@@ -16,32 +16,11 @@
 #include "text/grapheme_bpe.h"
 #include "text/tokenizer.h"
 
-/* One sentence per language, as a user would type it (capitals, accents,
- * precomposed syllables); ja and zh need their own conversions (refused by
- * the front end for now) and are left out. */
-static const char *const sentences[][2] = {
-    {"ar", "صباح الخير، كيف حالك اليوم؟"},
-    {"da", "God morgen, vi går hjem nu."},
-    {"de", "Guten Morgen, wir gehen nach Hause."},
-    {"el", "Καλημέρα, πώς είσαι σήμερα;"},
-    {"en", "Good morning, how are you today?"},
-    {"es", "¿Buenos días, cómo estás? Señor."},
-    {"fi", "Hyvää huomenta, mitä kuuluu?"},
-    {"fr", "Bonjour, ça va très bien."},
-    {"he", "בוקר טוב, מה שלומך היום?"},
-    {"hi", "सुप्रभात, आज आप कैसे हैं?"},
-    {"it", "Buongiorno, come stai oggi?"},
-    {"ko", "좋은 아침입니다, 오늘 기분이 어때요?"},
-    {"ms", "Selamat pagi, apa khabar?"},
-    {"nl", "Goedemorgen, hoe gaat het?"},
-    {"no", "God morgen, hvordan går det?"},
-    {"pl", "Dzień dobry, jak się masz?"},
-    {"pt", "Bom dia, como você está?"},
-    {"ru", "Доброе утро, как дела сегодня?"},
-    {"sv", "God morgon, hur mår du?"},
-    {"sw", "Habari za asubuhi, rafiki yangu."},
-    {"tr", "Günaydın, bugün nasılsın?"},
-};
+#include "mtl_sentences.inc"
+
+/* ja and zh need their own conversions (kakasi, Cangjie), not the
+ * grapheme vocabulary alone: left out here. */
+static bool plain(const char *code) { return strcmp(code, "ja") && strcmp(code, "zh"); }
 
 static void test_mtl(int n_ids)
 {
@@ -75,21 +54,23 @@ static void test_mtl(int n_ids)
               grapheme_bpe_token_id(g, fixed[i].s), want);
     }
     /* every language of the list: no [UNK], and merges shorten the text */
-    int clean = 0;
-    for (size_t i = 0; i < sizeof sentences / sizeof sentences[0]; i++) {
+    int clean = 0, tried = 0;
+    for (int i = 0; i < N_MTL_SENTENCES; i++) {
+        const char *code = mtl_sentences[i][0], *text = mtl_sentences[i][1];
+        if (!plain(code)) continue;
         int32_t *ids = NULL;
         int64_t n = 0, unk = 0;
-        rc = text_tokenizer_encode_lang(t, sentences[i][1], sentences[i][0], &ids, &n, err);
-        CHECK(rc == CBX_OK, "%s: %s", sentences[i][0], err);
+        tried++;
+        rc = text_tokenizer_encode_lang(t, text, code, &ids, &n, err);
+        CHECK(rc == CBX_OK, "%s: %s", code, err);
         for (int64_t k = 0; k < n; k++) unk += ids[k] == 1;
-        const int64_t chars = (int64_t)strlen(sentences[i][1]);
-        CHECK(rc == CBX_OK && unk == 0 && n > 1 && n < chars, "%s: %lld ids for %lld bytes, %lld [UNK]",
-              sentences[i][0], (long long)n, (long long)chars, (long long)unk);
+        const int64_t chars = (int64_t)strlen(text);
+        CHECK(rc == CBX_OK && unk == 0 && n > 1 && n < chars, "%s: %lld ids for %lld bytes, %lld [UNK]", code,
+              (long long)n, (long long)chars, (long long)unk);
         clean += rc == CBX_OK && unk == 0;
         free(ids);
     }
-    printf("%d of %zu languages encode without [UNK] %s\n", clean, sizeof sentences / sizeof sentences[0],
-           clean == (int)(sizeof sentences / sizeof sentences[0]) ? "PASS" : "FAIL");
+    printf("%d of %d languages encode without [UNK] %s\n", clean, tried, clean == tried ? "PASS" : "FAIL");
     text_tokenizer_free(t);
     free(a);
 }
