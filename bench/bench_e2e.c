@@ -1,4 +1,4 @@
-/* bench_e2e.c - a model end to end (Turbo, Nano, English: the variant's
+/* bench_e2e.c - a model end to end (any variant: the variant's
  * T3 policy, CFG pair included, text wrapping, post-filter and silence
  * tail from its row) for a fixed ~10 s utterance, per weight
  * type (F32, Q8_0, Q4_0): load time, T3 time, S3Gen time, generation

@@ -74,6 +74,15 @@ typedef struct cbx_model_params {
      * default): prefixes are kept in memory only. `chatterbox say` uses
      * ~/.cache/chatterbox/prefixes. */
     const char *prefix_cache_dir;
+    /* A T3 weight file (.safetensors or .gguf) loaded in place of the
+     * model's own, e.g. one of Resemble's single-language packs (T3 files
+     * of the multilingual architecture under other names). Its backbone is
+     * told by its tensors, not its name, and it must fit the model (text
+     * vocabulary of the model's tokenizer, speech vocabulary, speaker
+     * embedding), else cbx_model_load fails with one line saying what
+     * differs. Borrowed: read during cbx_model_load only (the file itself
+     * stays mapped by the model). NULL (the default): the model's T3. */
+    const char *t3_path;
 } cbx_model_params;
 
 /* Defaults of every field (fields are only ever appended).
@@ -81,8 +90,9 @@ typedef struct cbx_model_params {
 CBX_API cbx_model_params cbx_model_default_params(void);
 
 /* Load a model from path: a Hugging Face snapshot directory or a .gguf made
- * by `chatterbox convert` (Turbo and Nano for now; an english model
- * loads for voice conversion only, cbx_convert_voice). params may be NULL
+ * by `chatterbox convert`, any variant (turbo, nano, english, mtl-v2,
+ * mtl-v3; an english model also serves voice conversion,
+ * cbx_convert_voice). params may be NULL
  * (defaults). On success *model is owned by the caller, free with
  * cbx_model_free(); on failure *model is NULL and, when errbuf is not NULL,
  * errbuf (errlen bytes) receives one line naming the path and the problem.

@@ -55,6 +55,7 @@ struct cli_gen {
     const char *language;  /* --language */
     int32_t *text_ids;     /* --text-ids, owned (cli_gen_free) */
     int64_t n_text_ids;
+    const char *t3;        /* --t3 FILE: engine_load_params.t3_path */
 };
 enum {
     CLI_GEN_TEMPERATURE = 1u << 0, CLI_GEN_TOP_K = 1u << 1, CLI_GEN_TOP_P = 1u << 2,

@@ -1,6 +1,7 @@
 /* cli_gen.c - the generation options of `say` and `tokens` (cli.h):
  * sampling knobs with per-variant defaults, the Llama T3's CFG weight and
- * exaggeration, --language and --text-ids. */
+ * exaggeration, --language, --text-ids and --t3 (a T3 file in place of
+ * the model's, given to the loader). */
 #include "cli.h"
 
 #include <errno.h>
@@ -15,31 +16,37 @@
 
 const char cli_gen_help[] =
     "  --temperature T           default 0.8\n"
-    "  --top-k K                 Turbo/Nano: default 1000; English: unused\n"
+    "  --top-k K                 Turbo/Nano: default 1000; English and\n"
+    "                            multilingual: unused\n"
     "                            (K = 1 is greedy for every model: the argmax\n"
     "                            after the repetition penalty)\n"
-    "  --top-p P                 default 0.95 (Turbo/Nano), 1.0 (English)\n"
-    "  --min-p P                 English only: default 0.05\n"
+    "  --top-p P                 default 0.95 (Turbo/Nano), 1.0 (the others)\n"
+    "  --min-p P                 English and multilingual: default 0.05\n"
     "  --repetition-penalty R    default 1.2\n"
     "  --max-tokens N            speech tokens sampled per segment, stop included\n"
-    "                            (default 1001 for Turbo/Nano, 1000 for English:\n"
-    "                            about 40 s)\n"
-    "  --cfg-weight W            English only: classifier-free guidance (default\n"
-    "                            0.5; 0 decodes without the unconditional row)\n"
-    "  --exaggeration E          English only: emotion exaggeration (default: the\n"
-    "                            voice's, 0.5 for the built-in voice)\n"
-    "  --language L              multilingual models only: ar da de el en es fi fr\n"
-    "                            he hi it ja ko ms nl no pl pt ru sv sw tr zh (ja:\n"
-    "                            kanji to hiragana with kakasi; zh: Cangjie codes\n"
-    "                            from the model's Cangjie5_TC.json, unsegmented as\n"
-    "                            upstream without pkuseg)\n"
+    "                            (default 1001 for Turbo/Nano, 1000 for the\n"
+    "                            others: about 40 s)\n"
+    "  --cfg-weight W            English and multilingual: classifier-free\n"
+    "                            guidance (default 0.5; 0 decodes without the\n"
+    "                            unconditional row)\n"
+    "  --exaggeration E          English and multilingual: emotion exaggeration\n"
+    "                            (default: the voice's, 0.5 for the built-in\n"
+    "                            voice)\n"
+    "  --language L              multilingual models only: ar da de el en es fi\n"
+    "                            fr he hi it ja ko ms nl no pl pt ru sv sw tr zh\n"
+    "                            (ja: kanji to hiragana with kakasi; zh: Cangjie\n"
+    "                            codes from the model's Cangjie5_TC.json,\n"
+    "                            unsegmented as upstream without pkuseg)\n"
     "  --text-ids \"I J K ...\"    the text as T3 token ids instead of text (the\n"
     "                            start/stop text tokens are added, as upstream's\n"
-    "                            generate() does)\n";
+    "                            generate() does)\n"
+    "  --t3 FILE                 a T3 weight file (.safetensors or .gguf) in place\n"
+    "                            of the model's, e.g. a single-language pack's;\n"
+    "                            it must fit the model (backbone, vocabularies)\n";
 
 static const char *const options[] = {"--temperature", "--top-k", "--top-p", "--min-p",
                                       "--repetition-penalty", "--max-tokens", "--cfg-weight",
-                                      "--exaggeration", "--language", "--text-ids"};
+                                      "--exaggeration", "--language", "--text-ids", "--t3"};
 
 bool cli_gen_is_option(const char *opt)
 {
@@ -100,6 +107,11 @@ bool cli_gen_parse(struct cli_gen *g, const char *cmd, const char *opt, const ch
         return true;
     }
     if (!strcmp(opt, "--text-ids")) return parse_ids(g, cmd, val);
+    if (!strcmp(opt, "--t3")) {
+        if (!*val) return cli_usage_error(cmd, "--t3 needs a file") && false;
+        g->t3 = val;
+        return true;
+    }
     struct { const char *name; double lo, hi; double *d; int *i; unsigned bit; } t[] = {
         {"--temperature", 1e-6, 100, &g->temperature, NULL, CLI_GEN_TEMPERATURE},
         {"--top-k", 0, 1000000, NULL, &g->top_k, CLI_GEN_TOP_K},

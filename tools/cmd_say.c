@@ -444,6 +444,7 @@ static int say_main(int argc, char **argv, struct cli_gen *g)
         }
         lp.prefix_dir = prefix_cache;
     }
+    lp.t3_path = g->t3;
     if ((rc = engine_model_load(model_path, &lp, &m, err)) != CBX_OK) goto fail;
     if (interrupted) goto fail;
     if (!cli_gen_apply(g, "say", m, &ep)) {

@@ -114,6 +114,7 @@ int cmd_tokens(int argc, char **argv)
     int64_t n_out = 0;
     struct engine_load_params lp = engine_load_default_params();
     lp.t3_only = true;
+    lp.t3_path = g.t3;
     struct engine_params ep = engine_default_params();
     cbx_status rc = engine_model_load(model, &lp, &m, err);
     if (rc != CBX_OK) goto fail;

@@ -108,10 +108,12 @@ static const char *const mtl_languages[VARIANT_N_LANGUAGES + 1] = {
     .download_optional = {"added_tokens.json", "special_tokens_map.json",                 \
                           "tokenizer_config.json", "tokenizer.json", NULL}
 
+/* mtl_tts.py from_pretrained's allow-patterns, every one read: the
+ * Cangjie table by the zh front end (tokenizers.md §3.1) */
 #define MTL_DOWNLOAD(t3)                                                                  \
     .download_required = {"ve.pt", t3, "s3gen.pt", "grapheme_mtl_merged_expanded_v1.json", \
-                          "conds.pt", NULL},                                              \
-    .download_optional = {"Cangjie5_TC.json", NULL}
+                          "conds.pt", "Cangjie5_TC.json", NULL},                          \
+    .download_optional = {NULL}
 
 static const struct variant rows[MODEL_N_VARIANTS] = {
     [MODEL_TURBO] = {

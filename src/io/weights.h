@@ -24,6 +24,20 @@ struct weights {
 /* The tensors of one component of a model directory. */
 struct weights weights_from_model_dir(const struct model_dir *md, enum model_component c);
 
+/* One weight file on its own (a T3 loaded in place of a model's, say
+ * --t3): a safetensors file or a GGUF (told apart by the GGUF magic), its
+ * tensors looked up by upstream name whatever the part asked for. Open:
+ * *out owned by the caller, weights_file_close() (a no-op on NULL); err
+ * names the path. The weights borrow f; the tensors live until the close. */
+struct weights_file;
+cbx_status weights_file_open(const char *path, struct weights_file **out, char *err);
+void weights_file_close(struct weights_file *f);
+struct weights weights_from_file(const struct weights_file *f, const char *what);
+/* The type most of f's matrices are stored in (its first tensor of two or
+ * more dims in a block type, F16 or BF16), else F32: a GGUF's
+ * quantisation. */
+int weights_file_wtype(const struct weights_file *f);
+
 /* Tensor `name` with ndim dims equal to ne (an entry -1 matches any size)
  * in F32/F16/BF16 or a block type. Missing or misshapen: sets *rc and err
  * (the first problem wins) and returns NULL. Does nothing and returns NULL

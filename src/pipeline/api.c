@@ -50,7 +50,7 @@ static void put_err(char *buf, size_t len, const char *msg)
 
 cbx_model_params cbx_model_default_params(void)
 {
-    cbx_model_params p = {NULL, NULL};
+    cbx_model_params p = {NULL, NULL, NULL};
     return p;
 }
 
@@ -79,7 +79,10 @@ cbx_status cbx_model_load(const char *path, const cbx_model_params *params, cbx_
             return CBX_ERR_INVALID_ARG;
         }
     }
-    if (params) lp.prefix_dir = params->prefix_cache_dir;
+    if (params) {
+        lp.prefix_dir = params->prefix_cache_dir;
+        lp.t3_path = params->t3_path;
+    }
     cbx_model *h = calloc(1, sizeof *h);
     if (!h) {
         put_err(errbuf, errlen, "out of memory");

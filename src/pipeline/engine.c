@@ -1,7 +1,9 @@
-/* engine.c - text -> 24 kHz speech for Turbo/Nano: ports the body of
- * ChatterboxTurboTTS.generate (chatterbox tts_turbo.py, 0.1.7) on top of
- * t3.h and s3gen.h, plus long-text splitting, pauses, retries, timings
- * and progress (engine.h says what and why). */
+/* engine.c - text -> 24 kHz speech for every variant: ports the bodies of
+ * ChatterboxTurboTTS.generate, ChatterboxTTS.generate and
+ * ChatterboxMultilingualTTS.generate (chatterbox tts_turbo.py, tts.py,
+ * mtl_tts.py, 0.1.7) on top of t3.h and s3gen.h, the differences read
+ * from the variant's row (io/variant.h), plus long-text splitting,
+ * pauses, retries, timings and progress (engine.h says what and why). */
 #include "pipeline/engine.h"
 
 #include <pthread.h>
@@ -17,6 +19,7 @@
 #include "core/tensor.h"
 #include "io/gguf.h"
 #include "io/model_file.h"
+#include "io/weights.h"
 #include "pipeline/prefix_store.h"
 #include "pipeline/stream.h"
 #include "s3gen/s3gen.h"
@@ -36,6 +39,7 @@ struct ws_slot {
 
 struct engine_model {
     struct model *file;
+    struct weights_file *t3_file; /* engine_load_params.t3_path, or NULL */
     enum model_variant variant;
     struct text_tokenizer *tok;
     struct t3_model t3;
@@ -87,12 +91,37 @@ static double now(void)
 
 struct engine_load_params engine_load_default_params(void)
 {
-    struct engine_load_params p = {-1, 0, NULL, false};
+    struct engine_load_params p = {-1, 0, NULL, false, NULL};
     return p;
 }
 
 #define ENGINE_VOICE_CACHE_DEFAULT 2
 
+
+/* A T3 loaded from another file (engine_load_params.t3_path) must fit the
+ * rest of the model: the row's backbone, a text table of the tokenizer's
+ * size, the row's speech table, the 256-value speaker embedding the voice
+ * encoder makes. */
+static cbx_status check_t3_fits(const struct engine_model *m, const char *path, char *err)
+{
+    const struct variant *vr = variant_get(m->variant);
+    const struct t3_hparams *hp = &m->t3.hp;
+    const bool llama = m->t3.order == T3_ORDER_CFG;
+    const int64_t text = text_tokenizer_vocab_size(m->tok);
+    if (llama != (vr->backbone == VARIANT_T3_LLAMA))
+        return err_setf(err, CBX_ERR_FORMAT, "%s: a %s T3 does not fit the %s model (a %s T3)", path,
+                        llama ? "Llama" : "GPT-2", vr->name, vr->backbone == VARIANT_T3_LLAMA ? "Llama" : "GPT-2");
+    if (text > 0 && hp->text_vocab != text)
+        return err_setf(err, CBX_ERR_FORMAT, "%s: a T3 with %lld text ids does not fit the %s model (its tokenizer has %lld)",
+                        path, (long long)hp->text_vocab, vr->name, (long long)text);
+    if (hp->speech_vocab != vr->speech_dict_size)
+        return err_setf(err, CBX_ERR_FORMAT, "%s: a T3 with %lld speech ids does not fit the %s model (%d)", path,
+                        (long long)hp->speech_vocab, vr->name, vr->speech_dict_size);
+    if (hp->speaker_embed_size != 256)
+        return err_setf(err, CBX_ERR_FORMAT, "%s: a T3 taking a %lld-value speaker embedding does not fit (the "
+                        "voice encoder makes 256)", path, (long long)hp->speaker_embed_size);
+    return CBX_OK;
+}
 
 cbx_status engine_model_load(const char *path, const struct engine_load_params *p,
                              struct engine_model **out, char *err)
@@ -117,16 +146,28 @@ cbx_status engine_model_load(const char *path, const struct engine_load_params *
     cbx_status rc = model_open(path, &m->file, err);
     if (rc != CBX_OK) goto fail;
     m->variant = model_get_variant(m->file);
-    if (m->variant != MODEL_TURBO && m->variant != MODEL_NANO && m->variant != MODEL_ENGLISH) {
-        rc = err_setf(err, CBX_ERR_UNSUPPORTED,
-                      "%s: the %s model is not supported for synthesis yet (turbo, nano, english)", path,
-                      model_variant_info(m->variant)->name);
-        goto fail;
-    }
     const int wtype = p->wtype >= 0 ? p->wtype : model_stored_wtype(m->file);
     if ((rc = text_tokenizer_load_model(m->file, &m->tok, err)) != CBX_OK) goto fail;
-    struct weights w3 = model_weights(m->file, MODEL_T3);
-    if ((rc = t3_load(&m->t3, &w3, (enum dtype)wtype, err)) != CBX_OK) goto fail;
+    if (p->t3_path && *p->t3_path) {
+        if ((rc = weights_file_open(p->t3_path, &m->t3_file, err)) != CBX_OK) {
+            char why[ERR_MAX];
+            snprintf(why, sizeof why, "%s", err);
+            rc = err_setf(err, rc, "%s (the T3 file must be .safetensors or .gguf)", why);
+            goto fail;
+        }
+        struct weights w3 = weights_from_file(m->t3_file, "t3");
+        const int t3type = p->wtype >= 0 ? p->wtype : weights_file_wtype(m->t3_file);
+        if ((rc = t3_load(&m->t3, &w3, (enum dtype)t3type, err)) != CBX_OK) {
+            char why[ERR_MAX];
+            snprintf(why, sizeof why, "%s", err);
+            rc = err_setf(err, rc, "%s: not a usable T3 file: %s", p->t3_path, why);
+            goto fail;
+        }
+        if ((rc = check_t3_fits(m, p->t3_path, err)) != CBX_OK) goto fail;
+    } else {
+        struct weights w3 = model_weights(m->file, MODEL_T3);
+        if ((rc = t3_load(&m->t3, &w3, (enum dtype)wtype, err)) != CBX_OK) goto fail;
+    }
     struct weights ws = model_weights(m->file, MODEL_S3GEN);
     if (!p->t3_only && (rc = s3gen_load(&m->s3, &ws, (enum dtype)wtype, err)) != CBX_OK) goto fail;
     m->has_s3gen = !p->t3_only;
@@ -157,6 +198,7 @@ void engine_model_free(struct engine_model *m)
     conds_free(&m->builtin);
     s3gen_free(&m->s3);
     t3_free(&m->t3);
+    weights_file_close(m->t3_file);
     text_tokenizer_free(m->tok);
     model_close(m->file);
     free(m);
@@ -521,6 +563,7 @@ struct run {
     struct engine_progress pr;
     int64_t steps; /* T3 decode steps, all attempts */
     struct stream *stream;  /* streaming: T3's speech tokens go here */
+    int64_t n_pushed;       /* tokens pushed to it */
     cbx_status stream_rc;
     char stream_err[ERR_MAX];
 };
@@ -536,9 +579,10 @@ static int on_t3_step(void *user, int step, int32_t token, const float *logits, 
     /* streaming: each speech token (ids < 6561, as tts_turbo.py keeps) on
      * to S3Gen at once (after the token's progress report); a failure
      * stops T3 */
-    if (r->stream && token >= 0 && token < S3GEN_SPEECH_VOCAB &&
-        (r->stream_rc = stream_push(r->stream, &token, 1, r->stream_err)) != CBX_OK)
-        return 1;
+    if (r->stream && token >= 0 && token < S3GEN_SPEECH_VOCAB) {
+        if ((r->stream_rc = stream_push(r->stream, &token, 1, r->stream_err)) != CBX_OK) return 1;
+        r->n_pushed++;
+    }
     return 0;
 }
 
@@ -565,6 +609,15 @@ static cbx_status append(float **buf, int64_t *n, int64_t *cap, const float *src
     else memset(*buf + *n, 0, sizeof(float) * (size_t)k);
     *n += k;
     return CBX_OK;
+}
+
+/* mtl_tts.py: wav[:, :max(1, n - 1) * 960], n the speech tokens S3Gen
+ * was given (the last token's audio, ~40 ms of noise before the stop,
+ * dropped; overview.md §7); -1: the row keeps everything. */
+static int64_t trim_samples(const struct variant *vr, int64_t n_tokens)
+{
+    if (!vr->trim_last_token) return -1;
+    return (n_tokens > 1 ? n_tokens - 1 : 1) * ENGINE_SAMPLES_PER_TOKEN;
 }
 
 /* The text ids of a segment as T3 takes them: the caller's ids
@@ -685,6 +738,11 @@ struct stream_out {
     double t_start;
     cbx_status rc;         /* why a chunk was refused (CBX_OK: cancelled) */
     char err[ERR_MAX];
+    /* the row's cut of the last token's audio (trim_samples): the last
+     * `hold` samples are held back until the segment's end says whether
+     * they are kept; `emitted` counts the segment's samples out */
+    int64_t hold, n_tail, emitted;
+    float tail[ENGINE_SAMPLES_PER_TOKEN];
 };
 
 static int out_samples(struct stream_out *o, const float *pcm, int64_t n)
@@ -707,7 +765,24 @@ static int on_stream_audio(void *user, const float *pcm, int64_t n)
         o->pause = 0;
         if (out_samples(o, NULL, k)) return 1;
     }
-    return out_samples(o, pcm, n);
+    if (o->hold == 0) return out_samples(o, pcm, n);
+    /* out go the oldest samples beyond the last `hold`: the tail's, then
+     * pcm's; the rest of pcm joins the tail */
+    int64_t out = o->n_tail + n - o->hold;
+    if (out > 0) {
+        const int64_t from_tail = out < o->n_tail ? out : o->n_tail;
+        if (from_tail > 0 && out_samples(o, o->tail, from_tail)) return 1;
+        memmove(o->tail, o->tail + from_tail, sizeof(float) * (size_t)(o->n_tail - from_tail));
+        o->n_tail -= from_tail;
+        const int64_t from_pcm = out - from_tail;
+        if (from_pcm > 0 && out_samples(o, pcm, from_pcm)) return 1;
+        pcm += from_pcm;
+        n -= from_pcm;
+        o->emitted += out;
+    }
+    memcpy(o->tail + o->n_tail, pcm, sizeof(float) * (size_t)n);
+    o->n_tail += n;
+    return 0;
 }
 
 /* One segment streamed: T3 (no retries) pushes its tokens into a stream
@@ -742,9 +817,12 @@ static cbx_status stream_segment(const struct engine_model *m, const struct back
     int32_t *speech = NULL;
     int64_t n_speech = 0;
     uint64_t seed = sp.seed;
+    const struct variant *vr = variant_get(m->variant);
+    o->hold = vr->trim_last_token ? ENGINE_SAMPLES_PER_TOKEN : 0;
     cbx_status rc = stream_create(&m->s3, be, &ref, &sp, on_stream_audio, o, &r->stream, err);
     if (rc != CBX_OK) return rc;
     r->stream_rc = CBX_OK;
+    r->n_pushed = 0;
     rc = segment_tokens(m, be, pfx, seg, i, &q, r, st, &speech, &n_speech, &seed, err);
     const struct stream_stats *ss = stream_get_stats(r->stream);
     st->t_t3 -= ss->t_flow + ss->t_hift; /* S3Gen ran inside T3's callback */
@@ -760,9 +838,16 @@ static cbx_status stream_segment(const struct engine_model *m, const struct back
     }
     if (rc == CBX_OK) {
         /* tts_turbo.py: torch.cat([speech_tokens, S3GEN_SIL x 3]), at the true end only */
-        const struct variant *vr = variant_get(m->variant);
         rc = stream_finish(r->stream, vr->silence, vr->n_silence, err);
         if (rc == CBX_ERR_CANCELLED && o->rc != CBX_OK) rc = err_setf(err, o->rc, "%s", o->err);
+    }
+    if (rc == CBX_OK && o->hold > 0) {
+        /* the held tail, as far as the cut keeps it */
+        int64_t keep = trim_samples(vr, r->n_pushed + vr->n_silence) - o->emitted;
+        if (keep > o->n_tail) keep = o->n_tail;
+        if (keep > 0 && out_samples(o, o->tail, keep))
+            rc = o->rc != CBX_OK ? err_setf(err, o->rc, "%s", o->err) : err_setf(err, CBX_ERR_CANCELLED, "cancelled");
+        o->n_tail = 0;
     }
     st->t_s3gen += ss->t_flow + ss->t_hift;
     stream_free(r->stream);
@@ -803,7 +888,7 @@ cbx_status engine_tokens(const struct engine_model *m, const struct backend *be,
     if (rc != CBX_OK) return rc;
     struct engine_params q = *p;
     q.max_retries = 0;
-    struct run r = {progress, user, {ENGINE_STAGE_T3, 0, 1, 0, 0, p->max_tokens, 0}, 0, NULL, CBX_OK, ""};
+    struct run r = {progress, user, {ENGINE_STAGE_T3, 0, 1, 0, 0, p->max_tokens, 0}, 0, NULL, 0, CBX_OK, ""};
     uint64_t seed = p->seed;
     rc = segment_tokens(m, be, pe->p, text ? text : "", 0, &q, &r, &st, tokens, n, &seed, err);
     if (rc == CBX_OK) prefix_persist(m, pe, st.prefix_note);
@@ -878,13 +963,13 @@ cbx_status engine_synthesize(const struct engine_model *m, const struct backend 
     if (rc != CBX_OK) goto cleanup;
     st->prefix_cached = st->prefix_source == ENGINE_PREFIX_MEMORY;
     st->t_t3 += st->t_t3_prefix;
-    struct run r = {progress, user, {ENGINE_STAGE_T3, 0, S.n, 0, 0, p->max_tokens, 0}, 0, NULL, CBX_OK, ""};
+    struct run r = {progress, user, {ENGINE_STAGE_T3, 0, S.n, 0, 0, p->max_tokens, 0}, 0, NULL, 0, CBX_OK, ""};
     const int64_t pause = (int64_t)p->pause_ms * ENGINE_SAMPLE_RATE / 1000;
     for (int i = 0; i < S.n; i++) {
         r.pr.segment = i;
         if (p->stream) { /* pipeline/stream.h */
             struct stream_out o = {chunk, user, &all, &n_all, &cap, pcm != NULL, i > 0 ? pause : 0,
-                                   st, t_start, CBX_OK, ""};
+                                   st, t_start, CBX_OK, "", 0, 0, 0, {0}};
             if ((rc = stream_segment(m, be, voice, pe->p, S.text[i], i, p, &r, st, &o, err)) != CBX_OK)
                 goto cleanup;
             continue;
@@ -920,6 +1005,8 @@ cbx_status engine_synthesize(const struct engine_model *m, const struct backend 
             if (rc == CBX_ERR_CANCELLED) err_setf(err, rc, "cancelled");
             goto cleanup;
         }
+        const int64_t keep = trim_samples(vr, n_speech + vr->n_silence);
+        if (keep >= 0 && n_wav > keep) n_wav = keep;
         /* the chunk: pause (between segments) + this segment's audio */
         const int64_t start = n_all;
         if (i > 0 && (rc = append(&all, &n_all, &cap, NULL, pause, err)) != CBX_OK) goto cleanup;

@@ -96,6 +96,7 @@ struct engine_model; /* opaque: model file, tokenizer, T3, S3Gen, built-in voice
 /* Room for the silence tokens a row appends before S3Gen (variant.h
  * silence, n_silence: Turbo/Nano 3 x S3GEN_SIL 4299). */
 #define ENGINE_N_SIL VARIANT_MAX_SILENCE
+#define ENGINE_SAMPLES_PER_TOKEN 960 /* 2 mel frames x 480 samples */
 
 /* Where a call's T3 voice prefix came from (engine_stats.prefix_source). */
 enum { ENGINE_PREFIX_BUILT, ENGINE_PREFIX_MEMORY, ENGINE_PREFIX_DISK };
@@ -111,12 +112,20 @@ struct engine_load_params {
                              * "": none */
     bool t3_only;           /* skip S3Gen (engine_tokens needs T3 alone);
                              * engine_synthesize then fails */
+    const char *t3_path;    /* a T3 weight file (safetensors or GGUF) used
+                             * in place of the model's own (Resemble's
+                             * single-language packs are multilingual T3
+                             * files under other names); its backbone is
+                             * told by its tensors and must fit the model
+                             * (backbone, text vocabulary = the tokenizer's,
+                             * speech vocabulary, speaker embedding). The
+                             * string is not kept; NULL: the model's */
 };
 struct engine_load_params engine_load_default_params(void);
 
 /* Open path (HF snapshot directory or converted GGUF, io/model_file.h) and
- * load tokenizer, T3, S3Gen and the built-in voice. Only Turbo and Nano are
- * supported for now. *out owned by the caller, engine_model_free(). On
+ * load tokenizer, T3, S3Gen and the built-in voice; every variant of the
+ * table (io/variant.h). *out owned by the caller, engine_model_free(). On
  * failure *out is NULL and err names the path and the problem. Also
  * records the load time (engine_model_load_seconds). */
 cbx_status engine_model_load(const char *path, const struct engine_load_params *p,

@@ -61,6 +61,12 @@ static void check_row(const struct variant *v)
         CHECK(in_list(v->download_required, v->tokenizer_files[i]) ||
                   in_list(v->download_optional, v->tokenizer_files[i]),
               "%s: tokenizer file %s is downloaded", n, v->tokenizer_files[i]);
+    /* the grapheme front ends' files are all in the repository and all
+     * read (the multilingual one reads Cangjie5_TC.json for zh): a
+     * download without one of them is not a usable model */
+    for (int i = 0; v->tokenizer == VARIANT_TOK_GRAPHEME && v->tokenizer_files[i]; i++)
+        CHECK(in_list(v->download_required, v->tokenizer_files[i]), "%s: download requires %s", n,
+              v->tokenizer_files[i]);
 
     /* front end and T3 policy follow the backbone */
     const bool gpt2 = v->backbone == VARIANT_T3_GPT2;

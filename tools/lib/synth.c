@@ -802,8 +802,11 @@ cbx_status synth_write_variant(enum model_variant v, const char *dir,
 
     /* synth.py order: voice encoder, T3, S3Gen. */
     const enum model_component order[MODEL_N_COMPONENTS] = {MODEL_VE, MODEL_T3, MODEL_S3GEN};
+    int64_t text_vocab = 0; /* text_emb rows: the tokenizer's size */
     for (int i = 0; i < MODEL_N_COMPONENTS; i++) {
         rc = synth_manifest_load(data, vi->file[order[i]], &m, err);
+        for (int t = 0; rc == CBX_OK && order[i] == MODEL_T3 && t < m->n; t++)
+            if (!strcmp(m->t[t].name, "text_emb.weight") && m->t[t].ndim == 2) text_vocab = m->t[t].ne[0];
         if (rc == CBX_OK) rc = synth_write_file(m, dir, &o, err);
         synth_manifest_free(m);
         m = NULL;
@@ -814,8 +817,9 @@ cbx_status synth_write_variant(enum model_variant v, const char *dir,
 
     /* Tokenizer files: copied when the data directory has them (the
      * English and multilingual ones are not available, as in synth.py);
-     * English then gets the synthetic tokenizer.json instead. */
-    bool have_tokenizer_json = false;
+     * the grapheme front ends then get synthetic ones (synth_tokenizer.h)
+     * of the T3's text vocabulary. */
+    bool have[VARIANT_MAX_TOKENIZER_FILES] = {false};
     for (int i = 0; vi->tokenizer_data_dir && vi->tokenizer_files[i]; i++) {
         char src[4096], dst[4096];
         int a = snprintf(src, sizeof src, "%s/%s/%s", data, vi->tokenizer_data_dir,
@@ -827,15 +831,29 @@ cbx_status synth_write_variant(enum model_variant v, const char *dir,
         if (stat(src, &st) != 0) continue;
         rc = copy_file(src, dst, err);
         if (rc != CBX_OK) return rc;
-        have_tokenizer_json = have_tokenizer_json || !strcmp(vi->tokenizer_files[i], "tokenizer.json");
+        have[i] = true;
         progress(&o, vi->tokenizer_files[i], 1, 1);
     }
-    if (v == MODEL_ENGLISH && !have_tokenizer_json) {
+    for (int i = 0; vi->tokenizer == VARIANT_TOK_GRAPHEME && vi->tokenizer_files[i]; i++) {
+        const char *f = vi->tokenizer_files[i];
         char dst[4096];
-        int b = snprintf(dst, sizeof dst, "%s/tokenizer.json", dir);
+        int b = snprintf(dst, sizeof dst, "%s/%s", dir, f);
         if (b < 0 || (size_t)b >= sizeof dst) return err_setf(err, CBX_ERR_INVALID_ARG, "%s: path too long", dir);
-        if ((rc = synth_write_english_tokenizer(dst, err)) != CBX_OK) return rc;
-        progress(&o, "tokenizer.json", 1, 1);
+        if (have[i]) continue;
+        if (!strcmp(f, "tokenizer.json")) {
+            if (text_vocab != SYNTH_ENGLISH_TEXT_VOCAB)
+                return err_setf(err, CBX_ERR_FORMAT, "%s: text_emb has %lld rows, the synthetic tokenizer.json %d",
+                                vi->file[MODEL_T3], (long long)text_vocab, SYNTH_ENGLISH_TEXT_VOCAB);
+            rc = synth_write_english_tokenizer(dst, err);
+        } else if (!strcmp(f, "grapheme_mtl_merged_expanded_v1.json")) {
+            rc = synth_write_mtl_tokenizer(dst, (int)text_vocab, err);
+        } else if (!strcmp(f, "Cangjie5_TC.json")) {
+            rc = synth_write_cangjie(dst, err);
+        } else {
+            continue;
+        }
+        if (rc != CBX_OK) return rc;
+        progress(&o, f, 1, 1);
     }
     return CBX_OK;
 }
