@@ -91,7 +91,7 @@ static void bench_attention(const struct attn_case *c)
     const int64_t bne[4] = {1, c->H, c->Tq, c->Tk};
     struct tensor q = tensor_make(TYPE_F32, 4, qne, qh, NULL);
     struct tensor b = tensor_make(TYPE_F32, 4, bne, bh, NULL);
-    struct attn_params p = {1.0f / sqrtf((float)c->D), c->causal};
+    struct attn_params p = {.scale = 1.0f / sqrtf((float)c->D), .causal = c->causal};
     /* pairs (i, j) with j <= Tk - Tq + i when causal */
     double pairs = (double)c->Tq * (double)c->Tk;
     if (c->causal) pairs -= (double)c->Tq * (double)(c->Tq - 1) / 2;

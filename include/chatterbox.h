@@ -215,6 +215,14 @@ typedef struct cbx_synth_params {
                                 * the built-in voice and voices from audio) */
     const char *language;      /* multilingual models only; NULL (an error
                                 * for a model that speaks one language) */
+    /* English / multilingual: the alignment guard for long texts (upstream's
+     * former alignment-stream analyzer): T3 reads three of its attention
+     * heads to follow where it is in the text, holds the stop token back
+     * until the end of the text is reached, and forces a stop on a long
+     * tail, a repeated passage, or three equal speech tokens in a row
+     * (upstream's code stopped on two). CBX_ERR_INVALID_ARG for Turbo and
+     * Nano. */
+    int alignment_guard;       /* 0 (1: on) */
 } cbx_synth_params;
 
 enum cbx_precision { CBX_PRECISION_AUTO = 0, CBX_PRECISION_F32 = 1, CBX_PRECISION_BF16 = 2 };

@@ -56,6 +56,7 @@ struct cli_gen {
     int32_t *text_ids;     /* --text-ids, owned (cli_gen_free) */
     int64_t n_text_ids;
     const char *t3;        /* --t3 FILE: engine_load_params.t3_path */
+    bool alignment_guard;  /* --alignment-guard */
 };
 enum {
     CLI_GEN_TEMPERATURE = 1u << 0, CLI_GEN_TOP_K = 1u << 1, CLI_GEN_TOP_P = 1u << 2,
@@ -66,6 +67,9 @@ enum {
 extern const char cli_gen_help[];
 /* Whether opt is one of these options (each takes a value). */
 bool cli_gen_is_option(const char *opt);
+/* Whether opt is one of their flags (no value; --alignment-guard), which
+ * is then recorded in g. */
+bool cli_gen_flag(struct cli_gen *g, const char *opt);
 /* Parse opt's value into g; false after a usage error on stderr. */
 bool cli_gen_parse(struct cli_gen *g, const char *cmd, const char *opt, const char *val);
 /* Apply g to p over m's defaults; false after a one-line error on stderr

@@ -1,7 +1,7 @@
 /* cli_gen.c - the generation options of `say` and `tokens` (cli.h):
- * sampling knobs with per-variant defaults, the Llama T3's CFG weight and
- * exaggeration, --language, --text-ids and --t3 (a T3 file in place of
- * the model's, given to the loader). */
+ * sampling knobs with per-variant defaults, the Llama T3's CFG weight,
+ * exaggeration and alignment guard, --language, --text-ids and --t3 (a T3
+ * file in place of the model's, given to the loader). */
 #include "cli.h"
 
 #include <errno.h>
@@ -32,6 +32,12 @@ const char cli_gen_help[] =
     "  --exaggeration E          English and multilingual: emotion exaggeration\n"
     "                            (default: the voice's, 0.5 for the built-in\n"
     "                            voice)\n"
+    "  --alignment-guard         English/multilingual only: follow T3's attention\n"
+    "                            over the text (upstream's former alignment\n"
+    "                            analyzer) for long texts: no stop before the\n"
+    "                            end of the text, a forced stop on a long tail,\n"
+    "                            a repeated passage or THREE equal speech tokens\n"
+    "                            in a row (upstream's code stopped on two)\n"
     "  --language L              multilingual models only: ar da de el en es fi\n"
     "                            fr he hi it ja ko ms nl no pl pt ru sv sw tr zh\n"
     "                            (ja: kanji to hiragana with kakasi; zh: Cangjie\n"
@@ -53,6 +59,13 @@ bool cli_gen_is_option(const char *opt)
     for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
         if (!strcmp(opt, options[i])) return true;
     return false;
+}
+
+bool cli_gen_flag(struct cli_gen *g, const char *opt)
+{
+    if (strcmp(opt, "--alignment-guard")) return false;
+    g->alignment_guard = true;
+    return true;
 }
 
 /* "i j k" (spaces, commas or tabs between) -> ids */
@@ -150,6 +163,11 @@ bool cli_gen_apply(const struct cli_gen *g, const char *cmd, const struct engine
                 g->set & CLI_GEN_MIN_P ? "min-p" : g->set & CLI_GEN_CFG ? "cfg-weight" : "exaggeration", name);
         return false;
     }
+    if (!cfg && g->alignment_guard) {
+        fprintf(stderr, "chatterbox %s: --alignment-guard is not an option of the %s model (English and "
+                        "multilingual only)\n", cmd, name);
+        return false;
+    }
     if (g->language && !variant_get(engine_model_variant(m))->languages) {
         fprintf(stderr, "chatterbox %s: --language: the %s model speaks one language (only the multilingual "
                         "models take a language)\n", cmd, name);
@@ -172,6 +190,7 @@ bool cli_gen_apply(const struct cli_gen *g, const char *cmd, const struct engine
     p->text_ids = g->text_ids;
     p->n_text_ids = g->n_text_ids;
     p->language = g->language;
+    p->alignment_guard = g->alignment_guard;
     return true;
 }
 

@@ -311,6 +311,7 @@ static int say_main(int argc, char **argv, struct cli_gen *g)
         if (!strcmp(o, "--no-split")) { ep.split = false; continue; }
         if (!strcmp(o, "--no-prefix-cache")) { no_prefix_cache = 1; continue; }
         if (!strcmp(o, "--stream")) { ep.stream = true; continue; }
+        if (cli_gen_flag(g, o)) continue;
         if (!strcmp(o, "--lines")) { lines = 1; ep.stream = true; continue; }
         if (!strcmp(o, "-")) { text_file = "-"; continue; } /* stdin, as --text-file - */
         if (o[0] != '-') {

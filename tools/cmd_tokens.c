@@ -68,6 +68,7 @@ int cmd_tokens(int argc, char **argv)
         const char *o = argv[i];
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) { usage(stdout); cli_gen_free(&g); return 0; }
         if (!strcmp(o, "--quiet") || !strcmp(o, "-q")) { quiet = 1; continue; }
+        if (cli_gen_flag(&g, o)) continue;
         const char *val = cli_option_value("tokens", argc, argv, &i);
         bool ok = val != NULL;
         if (!ok) ;

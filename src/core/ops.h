@@ -167,9 +167,24 @@ struct tensor *op_channel_affine(struct arena *a, const struct tensor *x, int di
 /* Softmax over the innermost dim: softmax(x * scale). */
 struct tensor *op_softmax(struct arena *a, const struct tensor *x, float scale);
 
+/* An optional output of op_attention: the attention probabilities
+ * softmax(q k^T * scale + bias) of one batch row b and query head h, for
+ * query rows [i0, i0 + n): row r goes to dst + r * ld, keys 0 .. Tk-1
+ * (keys a query does not see, causal ones, hold 0; a query that sees no
+ * key gets a row of zeros). dst is host memory (the cpu and ref backends
+ * compute in host memory); ld >= Tk. The attention output is the same,
+ * bit for bit, with and without it. Used by T3's alignment guard
+ * (t3/alignment.h) to read three heads; the default decode asks for none
+ * and pays nothing. */
+struct attn_probs {
+    int64_t b, h, i0, n;
+    float *dst;
+    int64_t ld;
+};
 struct attn_params {
     float scale;  /* usually 1/sqrt(D) */
     bool causal;  /* query i (absolute position Tk-Tq+i) sees keys <= it */
+    const struct attn_probs *probs; /* NULL (default): nothing exported */
 };
 /* Fused scaled-dot-product attention.
  * q[B, Hq, Tq, D]; k, v [B, Hk, Tk, D] with Hq % Hk == 0 (grouped-query:

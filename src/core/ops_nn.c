@@ -13,7 +13,10 @@
  *  2. Softmax of a row with no finite maximum (all -inf, or a NaN/+inf)
  *     gives NaN, as torch.softmax does. Attention of a query that sees no
  *     key (causal with Tq > Tk, or a bias row of -inf) gives zeros, as
- *     torch SDPA (>= 2.5) and ESPnet's masked_fill(mask, 0) after softmax. */
+ *     torch SDPA (>= 2.5) and ESPnet's masked_fill(mask, 0) after softmax.
+ *  3. attn_params.probs, when set, names an existing (b, h), query rows
+ *     inside [0, Tq) and a host destination with stride >= Tk; a kernel
+ *     fills it without changing how it computes the output. */
 #include <math.h>
 
 #include "backend.h"
@@ -219,6 +222,16 @@ struct tensor *op_attention(struct arena *a, const struct tensor *q,
         t.ndim = 4;
         bv = arena_desc(a, &t);
         if (!bv) return NULL;
+    }
+    const struct attn_probs *pr = p->probs;
+    if (pr && (!be_->host || !pr->dst || pr->b < 0 || pr->b >= B || pr->h < 0 || pr->h >= Hq || pr->i0 < 0 ||
+               pr->n < 0 || pr->i0 + pr->n > Tq || pr->ld < Tk)) {
+        arena_fail(a, CBX_ERR_INTERNAL,
+                   "op_attention: probabilities of row %lld, head %lld, queries [%lld, %lld) with stride %lld "
+                   "asked of [%lld, %lld, %lld, %lld] attention on backend %s (host memory, stride >= Tk)",
+                   (long long)pr->b, (long long)pr->h, (long long)pr->i0, (long long)(pr->i0 + pr->n),
+                   (long long)pr->ld, (long long)B, (long long)Hq, (long long)Tq, (long long)Tk, be_->name);
+        return NULL;
     }
     const int64_t ne[4] = {B, Hq, Tq, q->ne[3]};
     struct tensor *out = arena_tensor(a, TYPE_F32, 4, ne);

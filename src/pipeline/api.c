@@ -258,6 +258,7 @@ static cbx_synth_params from_engine(const struct engine_params *ep)
     p.cfg_weight = e.cfg_weight;
     p.exaggeration = e.exaggeration;
     p.language = NULL;
+    p.alignment_guard = e.alignment_guard;
     return p;
 }
 
@@ -362,6 +363,7 @@ cbx_status cbx_synthesize(cbx_context *ctx, const cbx_voice *voice, const char *
     e.stream_prompt_tokens = params->stream_prompt_tokens;
     e.stream_first_prompt_tokens = params->stream_first_prompt_tokens;
     e.precision = params->precision;
+    e.alignment_guard = params->alignment_guard != 0;
     struct chunk_relay r = {chunk, user};
     float *pcm = NULL;
     int64_t n = 0;

@@ -682,6 +682,7 @@ static cbx_status segment_tokens(const struct engine_model *m, const struct back
      * the Llama's max_new_tokens is the count itself */
     gp.max_gen_len = m->t3.order == T3_ORDER_CFG ? p->max_tokens : p->max_tokens - 1;
     gp.cfg_weight = p->cfg_weight;
+    gp.alignment_guard = p->alignment_guard;
     const bool greedy = p->s.top_k == 1;
     for (int j = 0; j <= p->max_retries; j++) {
         int32_t *tok = NULL;

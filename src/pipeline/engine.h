@@ -207,6 +207,11 @@ struct engine_params {
     /* multilingual models: the language code ("fr"; NULL: no language
      * token, as upstream accepts None); an error for other variants */
     const char *language;
+    /* Llama T3 (English, multilingual): the alignment guard against
+     * long-form failures (t3/alignment.h: no early stop before the text
+     * is spoken, a forced stop on a long tail, a repeated passage or three
+     * equal tokens); false (default); an error for Turbo and Nano */
+    bool alignment_guard;
 };
 enum { ENGINE_PREC_AUTO = 0, ENGINE_PREC_F32 = 1, ENGINE_PREC_BF16 = 2 };
 struct engine_params engine_default_params(void);

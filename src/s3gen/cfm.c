@@ -495,7 +495,7 @@ static struct resid transformer(struct arena *a, const struct s3gen_estimator *e
     struct tensor *k = op_split_heads(a, op_slice(a, qkv, 2, inner, inner), e->n_heads);
     struct tensor *v = op_split_heads(a, op_slice(a, qkv, 2, 2 * inner, inner), e->n_heads);
     /* F.scaled_dot_product_attention, scale dim_head^-0.5, bidirectional */
-    struct attn_params ap = {1.0f / sqrtf((float)e->head_dim), false};
+    struct attn_params ap = {.scale = 1.0f / sqrtf((float)e->head_dim), .causal = false};
     struct tensor *o = op_attention(a, q, k, v, NULL, &ap);           /* [B, H, T, Dh] */
     o = op_merge_heads(a, o);
     struct tensor *hs;

@@ -342,7 +342,7 @@ static struct tensor *rel_attn(struct arena *a, const struct s3gen_encoder *e,
     struct tensor *qv = op_scale(a, op_add(a, q, l->pos_bias_v), scale);
     struct tensor *bd = op_matmul(a, op_permute(a, qv, to_heads), p); /* [1, H, T, 2T-1] */
     bd = rel_shift(a, bd);                                          /* [1, H, T, T] */
-    const struct attn_params ap = {scale, false};
+    const struct attn_params ap = {.scale = scale, .causal = false};
     struct tensor *o = op_attention(a, qu, k, v, bd, &ap);          /* [1, H, T, Dk] */
     o = op_merge_heads(a, o);
     return op_linear(a, o, l->linear_out_w, l->linear_out_b);

@@ -46,7 +46,19 @@ struct tensor *kv_cache_attend(struct arena *a, struct kv_cache *kv, int il,
     op_copy_into(a, op_slice(a, kv->k[il], 2, n_past, T), k);
     op_copy_into(a, op_slice(a, kv->v[il], 2, n_past, T), v);
     if (kv_only) return arena_status(a) == CBX_OK ? kv->v[il] : NULL;
-    struct attn_params ap = {1.0f / sqrtf((float)Dh), true};
+    struct attn_params ap = {.scale = 1.0f / sqrtf((float)Dh), .causal = true};
+    struct attn_probs pr;
+    for (int e = 0; kv->exp && e < kv->exp->n; e++) {
+        const struct kv_export *x = kv->exp;
+        if (x->layer[e] != il) continue;
+        if (x->n_q < 1 || x->n_q > T || x->ld < kv->capacity) {
+            arena_fail(a, CBX_ERR_INTERNAL, "kv cache: exporting %d query rows (stride %lld) of a %lld-row forward",
+                       x->n_q, (long long)x->ld, (long long)T);
+            return NULL;
+        }
+        pr = (struct attn_probs){x->row, x->head[e], T - x->n_q, x->n_q, x->dst[e], x->ld};
+        ap.probs = &pr;
+    }
     struct tensor *o = op_attention(a, q, op_slice(a, kv->k[il], 2, 0, n_past + T),
                                     op_slice(a, kv->v[il], 2, 0, n_past + T), NULL, &ap);
     return op_merge_heads(a, o);

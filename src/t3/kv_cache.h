@@ -25,11 +25,26 @@
 
 #include "core/ops.h"
 
+/* Attention probabilities the forwards over a cache export (kv_cache.exp;
+ * NULL, the default, exports nothing and costs nothing): for each of n
+ * (layer, head) pairs, at most one head per layer, batch row `row` and
+ * the last n_q query rows of a forward, over all n_past + T keys, into
+ * dst[e] (host memory; query row r at dst[e] + r * ld, ld >= capacity).
+ * T3's alignment guard reads three heads this way (t3/alignment.h). */
+#define KV_EXPORT_MAX 4
+struct kv_export {
+    int n, row, n_q;
+    int layer[KV_EXPORT_MAX], head[KV_EXPORT_MAX];
+    float *dst[KV_EXPORT_MAX];
+    int64_t ld;
+};
+
 struct kv_cache {
     int n_layer, n_rows, n_head, head_dim, capacity, n_past;
     enum dtype type;
     struct tensor **k, **v; /* n_layer entries, arena-owned */
     struct arena *scratch[2];
+    const struct kv_export *exp; /* borrowed; NULL after kv_cache_init */
 };
 
 /* The cache type for linear weights of type w: Q8_0 when they are
@@ -53,7 +68,9 @@ cbx_status kv_cache_init(struct kv_cache *kv, int n_layer, int n_head, int head_
  * over positions [0, n_past + T) with scale 1/sqrt(Dh). Returns the heads
  * merged to [B, T, H * Dh]; with kv_only the keys and values are written
  * and a non-NULL placeholder (the value cache) is returned. Does not
- * advance n_past (the backbone does, after its last layer). */
+ * advance n_past (the backbone does, after its last layer). When kv->exp
+ * names layer il, the attention also exports that head's probabilities
+ * (attn_params.probs); the output is the same bit for bit. */
 struct tensor *kv_cache_attend(struct arena *a, struct kv_cache *kv, int il,
                                const struct tensor *q, const struct tensor *k,
                                const struct tensor *v, bool kv_only);

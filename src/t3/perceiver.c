@@ -42,7 +42,7 @@ static struct tensor *block(struct arena *a, const struct perceiver *p, const st
     struct tensor *q = op_split_heads(a, op_linear(a, n1, p->to_q_w, p->to_q_b), H);
     struct tensor *k = op_split_heads(a, op_linear(a, n2, p->to_k_w, p->to_k_b), H);
     struct tensor *v = op_split_heads(a, op_linear(a, n2, p->to_v_w, p->to_v_b), H);
-    struct attn_params ap = {1.0f / sqrtf((float)(D / H)), false};
+    struct attn_params ap = {.scale = 1.0f / sqrtf((float)(D / H)), .causal = false};
     struct tensor *o = op_attention(a, q, k, v, NULL, &ap);
     return op_add(a, x1, op_linear(a, op_merge_heads(a, o), p->proj_out_w, p->proj_out_b));
 }

@@ -14,6 +14,7 @@
 #include "core/backend.h"
 #include "core/cpu/linear_kernels.h"
 #include "core/quant.h"
+#include "t3/alignment.h"
 
 /* The linear weights of the decode step: the backbone's, then the head.
  * slots: room for t3_backbone_linears + 1. */
@@ -505,7 +506,7 @@ struct tensor *t3_prepare_input_embeds(struct arena *a, const struct t3_model *m
 
 struct t3_gen_params t3_gen_default_params(const struct t3_model *m)
 {
-    struct t3_gen_params p = {{0.8, 1000, 0.95, 0.0, 1.2}, 1000, 0.0, 0, false, NULL};
+    struct t3_gen_params p = {{0.8, 1000, 0.95, 0.0, 1.2}, 1000, 0.0, 0, false, NULL, false};
     if (m && m->order == T3_ORDER_CFG) {
         struct sampler_params s = {0.8, 0, 1.0, 0.05, 1.2};
         p.s = s;
@@ -751,11 +752,19 @@ struct t3_seq {
     int64_t n;                  /* samples so far */
     bool done;
     struct rng_stream rs;
+    /* the alignment guard (p.alignment_guard), else al NULL: the three
+     * heads' probabilities of the last forward ([3][2][cap] in probs) */
+    struct alignment *al;
+    struct kv_export exp;
+    float *probs;
 };
 
 void t3_seq_free(struct t3_seq *s)
 {
     if (!s) return;
+    alignment_free(s->al);
+    free(s->al);
+    free(s->probs);
     free(s->hist);
     free(s->seen);
     free(s->idx);
@@ -790,11 +799,47 @@ static cbx_status prefill(struct t3_seq *s, const struct backend *be, const stru
         x = rc == CBX_OK ? text_and_start(a, m, text, n_text, s->n_rows) : NULL;
     }
     if (s->cfg && x) x = op_concat(a, x, speech_input(a, m, &m->hp.start_speech, 0, s->n_rows), 1);
+    /* the guard reads this forward's two start-of-speech rows */
+    s->kv.exp = s->al ? &s->exp : NULL;
     if (rc == CBX_OK) rc = last_logits(a, m, t3_backbone_forward(a, &m->tfmr, &s->kv, x), s->logits);
     t3_prefix_free(tmp);
     if (rc != CBX_OK && arena_status(a) != CBX_OK) err_setf(err, rc, "T3: %s", arena_errmsg(a));
     else if (rc != CBX_OK && !err[0]) err_setf(err, rc, "T3: %s", cbx_status_str(rc));
     return rc;
+}
+
+/* The alignment guard of sequence s (t3/alignment.h): the analyzer over
+ * the n_text text tokens after the C conditioning positions, and the
+ * export of its three heads (row 0, the conditional row) from every
+ * forward after the voice prefix. */
+static cbx_status guard_start(struct t3_seq *s, int64_t C, int64_t n_text, char *err)
+{
+    const struct t3_backbone *bb = &s->m->tfmr;
+    for (int e = 0; e < ALIGNMENT_N_HEADS; e++)
+        if (alignment_heads[e][0] >= bb->n_layer || alignment_heads[e][1] >= bb->n_head)
+            return err_setf(err, CBX_ERR_INVALID_ARG,
+                            "T3: the alignment guard reads layer %d, head %d of the attention; this model has %d "
+                            "layers of %d heads", alignment_heads[e][0], alignment_heads[e][1], bb->n_layer,
+                            bb->n_head);
+    if (!(s->al = calloc(1, sizeof *s->al))) return err_setf(err, CBX_ERR_NOMEM, "T3: out of memory");
+    cbx_status rc = alignment_init(s->al, (int)C, (int)n_text, err);
+    if (rc != CBX_OK) {
+        free(s->al);
+        s->al = NULL;
+        return rc;
+    }
+    s->probs = malloc(sizeof(float) * (size_t)(ALIGNMENT_N_HEADS * 2) * (size_t)s->cap);
+    if (!s->probs) return err_setf(err, CBX_ERR_NOMEM, "T3: out of memory for the alignment guard");
+    s->exp.n = ALIGNMENT_N_HEADS;
+    s->exp.row = 0;
+    s->exp.n_q = 2; /* the prefill's two start-of-speech rows */
+    s->exp.ld = s->cap;
+    for (int e = 0; e < ALIGNMENT_N_HEADS; e++) {
+        s->exp.layer[e] = alignment_heads[e][0];
+        s->exp.head[e] = alignment_heads[e][1];
+        s->exp.dst[e] = s->probs + (size_t)e * 2 * (size_t)s->cap;
+    }
+    return CBX_OK;
 }
 
 cbx_status t3_seq_start(const struct t3_model *m, const struct backend *be, const struct t3_cond *c,
@@ -819,6 +864,11 @@ cbx_status t3_seq_start(const struct t3_model *m, const struct backend *be, cons
                             text[i], (long long)i, (long long)m->hp.text_vocab);
     if (p->ws && p->ws->be != be) return err_setf(err, CBX_ERR_INVALID_ARG, "T3: the workspace belongs to another backend");
     const bool cfg = m->order == T3_ORDER_CFG;
+    if (p->alignment_guard && !cfg)
+        return err_setf(err, CBX_ERR_INVALID_ARG,
+                        "T3: the alignment guard is for the Llama T3 (English, multilingual), not a GPT-2 one");
+    if (p->alignment_guard && n_text < 1)
+        return err_setf(err, CBX_ERR_INVALID_ARG, "T3: the alignment guard needs text tokens");
     const int64_t V = m->hp.speech_vocab, C = t3_cond_len(m, n_prompt);
     /* Llama: inference appends a second start-of-speech (bos_embed) */
     const int64_t L0 = C + n_text + 1 + (cfg ? 1 : 0);
@@ -872,6 +922,10 @@ cbx_status t3_seq_start(const struct t3_model *m, const struct backend *be, cons
     s->kv.scratch[1] = s->ar[WS_SCRATCH1];
     set_precision(m, s->ar);
     err[0] = 0;
+    if (p->alignment_guard && (rc = guard_start(s, C, n_text, err)) != CBX_OK) {
+        t3_seq_free(s);
+        return rc;
+    }
     if ((rc = prefill(s, be, c, pfx, text, n_text, err)) != CBX_OK) {
         t3_seq_free(s);
         return rc;
@@ -891,6 +945,14 @@ cbx_status t3_seq_step(struct t3_seq *s, int32_t *token, char *err)
     int32_t *out = s->hist + 1;
     if (s->cb) memcpy(raw, s->logits, sizeof(float) * (size_t)(V * s->n_rows));
     cfg_combine(s->logits, s->n_rows, s->p.cfg_weight, l, V);
+    /* the alignment guard, between the CFG combine and the repetition
+     * penalty (spec/t3.md §10); the last id of generated_ids goes in */
+    if (s->al) {
+        const float *heads[ALIGNMENT_N_HEADS];
+        for (int e = 0; e < ALIGNMENT_N_HEADS; e++) heads[e] = s->exp.dst[e];
+        alignment_step(s->al, heads, s->exp.n_q, s->exp.ld, s->hist[s->n], l, V, m->hp.stop_speech);
+        s->exp.n_q = 1; /* decode steps: one new row */
+    }
     /* repetition history: Turbo [start] at the first step, then the
      * samples alone; Llama the start token and the samples */
     const int32_t *h = s->cfg || s->n == 0 ? s->hist : out;

@@ -35,7 +35,8 @@ enum t3_order {
                      * [start] at the first step, then the generated ids);
                      * the first sample is not checked for the stop token;
                      * a trailing stop token is removed */
-    T3_ORDER_CFG,   /* CFG combine, repetition penalty (history: start +
+    T3_ORDER_CFG,   /* CFG combine, [the alignment guard, when asked:
+                     * t3/alignment.h], repetition penalty (history: start +
                      * generated), temperature, min-p, top-p; the stop token
                      * is checked at every step and kept */
 };
@@ -136,6 +137,12 @@ struct t3_gen_params {
                                * upstream does (a reference for tests) */
     struct t3_workspace *ws;  /* arenas to reuse, or NULL: made and freed
                                * by the call */
+    bool alignment_guard;     /* Llama only: the alignment guard
+                               * (t3/alignment.h) between the CFG combine
+                               * and the repetition penalty; false (the
+                               * default) reads no attention at all. A
+                               * GPT-2 T3, or a Llama without layer 13 /
+                               * head 15, refuses it (t3_seq_start) */
 };
 /* Upstream's defaults for m's backbone (spec/overview.md §4). */
 struct t3_gen_params t3_gen_default_params(const struct t3_model *m);

@@ -197,7 +197,7 @@ static void run_case(const struct acase *c)
     fill_uniform(q, (size_t)nq, -1.5f, 1.5f, seed++);
     fill_uniform(k, (size_t)nkv, -1.5f, 1.5f, seed++);
     fill_uniform(v, (size_t)nkv, -1, 1, seed++);
-    struct attn_params p = {1.0f / sqrtf((float)c->D), c->causal};
+    struct attn_params p = {.scale = 1.0f / sqrtf((float)c->D), .causal = c->causal};
     char what[160];
     snprintf(what, sizeof what, "B%lld Hq%lld Hk%lld Tq%lld Tk%lld D%lld%s%s%s",
              (long long)c->B, (long long)c->Hq, (long long)c->Hk, (long long)c->Tq,

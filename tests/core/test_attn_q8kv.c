@@ -131,7 +131,7 @@ static void run_case(const char *lvl, const struct qcase *t, bool first_level)
     }
     const int64_t nq4[4] = {t->B, t->Hq, t->Tq, t->D}, nk4[4] = {t->B, t->Hk, t->Tk, t->D};
     float *kd = kc ? deq(kc, t->Tk) : NULL, *vd = vc ? deq(vc, t->Tk) : NULL;
-    struct attn_params p = {1.0f / sqrtf((float)t->D), t->causal};
+    struct attn_params p = {.scale = 1.0f / sqrtf((float)t->D), .causal = t->causal};
     if (kd && vd && kr && vr) {
         /* 2. cpu on Q8_0 vs ref on the dequantised F32 */
         struct tensor *oc = op_attention(ac, op_from_host(ac, TYPE_F32, 4, nq4, hq), op_slice(ac, kc, 2, 0, t->Tk),
@@ -213,7 +213,7 @@ static void errors(void)
 {
     const int64_t nq[4] = {1, 2, 1, 48}, nk[4] = {1, 2, 5, 48}, nq64[4] = {1, 2, 1, 64}, nk64[4] = {1, 2, 5, 64};
     struct tensor *q = arena_tensor(ac, TYPE_F32, 4, nq), *k = arena_tensor(ac, TYPE_F32, 4, nk);
-    struct attn_params p = {1, false};
+    struct attn_params p = {.scale = 1, .causal = false};
     /* a Q8_0 row of 48 is not whole blocks: arena_tensor itself cannot make
      * one, so a descriptor is made by hand */
     struct tensor k8 = *k;

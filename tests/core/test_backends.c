@@ -59,7 +59,7 @@ static struct tensor *gpt2_block(struct arena *a, const struct tensor *x, const 
     struct tensor *v = op_permute(a, op_reshape(a, op_cont(a, op_slice(a, qkv, 2, 2 * C, C)), 4, hd), perm);
     op_copy_into(a, op_slice(a, kc, 2, n_past, T), k);
     op_copy_into(a, op_slice(a, vc, 2, n_past, T), v);
-    struct attn_params ap = {1.0f / sqrtf((float)D), true};
+    struct attn_params ap = {.scale = 1.0f / sqrtf((float)D), .causal = true};
     struct tensor *o = op_attention(a, q, op_slice(a, kc, 2, 0, n_past + T),
                                     op_slice(a, vc, 2, 0, n_past + T), NULL, &ap);
     const int64_t flat[3] = {1, T, C};

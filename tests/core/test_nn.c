@@ -139,7 +139,7 @@ static void hand_cases(struct arena *a, const char *be)
          * first query sees only key 0 -> 10. */
         const int64_t nq[4] = {1, 1, 2, 1}, nk[4] = {1, 1, 2, 1};
         const float q[2] = {1, 1}, k[2] = {0, logf(3)}, v[2] = {10, 20};
-        struct attn_params p = {1.0f, false};
+        struct attn_params p = {.scale = 1.0f, .causal = false};
         float *y = test_host_copy(a, op_attention(a, up(a, 4, nq, q), up(a, 4, nk, k), up(a, 4, nk, v), NULL, &p));
         const float want[2] = {17.5f, 17.5f};
         snprintf(what, sizeof what, "%s attention hand", be);
@@ -461,7 +461,7 @@ static void attention_vs_ref(const char *lvl)
         struct pair k = mk_qkv(t->B, t->Hk, t->Tk, t->D, t->layout, Tmax, f16);
         struct pair v = mk_qkv(t->B, t->Hk, t->Tk, t->D, t->layout, Tmax, f16);
         struct pair b = mk_bias(t);
-        struct attn_params p = {1.0f / sqrtf((float)t->D), t->causal};
+        struct attn_params p = {.scale = 1.0f / sqrtf((float)t->D), .causal = t->causal};
         char w[160];
         snprintf(w, sizeof w, "%s attn B%lld Hq%lld Hk%lld Tq%lld Tk%lld D%lld%s L%d b%d%s", lvl,
                  (long long)t->B, (long long)t->Hq, (long long)t->Hk, (long long)t->Tq,
@@ -511,7 +511,7 @@ static void attention_composed(void)
                              v[((b * Hk + h / (Hq / Hk)) * Tk + j) * D + d];
                     want[((b * Hq + h) * Tq + i) * D + d] = (float)o;
                 }
-    struct attn_params p = {scale, true};
+    struct attn_params p = {.scale = scale, .causal = true};
     got = test_host_copy(ar, op_attention(ar, up(ar, 4, nq, q), up(ar, 4, nk, k), up(ar, 4, nk, v),
                                 up(ar, 4, nb, bias), &p));
     cmp("ref attention vs scores+softmax+PV", got, want, B * Hq * Tq * D, 1e-6, 1e-5);
@@ -603,7 +603,7 @@ static void expect_fail(struct arena *a, struct tensor *t, const char *what)
 static void errors(void)
 {
     struct arena *a = ac;
-    struct attn_params p = {0.125f, false};
+    struct attn_params p = {.scale = 0.125f, .causal = false};
     const int64_t nq[4] = {1, 4, 3, 8}, nk[4] = {1, 2, 5, 8}, nk3[4] = {1, 3, 5, 8};
     const int64_t nkd[4] = {1, 2, 5, 7}, nb_bad[4] = {2, 4, 3, 5}, nb_bad2[4] = {1, 3, 3, 5};
     const int64_t nb_bad3[2] = {3, 6}, nb_ok[3] = {4, 3, 5};

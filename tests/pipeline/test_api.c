@@ -53,7 +53,7 @@ static void no_model(void)
     cbx_synth_params p = cbx_synth_default_params();
     CHECK(p.temperature == 0.8 && p.top_k == 1000 && p.top_p == 0.95 && p.repetition_penalty == 1.2 &&
               p.max_tokens == 1001 && p.seed == 0 && p.cfm_steps == 0 && p.n_threads == 0 && p.split_text == 1 &&
-              p.max_segment_tokens == 60 && p.pause_ms == 100 && p.max_retries == 2,
+              p.max_segment_tokens == 60 && p.pause_ms == 100 && p.max_retries == 2 && p.alignment_guard == 0,
           "cbx_synth_default_params: tts_turbo.py defaults");
     CHECK(cbx_model_default_params().weight_type == NULL, "cbx_model_default_params: weights as stored");
 
@@ -268,6 +268,12 @@ static void with_model(void)
     rc = cbx_synthesize(ctx, NULL, "Hello.", &q, NULL, NULL, &a);
     CHECK(rc == CBX_ERR_INVALID_ARG && strstr(cbx_context_errmsg(ctx), "n_threads"), "n_threads -1: '%s'",
           cbx_context_errmsg(ctx));
+    q = p;
+    q.alignment_guard = 1; /* the Llama T3's option */
+    rc = cbx_synthesize(ctx, NULL, "Hello.", &q, NULL, NULL, &a);
+    printf("  alignment_guard on turbo -> %s: %s\n", cbx_status_str(rc), cbx_context_errmsg(ctx));
+    CHECK(rc == CBX_ERR_INVALID_ARG && a.samples == NULL && strstr(cbx_context_errmsg(ctx), "alignment guard"),
+          "alignment_guard on turbo: '%s'", cbx_context_errmsg(ctx));
 
     /* cancellation from the chunk callback */
     struct chunks c = {0};

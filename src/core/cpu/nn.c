@@ -500,7 +500,7 @@ static const struct tensor *unit_rows(struct arena *a, const struct tensor *t, b
     return arena_desc(a, &c);
 }
 
-static void cpu_attention(struct arena *a, struct tensor *out, const struct tensor *q,
+static void attention_out(struct arena *a, struct tensor *out, const struct tensor *q,
                           const struct tensor *k, const struct tensor *v,
                           const struct tensor *bias, const struct attn_params *p)
 {
@@ -538,6 +538,65 @@ static void cpu_attention(struct arena *a, struct tensor *out, const struct tens
     c.scratch = arena_alloc_host(a, (size_t)(nt * c.per_thread) * sizeof(float));
     if (!c.scratch) return;
     tp_parallel_for(pool(a), c.B * c.Hq * c.nqb, 1, attn_items, &c);
+}
+
+/* The optional probability export (attn_params.probs, ops.h): a pass of
+ * its own over the asked rows after the output is done, so the drivers
+ * above stay exactly as they are (the output is bit-identical with and
+ * without it) and a call without it pays nothing. Scores and softmax in
+ * double, as the ref kernel; k in any of its types (F32, F16, Q8_0) and
+ * strides. Cost: n * Tk * D multiply-adds (T3's alignment guard: 3 heads,
+ * one query row per decode step). */
+static void attention_probs(struct arena *a, const struct tensor *q, const struct tensor *k,
+                            const struct tensor *bias, const struct attn_params *p)
+{
+    const struct attn_probs *pr = p->probs;
+    const int64_t Tq = q->ne[2], Tk = k->ne[2], D = q->ne[3], b = pr->b, h = pr->h;
+    const int64_t hk = h / (q->ne[1] / k->ne[1]);
+    double *s = arena_alloc_host(a, (size_t)(Tk > 0 ? Tk : 1) * sizeof *s);
+    float *kr = arena_alloc_host(a, (size_t)(D > 0 ? D : 1) * sizeof *kr);
+    float *qr = arena_alloc_host(a, (size_t)(D > 0 ? D : 1) * sizeof *qr);
+    if (!s || !kr || !qr) return;
+    for (int64_t r = 0; r < pr->n; r++) {
+        const int64_t i = pr->i0 + r;
+        float *dst = pr->dst + r * pr->ld;
+        const char *qp = (const char *)q->data + b * q->nb[0] + h * q->nb[1] + i * q->nb[2];
+        for (int64_t d = 0; d < D; d++) qr[d] = *(const float *)(qp + d * q->nb[3]);
+        const int64_t last = p->causal ? Tk - Tq + i : Tk - 1; /* last visible key */
+        double m = -INFINITY;
+        for (int64_t j = 0; j < Tk; j++) {
+            s[j] = -INFINITY;
+            if (j > last) continue;
+            const char *kp = (const char *)k->data + b * k->nb[0] + hk * k->nb[1] + j * k->nb[2];
+            if (k->type == TYPE_Q8_0) dequantize_row(TYPE_Q8_0, kp, kr, D);
+            else if (k->type == TYPE_F16)
+                for (int64_t d = 0; d < D; d++) kr[d] = fp16_to_f32(*(const uint16_t *)(kp + d * k->nb[3]));
+            else
+                for (int64_t d = 0; d < D; d++) kr[d] = *(const float *)(kp + d * k->nb[3]);
+            double dot = 0;
+            for (int64_t d = 0; d < D; d++) dot += (double)qr[d] * kr[d];
+            s[j] = dot * p->scale;
+            if (bias)
+                s[j] += *(const float *)((const char *)bias->data + b * bias->nb[0] + h * bias->nb[1] +
+                                         i * bias->nb[2] + j * bias->nb[3]);
+            if (s[j] > m) m = s[j];
+        }
+        if (m == -INFINITY) { /* sees no key: zeros (ops_nn.c, convention 2) */
+            memset(dst, 0, (size_t)Tk * sizeof *dst);
+            continue;
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < Tk; j++) sum += (s[j] = exp(s[j] - m));
+        for (int64_t j = 0; j < Tk; j++) dst[j] = (float)(s[j] / sum);
+    }
+}
+
+static void cpu_attention(struct arena *a, struct tensor *out, const struct tensor *q,
+                          const struct tensor *k, const struct tensor *v,
+                          const struct tensor *bias, const struct attn_params *p)
+{
+    attention_out(a, out, q, k, v, bias, p);
+    if (p->probs && arena_status(a) == CBX_OK) attention_probs(a, q, k, bias, p);
 }
 
 /* ---- rotary ------------------------------------------------------------ */

@@ -206,10 +206,13 @@ static void ref_attention(struct arena *a, struct tensor *out, const struct tens
     double *o = arena_alloc_host(a, (size_t)(D > 0 ? D : 1) * sizeof *o);
     if (!s || !o) return;
     float *y = out->data;
+    const struct attn_probs *pr = p->probs; /* optional export (ops.h) */
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < Hq; h++) {
             int64_t hk = h / group;
             for (int64_t i = 0; i < Tq; i++) {
+                float *pe = pr && b == pr->b && h == pr->h && i >= pr->i0 && i < pr->i0 + pr->n
+                                ? pr->dst + (i - pr->i0) * pr->ld : NULL;
                 int64_t last = p->causal ? Tk - Tq + i : Tk - 1; /* last visible key */
                 double m = -INFINITY;
                 for (int64_t j = 0; j < Tk; j++) {
@@ -225,6 +228,8 @@ static void ref_attention(struct arena *a, struct tensor *out, const struct tens
                 float *yr = y + ((b * Hq + h) * Tq + i) * D;
                 if (m == -INFINITY) { /* sees no key: zeros (ops_nn.c, convention 2) */
                     for (int64_t d = 0; d < D; d++) yr[d] = 0;
+                    if (pe)
+                        for (int64_t j = 0; j < Tk; j++) pe[j] = 0;
                     continue;
                 }
                 double sum = 0;
@@ -232,6 +237,8 @@ static void ref_attention(struct arena *a, struct tensor *out, const struct tens
                     s[j] = exp(s[j] - m);
                     sum += s[j];
                 }
+                if (pe)
+                    for (int64_t j = 0; j < Tk; j++) pe[j] = (float)(s[j] / sum);
                 for (int64_t j = 0; j < Tk; j++)
                     if (s[j] != 0)
                         for (int64_t d = 0; d < D; d++) o[d] += s[j] * at4(v, b, hk, j, d);
