@@ -173,6 +173,14 @@ bool cli_gen_apply(const struct cli_gen *g, const char *cmd, const struct engine
                         "models take a language)\n", cmd, name);
         return false;
     }
+    const struct variant *row = variant_get(engine_model_variant(m));
+    if (g->language && !variant_has_language(row, g->language)) { /* with --text-ids too */
+        fprintf(stderr, "chatterbox %s: --language: unsupported language \"%.32s\"; the %s model takes one of:", cmd,
+                g->language, name);
+        for (int i = 0; row->languages[i]; i++) fprintf(stderr, "%s %s", i ? "," : "", row->languages[i]);
+        fputc('\n', stderr);
+        return false;
+    }
     const struct engine_params d = engine_model_default_params(m);
     p->s = d.s;
     p->max_tokens = d.max_tokens;
