@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -313,4 +314,16 @@ int test_n_threads(void)
     for (struct dirent *e; d && (e = readdir(d));) n += e->d_name[0] != '.';
     if (d) closedir(d);
     return n;
+}
+
+int test_run_cli(const char *cmd, const char *args, bool err2, char *out, size_t n)
+{
+    char line[8192];
+    snprintf(line, sizeof line, "'%s/chatterbox' %s %s %s", CBX_BINARY_DIR, cmd, args, err2 ? "2>&1" : "2>/dev/null");
+    FILE *p = popen(line, "r");
+    if (!p) return -1;
+    size_t k = fread(out, 1, n - 1, p);
+    out[k] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }

@@ -66,6 +66,10 @@ int test_copy_file(const char *from, const char *to);
  * copied. */
 void test_fixture_voice_dir(const char *variant, const char *dir);
 int test_count_lines(const char *s);
+/* Run `<build>/chatterbox CMD ARGS` with its stdout (and stderr when err2,
+ * else stderr discarded) in out (n bytes, NUL-terminated); returns its exit
+ * status, -1 when it could not run or was killed. */
+int test_run_cli(const char *cmd, const char *args, bool err2, char *out, size_t n);
 /* path names an existing file or directory. */
 bool test_exists(const char *path);
 

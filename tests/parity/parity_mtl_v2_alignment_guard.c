@@ -127,18 +127,9 @@ static void library(void)
     model_close(md);
 }
 
-/* `chatterbox tokens ARGS` with stdout (and stderr when err2) in out;
- * returns the exit status */
 static int run(const char *args, bool err2, char *out, size_t n)
 {
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "'%s/chatterbox' tokens %s %s", CBX_BINARY_DIR, args, err2 ? "2>&1" : "2>/dev/null");
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t k = fread(out, 1, n - 1, p);
-    out[k] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return test_run_cli("tokens", args, err2, out, n);
 }
 
 static int64_t parse_ids(const char *s, int32_t *t, int64_t max)

@@ -14,14 +14,7 @@ static const char *TEXT = "Oh, that's hilarious! [chuckle] Um anyway, we do have
 
 static int run(const char *args, char *out, size_t n)
 {
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "'%s/chatterbox' tokens %s 2>/dev/null", CBX_BINARY_DIR, args);
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t k = fread(out, 1, n - 1, p);
-    out[k] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return test_run_cli("tokens", args, false, out, n);
 }
 
 static void check_tokens(const char *what, const char *out, const char *fixture)
