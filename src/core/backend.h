@@ -132,6 +132,17 @@ void backend_cpu_free(struct backend *be);
  * may call this, the first call fills it). */
 const struct backend *backend_ref(void);
 
+#ifdef CBX_HAVE_CUDA
+/* The CUDA backend (built with -DCBX_CUDA=ON; src/core/cuda/): device
+ * memory, one stream, cuBLAS. NULL when there is no such device or the
+ * driver fails; the one-line reason goes to err (ERR_MAX bytes, or NULL).
+ * Free with backend_cuda_free (after every arena on it). */
+struct backend *backend_cuda_create(int device, char *err);
+void backend_cuda_free(struct backend *be);
+/* CUDA devices present (0 when none or no driver). */
+int backend_cuda_device_count(void);
+#endif
+
 /* Registration of each kernel group, one function per source file pair
  * (src/core/cpu/<group>.c, src/core/ref/<group>.c). */
 void cpu_register_elementwise(struct kernels *k);
