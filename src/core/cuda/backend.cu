@@ -170,6 +170,7 @@ extern "C" struct backend *backend_cuda_create(int device, char *err)
     be->to_host = to_host;
     be->from_host = from_host;
     cuda_register_elementwise(&be->k);
+    cuda_register_linear(&be->k);
     return be;
 }
 
