@@ -171,6 +171,7 @@ extern "C" struct backend *backend_cuda_create(int device, char *err)
     be->from_host = from_host;
     cuda_register_elementwise(&be->k);
     cuda_register_linear(&be->k);
+    cuda_register_nn(&be->k);
     return be;
 }
 
