@@ -172,6 +172,8 @@ extern "C" struct backend *backend_cuda_create(int device, char *err)
     cuda_register_elementwise(&be->k);
     cuda_register_linear(&be->k);
     cuda_register_nn(&be->k);
+    cuda_register_conv(&be->k);
+    cuda_register_spectral(&be->k);
     return be;
 }
 
