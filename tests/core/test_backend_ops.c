@@ -203,12 +203,13 @@ static struct tensor *c_get_rows(struct arena *a, int v)
 static const enum dtype lin_types[] = {TYPE_F32, TYPE_F16, TYPE_BF16, TYPE_Q8_0, TYPE_Q4_0,
                                        TYPE_Q4_1, TYPE_Q5_0, TYPE_Q5_1};
 /* v: type index + 8 * shape (0: x [3, 5, 64] + bias, 1: x [1, 1, 64] (one
- * row), 2: x [4, 64] a transposed view, 3: x [70, 256] w [300, 256]) */
+ * row), 2: x [4, 64] a transposed view, 3: x [70, 256] w [300, 256], 4: x
+ * [2, 63] (odd K, float types only)) */
 static struct tensor *c_linear(struct arena *a, int v)
 {
     enum dtype t = lin_types[v % 8];
     int shape = v / 8;
-    int64_t K = shape == 3 ? 256 : 64, N = shape == 3 ? 300 : 48;
+    int64_t K = shape == 3 ? 256 : shape == 4 ? 63 : 64, N = shape == 3 ? 300 : 48;
     struct tensor *w = in_w(a, t, 50 + (uint64_t)v, ND(N, K));
     struct tensor *b = in_f32(a, 51, ND(N), -1, 1);
     struct tensor *x;
@@ -216,6 +217,7 @@ static struct tensor *c_linear(struct arena *a, int v)
     case 0: x = in_f32(a, 52, ND(3, 5, K), -1, 1); break;
     case 1: x = in_f32(a, 53, ND(1, 1, K), -1, 1); break;
     case 2: x = op_transpose(a, in_f32(a, 54, ND(K, 4), -1, 1), 0, 1); break;
+    case 4: x = in_f32(a, 56, ND(2, K), -1, 1); break;
     default: x = in_f32(a, 55, ND(70, K), -1, 1); break;
     }
     return op_linear(a, x, w, shape == 2 ? NULL : b);
@@ -284,7 +286,9 @@ static struct tensor *c_softmax(struct arena *a, int v)
 /* attention variants: 0 plain GQA, 1 causal, 2 bias [1, Hq, Tq, Tk], 3 bias
  * [Tq, Tk] + causal, 4 decode Tq 1, 5 F16 kv, 6 Q8_0 kv, 7 causal Tq > Tk
  * (queries that see no key), 8 permuted [B, T, H, D] views, 9 long keys
- * (global score scratch), 10 -inf bias rows */
+ * (global score scratch), 10 -inf bias rows; decode over many keys (the
+ * cuda backend's split-key path): 11 1000 keys, 12 f16 kv + bias, 13 q8_0
+ * kv causal, 14 the first 200 of 300 keys masked (whole chunks see none) */
 static struct tensor *c_attention(struct arena *a, int v)
 {
     int64_t B = 2, Hq = 4, Hk = 2, Tq = 5, Tk = 9, D = 16;
@@ -292,6 +296,7 @@ static struct tensor *c_attention(struct arena *a, int v)
     if (v == 6) D = 32;
     if (v == 7) { Tq = 6; Tk = 4; }
     if (v == 9) { B = 1; Hq = 2; Hk = 1; Tq = 2; Tk = 9000; D = 8; }
+    if (v >= 11) { Tq = 1; Tk = v == 13 ? 700 : v == 14 ? 300 : 1000; D = v == 13 ? 32 : 64; }
     struct tensor *q = in_f32(a, 90, ND(B, Hq, Tq, D), -1, 1);
     struct tensor *k = in_f32(a, 91, ND(B, Hk, Tk, D), -1, 1);
     struct tensor *vv = in_f32(a, 92, ND(B, Hk, Tk, D), -1, 1);
@@ -301,23 +306,25 @@ static struct tensor *c_attention(struct arena *a, int v)
         k = op_permute(a, in_f32(a, 94, ND(B, Tk, Hk, D), -1, 1), perm);
         vv = op_permute(a, in_f32(a, 95, ND(B, Tk, Hk, D), -1, 1), perm);
     }
-    if (v == 5 || v == 6) {
-        k = op_cast(a, k, v == 5 ? TYPE_F16 : TYPE_Q8_0);
-        vv = op_cast(a, vv, v == 5 ? TYPE_F16 : TYPE_Q8_0);
+    if (v == 5 || v == 6 || v == 12 || v == 13) {
+        enum dtype kt = v == 5 || v == 12 ? TYPE_F16 : TYPE_Q8_0;
+        k = op_cast(a, k, kt);
+        vv = op_cast(a, vv, kt);
     }
     struct tensor *bias = NULL;
     if (v == 2) bias = in_f32(a, 96, ND(1, Hq, Tq, Tk), -2, 2);
     if (v == 3) bias = in_f32(a, 97, ND(Tq, Tk), -2, 2);
-    if (v == 10) { /* query row 1 masked out entirely */
+    if (v == 12) bias = in_f32(a, 99, ND(B, Hq, 1, Tk), -2, 2);
+    if (v == 10 || v == 14) { /* 10: query row 1 masked out; 14: keys < 200 */
         int64_t n = Tq * Tk;
         float *h = malloc((size_t)n * sizeof *h);
         if (!h) return NULL;
         fill_uniform(h, (size_t)n, -1, 1, 98);
-        for (int64_t j = 0; j < Tk; j++) h[1 * Tk + j] = -INFINITY;
+        for (int64_t j = 0; j < (v == 10 ? Tk : 200); j++) h[(v == 10 ? Tk : 0) + j] = -INFINITY;
         bias = op_from_host(a, TYPE_F32, 2, NE(Tq, Tk), h);
         free(h);
     }
-    struct attn_params p = {1.0f / sqrtf((float)D), v == 1 || v == 3 || v == 7, NULL};
+    struct attn_params p = {1.0f / sqrtf((float)D), v == 1 || v == 3 || v == 7 || v == 13, NULL};
     return op_attention(a, q, k, vv, bias, &p);
 }
 
@@ -375,7 +382,9 @@ static struct tensor *c_conv_t1d(struct arena *a, int v)
     int64_t cin = 6, coutg = 4, K = 7;
     if (v == 1) { p = (struct conv_transpose1d_params){2, 1, 0, 1, 2}; coutg = 2; K = 4; }
     if (v == 2) { p = (struct conv_transpose1d_params){8, 4, 0, 2, 1}; K = 16; }
-    struct tensor *x = in_f32(a, 130, ND(2, cin, 11), -1, 1);
+    if (v == 3) { p = (struct conv_transpose1d_params){5, 0, 2, 1, 3}; coutg = 3; K = 3; }
+    struct tensor *x = v == 3 ? op_transpose(a, in_f32(a, 133, ND(11, cin), -1, 1), 0, 1)
+                              : in_f32(a, 130, ND(2, cin, 11), -1, 1);
     struct tensor *w = in_w(a, v == 1 ? TYPE_F16 : TYPE_F32, 131, ND(cin, coutg, K));
     struct tensor *b = v == 2 ? NULL : in_f32(a, 132, ND(coutg * p.groups), -1, 1);
     return op_conv_transpose1d(a, x, w, b, &p);
@@ -522,6 +531,9 @@ static const struct tcase cases[] = {
     LIN("q4_1", 5, 1e-5, 3e-2),
     LIN("q5_0", 6, 1e-5, 3e-2),
     LIN("q5_1", 7, 1e-5, 3e-2),
+    {"linear f32 K 63 two rows", c_linear, 32 + 0, 1e-5, 1e-5},
+    {"linear f16 K 63 two rows", c_linear, 32 + 1, 1e-5, 1e-5},
+    {"linear bf16 K 63 two rows", c_linear, 32 + 2, 1e-5, 1e-5},
     {"matmul batched", c_matmul, 0, 1e-5, 0},
     {"matmul broadcast batch", c_matmul, 1, 1e-5, 0},
     {"matmul strided views", c_matmul, 2, 1e-5, 0},
@@ -555,6 +567,10 @@ static const struct tcase cases[] = {
     {"attention 9000 keys", c_attention, 9, 1e-5, 1e-5},
     {"attention -inf bias row", c_attention, 10, 1e-5, 1e-5},
     {"attention probs export", c_attention_probs, 0, 1e-5, 1e-5},
+    {"attention decode 1000 keys", c_attention, 11, 1e-5, 1e-5},
+    {"attention decode f16 kv bias", c_attention, 12, 1e-5, 1e-5},
+    {"attention decode q8_0 kv causal", c_attention, 13, 1e-5, 1e-5},
+    {"attention decode masked chunks", c_attention, 14, 1e-5, 1e-5},
     {"rope", c_rope, 0, 1e-6, 1e-5},
     {"rope partial n_dims", c_rope, 1, 1e-6, 1e-5},
     {"rope llama3 scaling", c_rope, 2, 1e-6, 1e-5},
@@ -570,6 +586,7 @@ static const struct tcase cases[] = {
     {"conv_transpose1d s3 p2 op1", c_conv_t1d, 0, 1e-5, 1e-5},
     {"conv_transpose1d groups 2 f16", c_conv_t1d, 1, 1e-5, 1e-5},
     {"conv_transpose1d s8 k16 dil 2", c_conv_t1d, 2, 1e-5, 1e-5},
+    {"conv_transpose1d [Cin,T] view s5 k3 g3", c_conv_t1d, 3, 1e-5, 1e-5},
     {"pad1d zero", c_pad1d, PAD_ZERO, 0, 0},
     {"pad1d reflect", c_pad1d, PAD_REFLECT, 0, 0},
     {"pad1d replicate", c_pad1d, PAD_REPLICATE, 0, 0},

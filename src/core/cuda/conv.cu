@@ -5,8 +5,10 @@
  * conv1d is im2col + GEMM: the padded input windows of each group are
  * unfolded into a [R = Cin/groups * K, t] column matrix (T in chunks that
  * keep it under COL_CHUNK_BYTES) and one strided-batched SGEMM over the
- * groups multiplies it with the F32 weight. conv_transpose1d and conv2d
- * gather each output element directly (F32 accumulation). The LSTM
+ * groups multiplies it with the F32 weight. conv_transpose1d is one GEMM
+ * per batch row (W^T x, strided-batched over the groups) and a gather of
+ * the overlapping taps; conv2d gathers each output element directly (F32
+ * accumulation). The LSTM
  * projects every input step with one GEMM (x @ W_ih^T + b_ih), then runs
  * the recurrence in one block per batch row with h, c and the gates in
  * shared memory and W_hh transposed to F32 so the gate rows read
@@ -107,24 +109,25 @@ static void cuda_conv1d(struct arena *a, struct tensor *out, const struct tensor
 
 /* ---- conv_transpose1d ------------------------------------------------------- */
 
-__global__ static void k_conv_t1d(float *out, struct tv x, struct tv w, int64_t cout,
-                                  int64_t tout, int stride, int padding, int dilation, int groups,
-                                  int64_t n)
+/* GEMM then gather: per batch row and group, Y[co * K + k][s] = sum over ci
+ * in the group of w[ci, col, k] * x[ci, s] (one strided-batched SGEMM over
+ * the groups), then out[co, t] = bias[co] + sum of Y[co * K + k][s] over the
+ * (k, s) with s * stride - padding + k * dilation = t, in increasing k as
+ * the reference. */
+__global__ static void k_conv_t1d_gather(float *out, const float *Y, int64_t cout, int64_t K,
+                                         int64_t T, int64_t tout, int stride, int padding,
+                                         int dilation, const char *bias, int64_t bias_nb)
 {
-    const int64_t T = x.ne[3], cin = w.ne[1], cout_g = w.ne[2], K = w.ne[3];
-    const int64_t cin_g = cin / groups;
-    CU_FOR(e, n) {
-        const int64_t t = e % tout, co = (e / tout) % cout, bi = e / (tout * cout);
-        const int64_t g = co / cout_g, col = co % cout_g;
-        float acc = 0;
+    CU_FOR(e, cout * tout) {
+        const int64_t t = e % tout, co = e / tout;
+        const float *yr = Y + co * K * T;
+        float acc = bias ? *(const float *)(bias + co * bias_nb) : 0.0f;
         for (int64_t k = 0; k < K; k++) {
             const int64_t num = t + padding - k * dilation;
             if (num < 0 || num % stride) continue;
             const int64_t s = num / stride;
             if (s >= T) continue;
-            for (int64_t ci = g * cin_g; ci < (g + 1) * cin_g; ci++)
-                acc += d_ldf(w.type, w.p + ci * w.nb[1] + col * w.nb[2] + k * w.nb[3]) *
-                       *(const float *)(x.p + bi * x.nb[1] + ci * x.nb[2] + s * x.nb[3]);
+            acc += yr[k * T + s];
         }
         out[e] = acc;
     }
@@ -134,13 +137,33 @@ static void cuda_conv_transpose1d(struct arena *a, struct tensor *out, const str
                                   const struct tensor *w, const struct tensor *b,
                                   const struct conv_transpose1d_params *p)
 {
-    const int64_t n = tensor_nelements(out);
-    if (n == 0) return;
-    const int64_t cout = w->ne[1] * p->groups, tout = out->ne[out->ndim - 1];
-    k_conv_t1d<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, cuda_of(a)->st>>>(
-        (float *)out->data, tv_of(x), tv_of(w), cout, tout, p->stride, p->padding, p->dilation,
-        p->groups, n);
-    if (cu_launched(a, "conv_transpose1d")) bias_ch(a, out, b);
+    if (tensor_nelements(out) == 0) return;
+    const int64_t cin = w->ne[0], cout_g = w->ne[1], K = w->ne[2], G = p->groups;
+    const int64_t cin_g = cin / G, cout = cout_g * G, R2 = cout_g * K;
+    const int64_t B = x->ndim == 3 ? x->ne[0] : 1, T = x->ne[x->ndim - 1];
+    const int64_t tout = out->ne[out->ndim - 1];
+    if (T > INT32_MAX || R2 > INT32_MAX || cin_g > INT32_MAX || G > INT32_MAX) {
+        arena_fail(a, CBX_ERR_UNSUPPORTED, "conv_transpose1d: sizes exceed 32 bits");
+        return;
+    }
+    const float *xc = cuda_f32_contig(a, x); /* [B, Cin, T] */
+    const float *wf = cuda_f32_contig(a, w); /* [Cin, cout_g * K] */
+    float *Y = (float *)arena_alloc(a, (size_t)(cout * K) * (size_t)T * 4);
+    if (!xc || !wf || !Y) return;
+    struct cuda_backend *cb = cuda_of(a);
+    const float one = 1.0f, zero = 0.0f;
+    for (int64_t bi = 0; bi < B; bi++) {
+        if (!cublas_ok(a, cublasSgemmStridedBatched(cb->blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)T,
+                                                    (int)R2, (int)cin_g, &one, xc + bi * cin * T,
+                                                    (int)T, cin_g * T, wf, (int)R2, cin_g * R2,
+                                                    &zero, Y, (int)T, R2 * T, (int)G),
+                       "conv_transpose1d sgemm"))
+            return;
+        k_conv_t1d_gather<<<cu_blocks(cout * tout, CU_THREADS), CU_THREADS, 0, cb->st>>>(
+            (float *)out->data + bi * cout * tout, Y, cout, K, T, tout, p->stride, p->padding,
+            p->dilation, b ? (const char *)b->data : NULL, b ? b->nb[0] : 0);
+        if (!cu_launched(a, "conv_transpose1d gather")) return;
+    }
 }
 
 /* ---- pad1d, upsample_nearest ----------------------------------------------------- */

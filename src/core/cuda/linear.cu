@@ -21,9 +21,13 @@
 
 /* ---- decode GEMV ---------------------------------------------------------- */
 
+/* One warp per output o. Block types: each lane takes whole blocks (lane,
+ * lane + 32, ...: the warp reads consecutive blocks), widening each
+ * element exactly as d_block_elem; F16/BF16 rows with 4-byte aligned
+ * pairs: each lane takes element pairs; otherwise lanes stride over K. */
 __global__ static void k_gemv(float *y, int64_t ldy, const float *x, int M, int64_t K,
                               int64_t N, const char *w, int64_t nb0, int64_t nb1, int type,
-                              int bs, const char *bias, int64_t bias_nb)
+                              int bs, bool pairs, const char *bias, int64_t bias_nb)
 {
     const int lane = threadIdx.x & 31;
     const int64_t o = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
@@ -32,10 +36,25 @@ __global__ static void k_gemv(float *y, int64_t ldy, const float *x, int M, int6
     float acc[GEMV_ROWS] = {0, 0, 0, 0};
     if (bs) {
         const int64_t nblk = K / QK;
-        for (int64_t bi = 0; bi < nblk; bi++) {
-            const float wv = d_block_elem(type, row + bi * bs, lane);
-            const int64_t i = bi * QK + lane;
-            for (int r = 0; r < M; r++) acc[r] += wv * x[r * K + i];
+        for (int64_t bi = lane; bi < nblk; bi += 32) {
+            const char *blk = row + bi * bs;
+            const float *xb = x + bi * QK;
+            for (int j = 0; j < QK; j++) {
+                const float wv = d_block_elem(type, blk, j);
+                for (int r = 0; r < M; r++) acc[r] += wv * xb[r * K + j];
+            }
+        }
+    } else if (pairs) {
+        for (int64_t i = 2 * lane; i + 1 < K; i += 64) {
+            const uint32_t u = *(const uint32_t *)(row + i * 2);
+            const uint16_t h0 = (uint16_t)(u & 0xffff), h1 = (uint16_t)(u >> 16);
+            const float w0 = type == TYPE_F16 ? d_fp16_to_f32(h0) : d_bf16_to_f32(h0);
+            const float w1 = type == TYPE_F16 ? d_fp16_to_f32(h1) : d_bf16_to_f32(h1);
+            for (int r = 0; r < M; r++) acc[r] += w0 * x[r * K + i] + w1 * x[r * K + i + 1];
+        }
+        if ((K & 1) && lane == 0) {
+            const float wv = d_ldf(type, row + (K - 1) * 2);
+            for (int r = 0; r < M; r++) acc[r] += wv * x[r * K + K - 1];
         }
     } else {
         for (int64_t i = lane; i < K; i += 32) {
@@ -132,9 +151,11 @@ void cuda_linear_rows(struct arena *a, float *y, int64_t ldy, const float *x, in
             return;
         }
         unsigned grid = (unsigned)((N + GEMV_WARPS - 1) / GEMV_WARPS);
+        const bool pairs = (w->type == TYPE_F16 || w->type == TYPE_BF16) && w->nb[1] == 2 &&
+                           w->nb[0] % 4 == 0 && (uintptr_t)w->data % 4 == 0;
         k_gemv<<<grid, 32 * GEMV_WARPS, 0, st>>>(y, ldy, x, (int)M, K, N, (const char *)w->data,
-                                                 w->nb[0], w->nb[1], (int)w->type, bs, bias,
-                                                 bias_nb);
+                                                 w->nb[0], w->nb[1], (int)w->type, bs, pairs,
+                                                 bias, bias_nb);
         cu_launched(a, "linear gemv");
         return;
     } else if (arena_bf16(a) && (w->type == TYPE_F16 || w->type == TYPE_BF16)) {

@@ -8,8 +8,9 @@
  * computed on the host by the same float code as the ref kernel.
  * Attention: one block per query row; scores in shared memory (global
  * scratch for long keys), F32 dot products, double softmax sum, the
- * weighted sum of v split over the block; a query that sees no key gives
- * zeros (ops_nn.c, convention 2). */
+ * weighted sum of v split over the block; a decode row over many keys is
+ * split over blocks of 128 keys and recombined (k_attn_split); a query that
+ * sees no key gives zeros (ops_nn.c, convention 2). */
 #include <math.h>
 
 #include "cuda_common.h"
@@ -375,6 +376,98 @@ __global__ static void k_attention(float *out, struct tv q, struct tv k, struct 
     }
 }
 
+/* Decode (Tq 1, no probability export) over many keys: the keys are split
+ * into ATT_SPLIT_KEYS-sized chunks, one block each, so a step with few
+ * heads still fills the GPU. A block leaves its chunk's max m, exp-sum l
+ * and unnormalised sum o[D]; k_attn_combine rescales them by exp(m - M)
+ * to the row's max M. */
+#define ATT_SPLIT_KEYS 128
+
+__global__ static void k_attn_split(float *pm, double *pl, float *po, struct tv q, struct tv k,
+                                    struct tv v, struct tv bias, bool has_bias, float scale,
+                                    int64_t nsplit)
+{
+    __shared__ float qs[256];
+    __shared__ float s[ATT_SPLIT_KEYS];
+    __shared__ float red[ATT_THREADS];
+    __shared__ double dred[ATT_THREADS];
+    const int64_t sp = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int64_t Hq = q.ne[1], D = q.ne[3], Tk = k.ne[2];
+    const int64_t hk = h / (Hq / k.ne[1]);
+    const int64_t j0 = sp * ATT_SPLIT_KEYS;
+    const int64_t n = Tk - j0 < ATT_SPLIT_KEYS ? Tk - j0 : ATT_SPLIT_KEYS;
+    const int64_t row = (b * Hq + h) * nsplit + sp;
+    const char *qr = q.p + b * q.nb[0] + h * q.nb[1];
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) qs[d] = *(const float *)(qr + d * q.nb[3]);
+    __syncthreads();
+    float m = -INFINITY;
+    for (int64_t jj = threadIdx.x; jj < n; jj += blockDim.x) {
+        const int64_t j = j0 + jj;
+        float dot = 0;
+        for (int64_t d = 0; d < D; d++) dot += qs[d] * kv_ld(k, b, hk, j, d);
+        float sj = dot * scale;
+        if (has_bias) sj += *(const float *)(bias.p + b * bias.nb[0] + h * bias.nb[1] + j * bias.nb[3]);
+        s[jj] = sj;
+        m = fmaxf(m, sj);
+    }
+    m = block_max(m, red);
+    float *o = po + row * D;
+    if (m == -INFINITY) {
+        for (int64_t d = threadIdx.x; d < D; d += blockDim.x) o[d] = 0;
+        if (threadIdx.x == 0) {
+            pm[row] = m;
+            pl[row] = 0;
+        }
+        return;
+    }
+    double acc = 0;
+    for (int64_t jj = threadIdx.x; jj < n; jj += blockDim.x) {
+        const float e = (float)exp((double)s[jj] - m);
+        s[jj] = e;
+        acc += e;
+    }
+    const double l = block_sum(acc, dred);
+    const int P = blockDim.x / (int)D, t = threadIdx.x, d = t % (int)D, p = t / (int)D;
+    float od = 0;
+    if (p < P)
+        for (int64_t jj = p; jj < n; jj += P)
+            if (s[jj] != 0) od += s[jj] * kv_ld(v, b, hk, j0 + jj, d);
+    red[t] = od;
+    __syncthreads();
+    if (p == 0) {
+        float tot = 0;
+        for (int pp = 0; pp < P; pp++) tot += red[pp * D + d];
+        o[d] = tot;
+    }
+    if (threadIdx.x == 0) {
+        pm[row] = m;
+        pl[row] = l;
+    }
+}
+
+__global__ static void k_attn_combine(float *out, const float *pm, const double *pl,
+                                      const float *po, int64_t nsplit, int64_t D)
+{
+    const int64_t r = blockIdx.x; /* b * Hq + h */
+    const float *m = pm + r * nsplit;
+    float M = -INFINITY;
+    for (int64_t i = 0; i < nsplit; i++) M = fmaxf(M, m[i]);
+    float *y = out + r * D;
+    if (M == -INFINITY) {
+        for (int64_t d = threadIdx.x; d < D; d += blockDim.x) y[d] = 0;
+        return;
+    }
+    double l = 0;
+    for (int64_t i = 0; i < nsplit; i++)
+        if (m[i] != -INFINITY) l += pl[r * nsplit + i] * exp((double)m[i] - M);
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+        double o = 0;
+        for (int64_t i = 0; i < nsplit; i++)
+            if (m[i] != -INFINITY) o += po[(r * nsplit + i) * D + d] * exp((double)m[i] - M);
+        y[d] = (float)(o / l);
+    }
+}
+
 static void cuda_attention(struct arena *a, struct tensor *out, const struct tensor *q,
                            const struct tensor *k, const struct tensor *v,
                            const struct tensor *bias, const struct attn_params *p)
@@ -387,6 +480,22 @@ static void cuda_attention(struct arena *a, struct tensor *out, const struct ten
         return;
     }
     cudaStream_t st = cuda_of(a)->st;
+    const struct attn_probs *pr = p->probs;
+    if (Tq == 1 && Tk >= 2 * ATT_SPLIT_KEYS && D <= ATT_THREADS && !(pr && pr->n > 0)) {
+        const int64_t nsplit = (Tk + ATT_SPLIT_KEYS - 1) / ATT_SPLIT_KEYS, rows = B * Hq;
+        float *pm = (float *)arena_alloc(a, (size_t)(rows * nsplit) * 4);
+        double *pl = (double *)arena_alloc(a, (size_t)(rows * nsplit) * 8);
+        float *po = (float *)arena_alloc(a, (size_t)(rows * nsplit * D) * 4);
+        if (!pm || !pl || !po) return;
+        struct tv bv = bias ? tv_of(bias) : tv_of(q);
+        dim3 grid((unsigned)nsplit, (unsigned)Hq, (unsigned)B);
+        k_attn_split<<<grid, ATT_THREADS, 0, st>>>(pm, pl, po, tv_of(q), tv_of(k), tv_of(v), bv,
+                                                   bias != NULL, p->scale, nsplit);
+        if (!cu_launched(a, "attention (split keys)")) return;
+        k_attn_combine<<<(unsigned)rows, 64, 0, st>>>((float *)out->data, pm, pl, po, nsplit, D);
+        cu_launched(a, "attention (combine)");
+        return;
+    }
     float *gscores = NULL;
     size_t smem = (size_t)(D + ATT_THREADS + 1) * 4 + ATT_THREADS * 8; /* qs, red, dred */
     if (Tk > ATT_SMEM_SCORES) {
@@ -401,7 +510,6 @@ static void cuda_attention(struct arena *a, struct tensor *out, const struct ten
                "attention shared memory"))
         return;
     struct attn_export ex = {0, 0, 0, 0, NULL};
-    const struct attn_probs *pr = p->probs;
     if (pr && pr->n > 0 && Tk > 0) {
         ex.b = pr->b;
         ex.h = pr->h;

@@ -17,6 +17,12 @@
 
 #define SP_THREADS 256
 
+/* threads of a per-frame block: n_fft rounded up to a warp, at most 256 */
+static unsigned sp_threads(int N)
+{
+    return N >= SP_THREADS ? SP_THREADS : (unsigned)((N + 31) / 32 * 32);
+}
+
 /* host tables: w[N] (padded window), c[N], s[N]; NULL on failure */
 static double *host_tables(struct arena *a, const struct tensor *window,
                            const struct stft_params *p, size_t extra)
@@ -117,7 +123,7 @@ static void cuda_stft(struct arena *a, struct tensor *out, const struct tensor *
     const int mode = p->center ? (int)p->pad_mode : (int)PAD_ZERO;
     const double scale = p->normalized ? 1.0 / sqrt((double)N) : 1.0;
     dim3 grid((unsigned)frames, (unsigned)B);
-    k_stft<<<grid, SP_THREADS, smem, cuda_of(a)->st>>>((float *)out->data, xv, dt, N, p->hop, pad,
+    k_stft<<<grid, sp_threads(N), smem, cuda_of(a)->st>>>((float *)out->data, xv, dt, N, p->hop, pad,
                                                        mode, frames, scale);
     cu_launched(a, "stft");
 }
@@ -206,7 +212,7 @@ static void cuda_istft(struct arena *a, struct tensor *out, const struct tensor 
     const double scale = (p->normalized ? sqrt((double)N) : 1.0) / N;
     cudaStream_t st = cuda_of(a)->st;
     dim3 grid((unsigned)frames, (unsigned)B);
-    k_istft_frames<<<grid, SP_THREADS, smem, st>>>(fb, sv, dt, N, frames, scale);
+    k_istft_frames<<<grid, sp_threads(N), smem, st>>>(fb, sv, dt, N, frames, scale);
     if (!cu_launched(a, "istft frames")) return;
     const int64_t n = B * len;
     k_istft_ola<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, st>>>(
