@@ -8,8 +8,10 @@
  *
  * Backends here: "cpu" (threaded, SIMD, BLAS) and "ref" (naive scalar
  * loops, single thread: the reference every cpu kernel is tested against,
- * and a second backend proving that model code is backend-agnostic).
- * Both hold data in host memory. */
+ * and a second backend proving that model code is backend-agnostic), both
+ * holding data in host memory; with -DCBX_CUDA=ON also "cuda"
+ * (src/core/cuda/: device memory, host = false). tests/core/
+ * test_backend_ops.c runs every kernel of every built backend against ref. */
 #ifndef CBX_BACKEND_H
 #define CBX_BACKEND_H
 
