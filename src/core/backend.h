@@ -8,8 +8,10 @@
  *
  * Backends here: "cpu" (threaded, SIMD, BLAS) and "ref" (naive scalar
  * loops, single thread: the reference every cpu kernel is tested against,
- * and a second backend proving that model code is backend-agnostic).
- * Both hold data in host memory. */
+ * and a second backend proving that model code is backend-agnostic), both
+ * holding data in host memory; with -DCBX_CUDA=ON also "cuda"
+ * (src/core/cuda/: device memory, host = false). tests/core/
+ * test_backend_ops.c runs every kernel of every built backend against ref. */
 #ifndef CBX_BACKEND_H
 #define CBX_BACKEND_H
 
@@ -131,6 +133,17 @@ void backend_cpu_free(struct backend *be);
 /* The reference backend (static, single-threaded, never freed; any thread
  * may call this, the first call fills it). */
 const struct backend *backend_ref(void);
+
+#ifdef CBX_HAVE_CUDA
+/* The CUDA backend (built with -DCBX_CUDA=ON; src/core/cuda/): device
+ * memory, one stream, cuBLAS. NULL when there is no such device or the
+ * driver fails; the one-line reason goes to err (ERR_MAX bytes, or NULL).
+ * Free with backend_cuda_free (after every arena on it). */
+struct backend *backend_cuda_create(int device, char *err);
+void backend_cuda_free(struct backend *be);
+/* CUDA devices present (0 when none or no driver). */
+int backend_cuda_device_count(void);
+#endif
 
 /* Registration of each kernel group, one function per source file pair
  * (src/core/cpu/<group>.c, src/core/ref/<group>.c). */

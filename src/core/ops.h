@@ -171,8 +171,8 @@ struct tensor *op_softmax(struct arena *a, const struct tensor *x, float scale);
  * softmax(q k^T * scale + bias) of one batch row b and query head h, for
  * query rows [i0, i0 + n): row r goes to dst + r * ld, keys 0 .. Tk-1
  * (keys a query does not see, causal ones, hold 0; a query that sees no
- * key gets a row of zeros). dst is host memory (the cpu and ref backends
- * compute in host memory); ld >= Tk. The attention output is the same,
+ * key gets a row of zeros). dst is host memory on every backend (the cuda
+ * backend copies the rows back, synchronising); ld >= Tk. The attention output is the same,
  * bit for bit, with and without it. Used by T3's alignment guard
  * (t3/alignment.h) to read three heads; the default decode asks for none
  * and pays nothing. */

@@ -16,7 +16,8 @@
  *     torch SDPA (>= 2.5) and ESPnet's masked_fill(mask, 0) after softmax.
  *  3. attn_params.probs, when set, names an existing (b, h), query rows
  *     inside [0, Tq) and a host destination with stride >= Tk; a kernel
- *     fills it without changing how it computes the output. */
+ *     fills it without changing how it computes the output (a device
+ *     backend copies the rows back before it returns). */
 #include <math.h>
 
 #include "backend.h"
@@ -224,7 +225,7 @@ struct tensor *op_attention(struct arena *a, const struct tensor *q,
         if (!bv) return NULL;
     }
     const struct attn_probs *pr = p->probs;
-    if (pr && (!be_->host || !pr->dst || pr->b < 0 || pr->b >= B || pr->h < 0 || pr->h >= Hq || pr->i0 < 0 ||
+    if (pr && (!pr->dst || pr->b < 0 || pr->b >= B || pr->h < 0 || pr->h >= Hq || pr->i0 < 0 ||
                pr->n < 0 || pr->i0 + pr->n > Tq || pr->ld < Tk)) {
         arena_fail(a, CBX_ERR_INTERNAL,
                    "op_attention: probabilities of row %lld, head %lld, queries [%lld, %lld) with stride %lld "

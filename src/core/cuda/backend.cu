@@ -1,0 +1,188 @@
+/* backend.cu - the CUDA backend: device memory (cudaMalloc), explicit
+ * transfers on the backend's stream, the cuBLAS handle, the checked-call
+ * helpers of cuda_common.h and the kernel table (one register function
+ * per kernel group, src/core/cuda/<group>.cu).
+ *
+ * Precision: F32 GEMMs run in full F32 (cuBLAS default math, no TF32)
+ * unless CBX_CUDA_TF32=1; CBX_CUDA_SYNC=1 synchronises after every kernel
+ * so an execution fault is reported by the op that caused it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_common.h"
+
+bool cu_ok(struct arena *a, cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess) return true;
+    cudaGetLastError(); /* clear a non-sticky error */
+    arena_fail(a, e == cudaErrorMemoryAllocation ? CBX_ERR_NOMEM : CBX_ERR_INTERNAL,
+               "cuda: %s: %s", what, cudaGetErrorString(e));
+    return false;
+}
+
+bool cublas_ok(struct arena *a, cublasStatus_t s, const char *what)
+{
+    if (s == CUBLAS_STATUS_SUCCESS) return true;
+    arena_fail(a, s == CUBLAS_STATUS_ALLOC_FAILED ? CBX_ERR_NOMEM : CBX_ERR_INTERNAL,
+               "cuda: %s: cuBLAS status %d", what, (int)s);
+    return false;
+}
+
+bool cu_launched(struct arena *a, const char *what)
+{
+    if (!cu_ok(a, cudaGetLastError(), what)) return false;
+    const struct cuda_backend *cb = cuda_of(a);
+    if (cb->sync_check) return cu_ok(a, cudaStreamSynchronize(cb->st), what);
+    return true;
+}
+
+void *cu_upload(struct arena *a, const void *host, size_t n)
+{
+    void *d = arena_alloc(a, n);
+    if (!d) return NULL;
+    if (!cu_ok(a, cudaMemcpyAsync(d, host, n, cudaMemcpyHostToDevice, cuda_of(a)->st),
+               "upload"))
+        return NULL;
+    return d;
+}
+
+bool cu_download(struct arena *a, void *host, const void *dev, size_t n)
+{
+    const struct cuda_backend *cb = cuda_of(a);
+    return cu_ok(a, cudaMemcpyAsync(host, dev, n, cudaMemcpyDeviceToHost, cb->st), "download") &&
+           cu_ok(a, cudaStreamSynchronize(cb->st), "download");
+}
+
+/* ---- memory and transfers (struct backend) ----------------------------- */
+
+static void *dev_alloc(const struct backend *be, size_t n)
+{
+    const struct cuda_backend *cb = (const struct cuda_backend *)be;
+    void *p = NULL;
+    if (cudaSetDevice(cb->device) != cudaSuccess || cudaMalloc(&p, n ? n : 1) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL; /* the arena reports "out of memory allocating N bytes" */
+    }
+    return p;
+}
+
+static void dev_free(const struct backend *be, void *p)
+{
+    (void)be;
+    cudaFree(p);
+}
+
+/* Transfers have no arena to fail: a failure prints one line and poisons
+ * the destination (NaN bytes on the host), so no stale data passes for a
+ * result. */
+static void transfer(const struct backend *be, void *dst, const void *src, size_t n,
+                     cudaMemcpyKind kind)
+{
+    const struct cuda_backend *cb = (const struct cuda_backend *)be;
+    cudaError_t e = cudaMemcpyAsync(dst, src, n, kind, cb->st);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(cb->st);
+    if (e == cudaSuccess) return;
+    fprintf(stderr, "cuda: %s of %zu bytes failed: %s\n",
+            kind == cudaMemcpyDeviceToHost ? "device->host copy" : "host->device copy", n,
+            cudaGetErrorString(e));
+    cudaGetLastError();
+    if (kind == cudaMemcpyDeviceToHost) memset(dst, 0xff, n);
+}
+
+static void to_host(const struct backend *be, void *dst, const void *src, size_t n)
+{
+    transfer(be, dst, src, n, cudaMemcpyDeviceToHost);
+}
+
+static void from_host(const struct backend *be, void *dst, const void *src, size_t n)
+{
+    transfer(be, dst, src, n, cudaMemcpyHostToDevice);
+}
+
+/* ---- create / free ------------------------------------------------------ */
+
+extern "C" int backend_cuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+static bool env_on(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+extern "C" struct backend *backend_cuda_create(int device, char *err)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        err_setf(err, CBX_ERR_UNSUPPORTED, "cuda: no CUDA device (%s)",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports 0 devices");
+        cudaGetLastError();
+        return NULL;
+    }
+    if (device < 0 || device >= n) {
+        err_setf(err, CBX_ERR_INVALID_ARG, "cuda: device %d does not exist (%d device%s)",
+                 device, n, n == 1 ? "" : "s");
+        return NULL;
+    }
+    struct cuda_backend *cb = (struct cuda_backend *)calloc(1, sizeof *cb);
+    if (!cb) {
+        err_setf(err, CBX_ERR_NOMEM, "cuda: out of memory");
+        return NULL;
+    }
+    cb->device = device;
+    cudaDeviceProp prop;
+    if ((e = cudaSetDevice(device)) != cudaSuccess ||
+        (e = cudaGetDeviceProperties(&prop, device)) != cudaSuccess ||
+        (e = cudaStreamCreateWithFlags(&cb->st, cudaStreamNonBlocking)) != cudaSuccess) {
+        err_setf(err, CBX_ERR_INTERNAL, "cuda: device %d: %s", device, cudaGetErrorString(e));
+        cudaGetLastError();
+        free(cb);
+        return NULL;
+    }
+    cublasStatus_t s = cublasCreate(&cb->blas);
+    if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetStream(cb->blas, cb->st);
+    cb->tf32 = env_on("CBX_CUDA_TF32");
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasSetMathMode(cb->blas, cb->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        err_setf(err, CBX_ERR_INTERNAL, "cuda: cuBLAS initialisation failed (status %d)", (int)s);
+        if (cb->blas) cublasDestroy(cb->blas);
+        cudaStreamDestroy(cb->st);
+        free(cb);
+        return NULL;
+    }
+    cb->sync_check = env_on("CBX_CUDA_SYNC");
+    snprintf(cb->name, sizeof cb->name, "cuda");
+    struct backend *be = &cb->be;
+    be->name = cb->name;
+    be->host = false;
+    be->buf_alloc = dev_alloc;
+    be->buf_free = dev_free;
+    be->to_host = to_host;
+    be->from_host = from_host;
+    cuda_register_elementwise(&be->k);
+    cuda_register_linear(&be->k);
+    cuda_register_nn(&be->k);
+    cuda_register_conv(&be->k);
+    cuda_register_spectral(&be->k);
+    return be;
+}
+
+extern "C" void backend_cuda_free(struct backend *be)
+{
+    if (!be) return;
+    struct cuda_backend *cb = (struct cuda_backend *)be;
+    cudaStreamSynchronize(cb->st);
+    cublasDestroy(cb->blas);
+    cudaStreamDestroy(cb->st);
+    free(cb);
+}

@@ -1,0 +1,240 @@
+/* cuda_common.h - shared by the CUDA kernels (the .cu files of src/core/cuda/ only; never
+ * included by C code): the backend's private state, the 4-d tensor view
+ * handed to kernels, element loads/stores of every dtype on the device
+ * (bit-exact ports of tensor.c's conversions and quant.c's block layouts),
+ * and checked launches that report through arena_fail.
+ *
+ * Invariants:
+ *  1. Every kernel of a backend runs on its one stream (cuda_backend.st),
+ *     so kernels of one arena run in issue order; to_host / from_host
+ *     synchronise that stream, so a host read sees every earlier kernel.
+ *  2. A kernel entry point (struct kernels) checks each launch and each
+ *     CUDA/cuBLAS/cuFFT call; the first failure goes to arena_fail as one
+ *     line "cuda: <what>: <driver message>" and the kernel returns.
+ *  3. Device views (struct tv) are right-aligned to 4 dims like elem.h's
+ *     elem_shape4: padded dims have ne 1 and stride 0; strides in bytes.
+ *  4. Host scratch handed to cudaMemcpyAsync lives in the arena until its
+ *     reset, and pageable copies are staged before the call returns. */
+#ifndef CBX_CUDA_COMMON_H
+#define CBX_CUDA_COMMON_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "../backend.h"
+#include "../quant.h"
+}
+
+struct cuda_backend {
+    struct backend be; /* first: arena_backend() hands back &be */
+    int device;
+    cudaStream_t st;
+    cublasHandle_t blas;
+    bool tf32;       /* CBX_CUDA_TF32=1: TF32 tensor-core F32 GEMMs */
+    bool sync_check; /* CBX_CUDA_SYNC=1: synchronise after every kernel */
+    char name[64];
+};
+
+static inline struct cuda_backend *cuda_of(struct arena *a)
+{
+    return (struct cuda_backend *)arena_backend(a);
+}
+
+/* ---- checks (invariant 2) --------------------------------------------- */
+
+/* false (and the arena failed) when e is an error */
+bool cu_ok(struct arena *a, cudaError_t e, const char *what);
+bool cublas_ok(struct arena *a, cublasStatus_t s, const char *what);
+/* After a launch: the launch error, and with sync_check the kernel's. */
+bool cu_launched(struct arena *a, const char *what);
+/* n bytes of device scratch in the arena holding a copy of host[n]. */
+void *cu_upload(struct arena *a, const void *host, size_t n);
+/* Device -> host copy of n bytes, synchronous. */
+bool cu_download(struct arena *a, void *host, const void *dev, size_t n);
+
+/* ---- views ------------------------------------------------------------ */
+
+struct tv {
+    char *p;
+    int type;
+    int64_t ne[4], nb[4];
+};
+
+static inline struct tv tv_of(const struct tensor *t)
+{
+    struct tv v;
+    v.p = (char *)t->data;
+    v.type = (int)t->type;
+    int off = 4 - t->ndim;
+    for (int d = 0; d < 4; d++) {
+        v.ne[d] = 1;
+        v.nb[d] = 0;
+    }
+    for (int d = 0; d < t->ndim; d++) {
+        v.ne[off + d] = t->ne[d];
+        v.nb[off + d] = t->nb[d];
+    }
+    return v;
+}
+
+/* byte offset of linear (row-major) index i of v's shape */
+__device__ static inline int64_t tv_off(const struct tv &v, int64_t i)
+{
+    int64_t i3 = i % v.ne[3];
+    i /= v.ne[3];
+    int64_t i2 = i % v.ne[2];
+    i /= v.ne[2];
+    int64_t i1 = i % v.ne[1];
+    int64_t i0 = i / v.ne[1];
+    return i0 * v.nb[0] + i1 * v.nb[1] + i2 * v.nb[2] + i3 * v.nb[3];
+}
+
+/* ---- grid helpers ----------------------------------------------------- */
+
+#define CU_THREADS 256
+static inline unsigned cu_blocks(int64_t n, int threads)
+{
+    int64_t b = (n + threads - 1) / threads;
+    if (b < 1) b = 1;
+    if (b > 65536) b = 65536; /* kernels loop (grid-stride) beyond */
+    return (unsigned)b;
+}
+#define CU_FOR(i, n)                                                           \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);  \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+/* ---- scalar conversions, bit-exact with tensor.c ----------------------- */
+
+__device__ static inline float d_fp16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else {
+            int e = -1;
+            do { e++; man <<= 1; } while (!(man & 0x400));
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    return __uint_as_float(bits);
+}
+
+__device__ static inline uint16_t d_f32_to_fp16(float f)
+{
+    uint32_t x = __float_as_uint(f);
+    uint32_t sign = (x >> 16) & 0x8000;
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);
+    if (ax < 0x38800000u) {
+        if (ax < 0x33000000u) return (uint16_t)sign;
+        uint32_t e = ax >> 23, man = (ax & 0x7fffff) | 0x800000;
+        uint32_t shift = 126 - e;
+        uint32_t r = man >> shift, rem = man & ((1u << shift) - 1);
+        uint32_t half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1))) r++;
+        return (uint16_t)(sign | r);
+    }
+    uint32_t r = ((ax >> 13) - (112u << 10));
+    uint32_t rem = ax & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++;
+    return (uint16_t)(sign | r);
+}
+
+__device__ static inline float d_bf16_to_f32(uint16_t h)
+{
+    return __uint_as_float((uint32_t)h << 16);
+}
+
+__device__ static inline uint16_t d_f32_to_bf16(float f)
+{
+    uint32_t x = __float_as_uint(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);
+    x += 0x7fff + ((x >> 16) & 1);
+    return (uint16_t)(x >> 16);
+}
+
+__device__ static inline uint16_t d_ld16(const char *p)
+{
+    return (uint16_t)((uint8_t)p[0] | ((uint16_t)(uint8_t)p[1] << 8));
+}
+
+/* F32 / F16 / BF16 element at p */
+__device__ static inline float d_ldf(int type, const char *p)
+{
+    switch (type) {
+    case TYPE_F16: return d_fp16_to_f32(*(const uint16_t *)p);
+    case TYPE_BF16: return d_bf16_to_f32(*(const uint16_t *)p);
+    default: return *(const float *)p;
+    }
+}
+
+/* Element j (< QK) of the block at blk of a ggml block type, as
+ * quant.c's dequantize_row computes it. Blocks are only 2-byte aligned. */
+__device__ static inline float d_block_elem(int type, const char *blk, int j)
+{
+    const float d = d_fp16_to_f32(d_ld16(blk));
+    const int h = j >= QK / 2, jj = j - h * (QK / 2);
+    switch (type) {
+    case TYPE_Q8_0: return d * (float)(int8_t)blk[2 + j];
+    case TYPE_Q4_0: {
+        uint8_t q = (uint8_t)blk[2 + jj];
+        return d * (float)((h ? q >> 4 : q & 0x0f) - 8);
+    }
+    case TYPE_Q4_1: {
+        const float m = d_fp16_to_f32(d_ld16(blk + 2));
+        uint8_t q = (uint8_t)blk[4 + jj];
+        return d * (float)(h ? q >> 4 : q & 0x0f) + m;
+    }
+    case TYPE_Q5_0:
+    case TYPE_Q5_1: {
+        const int q51 = type == TYPE_Q5_1;
+        const char *qhp = blk + (q51 ? 4 : 2);
+        const uint32_t qh = (uint32_t)(uint8_t)qhp[0] | (uint32_t)(uint8_t)qhp[1] << 8 |
+                            (uint32_t)(uint8_t)qhp[2] << 16 | (uint32_t)(uint8_t)qhp[3] << 24;
+        const uint8_t q = (uint8_t)qhp[4 + jj];
+        int v = h ? ((q >> 4) | ((int)(qh >> (jj + 12)) & 0x10))
+                  : ((q & 0x0f) | ((int)((qh >> jj) << 4) & 0x10));
+        if (!q51) return d * (float)(v - 16);
+        return d * (float)v + d_fp16_to_f32(d_ld16(blk + 2));
+    }
+    default: return 0.0f;
+    }
+}
+
+/* Element i of a row at row of any weight type (float or block) */
+__device__ static inline float d_row_elem(int type, int blk_size, const char *row, int64_t i,
+                                          int64_t elem_stride)
+{
+    if (blk_size) return d_block_elem(type, row + (i / QK) * blk_size, (int)(i % QK));
+    return d_ldf(type, row + i * elem_stride);
+}
+
+/* ---- kernel groups (one .cu each) ------------------------------------- */
+
+/* contiguous F32 copy of any F32 view into dst (device) */
+void cuda_to_f32(struct arena *a, float *dst, const struct tensor *x);
+/* A contiguous F32 copy of x (x itself when already one); NULL on failure */
+const float *cuda_f32_contig(struct arena *a, const struct tensor *x);
+/* y[M, N] (ldy) = x[M, K] (contiguous F32) @ w[N, K]^T, w any linear weight
+ * type (exact F32 widening); b F32 [N] or NULL. */
+void cuda_linear_rows(struct arena *a, float *y, int64_t ldy, const float *x, int64_t M,
+                      int64_t K, const struct tensor *w, const struct tensor *b);
+
+extern "C" {
+void cuda_register_elementwise(struct kernels *k);
+void cuda_register_linear(struct kernels *k);
+void cuda_register_nn(struct kernels *k);
+void cuda_register_conv(struct kernels *k);
+void cuda_register_spectral(struct kernels *k);
+}
+
+#endif

@@ -1,0 +1,316 @@
+/* linear.cu - CUDA kernels of the linear group (see ops.h): op_linear for
+ * every weight type and op_matmul with broadcast batch dims.
+ *
+ * linear, y[M, N] = x[M, K] @ w[N, K]^T + b:
+ *  - F32 weights: one cuBLAS SGEMM (full F32 unless CBX_CUDA_TF32=1).
+ *  - F16/BF16/Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 weights, up to GEMV_ROWS rows of x
+ *    (decode): a GEMV kernel that widens the weight on the fly exactly as
+ *    quant.c's dequantize_row does, one warp per output, F32 accumulation.
+ *  - the same weights with more rows: the weight is widened to F32 in
+ *    chunks of rows (exact, as the ref backend) and multiplied by SGEMM.
+ *    With the arena's BF16 hint (arena_set_bf16) F16/BF16 weights instead
+ *    go through cublasGemmEx on 16-bit operands with F32 accumulation.
+ * matmul: SGEMM (batched over pointer arrays for the broadcast batch dims)
+ * on the operands' own strides when cuBLAS can express them, else on a
+ * contiguous copy. */
+#include "cuda_common.h"
+
+#define GEMV_ROWS 4
+#define GEMV_WARPS 8
+#define DEQUANT_CHUNK_BYTES ((size_t)64 << 20)
+
+/* ---- decode GEMV ---------------------------------------------------------- */
+
+/* One warp per output o. Block types: each lane takes whole blocks (lane,
+ * lane + 32, ...: the warp reads consecutive blocks), widening each
+ * element exactly as d_block_elem; F16/BF16 rows with 4-byte aligned
+ * pairs: each lane takes element pairs; otherwise lanes stride over K. */
+__global__ static void k_gemv(float *y, int64_t ldy, const float *x, int M, int64_t K,
+                              int64_t N, const char *w, int64_t nb0, int64_t nb1, int type,
+                              int bs, bool pairs, const char *bias, int64_t bias_nb)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t o = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    if (o >= N) return;
+    const char *row = w + o * nb0;
+    float acc[GEMV_ROWS] = {0, 0, 0, 0};
+    if (bs) {
+        const int64_t nblk = K / QK;
+        for (int64_t bi = lane; bi < nblk; bi += 32) {
+            const char *blk = row + bi * bs;
+            const float *xb = x + bi * QK;
+            for (int j = 0; j < QK; j++) {
+                const float wv = d_block_elem(type, blk, j);
+                for (int r = 0; r < M; r++) acc[r] += wv * xb[r * K + j];
+            }
+        }
+    } else if (pairs) {
+        for (int64_t i = 2 * lane; i + 1 < K; i += 64) {
+            const uint32_t u = *(const uint32_t *)(row + i * 2);
+            const uint16_t h0 = (uint16_t)(u & 0xffff), h1 = (uint16_t)(u >> 16);
+            const float w0 = type == TYPE_F16 ? d_fp16_to_f32(h0) : d_bf16_to_f32(h0);
+            const float w1 = type == TYPE_F16 ? d_fp16_to_f32(h1) : d_bf16_to_f32(h1);
+            for (int r = 0; r < M; r++) acc[r] += w0 * x[r * K + i] + w1 * x[r * K + i + 1];
+        }
+        if ((K & 1) && lane == 0) {
+            const float wv = d_ldf(type, row + (K - 1) * 2);
+            for (int r = 0; r < M; r++) acc[r] += wv * x[r * K + K - 1];
+        }
+    } else {
+        for (int64_t i = lane; i < K; i += 32) {
+            const float wv = d_ldf(type, row + i * nb1);
+            for (int r = 0; r < M; r++) acc[r] += wv * x[r * K + i];
+        }
+    }
+    for (int r = 0; r < M; r++) {
+        float v = acc[r];
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+        if (lane == 0) {
+            if (bias) v += *(const float *)(bias + o * bias_nb);
+            y[r * ldy + o] = v;
+        }
+    }
+}
+
+/* rows [0, nc) of a weight (any type) -> dst[nc, K] F32 */
+__global__ static void k_widen_rows(float *dst, const char *w, int64_t nc, int64_t K,
+                                    int64_t nb0, int64_t nb1, int type, int bs)
+{
+    CU_FOR(e, nc * K) {
+        const int64_t r = e / K, i = e % K;
+        dst[e] = d_row_elem(type, bs, w + r * nb0, i, nb1);
+    }
+}
+
+/* rows [0, nc) of an F16/BF16 weight, or M rows of x, -> 16-bit dst */
+__global__ static void k_to_half(uint16_t *dst, const char *src, int64_t rows, int64_t K,
+                                 int64_t nb0, int64_t nb1, int src_type, int dst_type)
+{
+    CU_FOR(e, rows * K) {
+        const int64_t r = e / K, i = e % K;
+        const char *p = src + r * nb0 + i * nb1;
+        if (src_type == dst_type) {
+            dst[e] = *(const uint16_t *)p;
+        } else {
+            const float v = d_ldf(src_type, p);
+            dst[e] = dst_type == TYPE_F16 ? d_f32_to_fp16(v) : d_f32_to_bf16(v);
+        }
+    }
+}
+
+__global__ static void k_add_bias(float *y, int64_t ldy, int64_t M, int64_t N, const char *b,
+                                  int64_t nb)
+{
+    CU_FOR(e, M * N) {
+        const int64_t r = e / N, o = e % N;
+        y[r * ldy + o] += *(const float *)(b + o * nb);
+    }
+}
+
+static bool sgemm(struct arena *a, cublasOperation_t ta, cublasOperation_t tb, int64_t m,
+                  int64_t n, int64_t k, const float *A, int64_t lda, const float *B, int64_t ldb,
+                  float beta, float *C, int64_t ldc)
+{
+    if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || lda > INT32_MAX || ldb > INT32_MAX ||
+        ldc > INT32_MAX) {
+        arena_fail(a, CBX_ERR_UNSUPPORTED, "cuda: GEMM of %lld x %lld x %lld exceeds 32-bit sizes",
+                   (long long)m, (long long)n, (long long)k);
+        return false;
+    }
+    const float one = 1.0f;
+    return cublas_ok(a, cublasSgemm(cuda_of(a)->blas, ta, tb, (int)m, (int)n, (int)k, &one, A,
+                                    (int)lda, B, (int)ldb, &beta, C, (int)ldc),
+                     "sgemm");
+}
+
+void cuda_linear_rows(struct arena *a, float *y, int64_t ldy, const float *x, int64_t M,
+                      int64_t K, const struct tensor *w, const struct tensor *b)
+{
+    const int64_t N = w->ne[0];
+    if (M == 0 || N == 0) return;
+    cudaStream_t st = cuda_of(a)->st;
+    const struct dtype_traits *tw = dtype_traits(w->type);
+    const int bs = tw->quantized ? (int)tw->size : 0;
+    const char *bias = b ? (const char *)b->data : NULL;
+    const int64_t bias_nb = b ? b->nb[0] : 0;
+    if (K == 0) { /* empty sum: the bias (or zeros) */
+        cu_ok(a, cudaMemset2DAsync(y, (size_t)ldy * 4, 0, (size_t)N * 4, (size_t)M, st), "linear");
+        if (b) {
+            k_add_bias<<<cu_blocks(M * N, CU_THREADS), CU_THREADS, 0, st>>>(y, ldy, M, N, bias, bias_nb);
+            cu_launched(a, "linear bias");
+        }
+        return;
+    }
+    if (w->type == TYPE_F32 && w->nb[0] % 4 == 0 && (w->nb[0] / 4 >= K || N == 1)) {
+        if (!sgemm(a, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, (const float *)w->data,
+                   N == 1 ? K : w->nb[0] / 4, x, K, 0.0f, y, ldy))
+            return;
+    } else if (M <= GEMV_ROWS) {
+        if (N > (int64_t)INT32_MAX * GEMV_WARPS) {
+            arena_fail(a, CBX_ERR_UNSUPPORTED, "linear: %lld outputs", (long long)N);
+            return;
+        }
+        unsigned grid = (unsigned)((N + GEMV_WARPS - 1) / GEMV_WARPS);
+        const bool pairs = (w->type == TYPE_F16 || w->type == TYPE_BF16) && w->nb[1] == 2 &&
+                           w->nb[0] % 4 == 0 && (uintptr_t)w->data % 4 == 0;
+        k_gemv<<<grid, 32 * GEMV_WARPS, 0, st>>>(y, ldy, x, (int)M, K, N, (const char *)w->data,
+                                                 w->nb[0], w->nb[1], (int)w->type, bs, pairs,
+                                                 bias, bias_nb);
+        cu_launched(a, "linear gemv");
+        return;
+    } else if (arena_bf16(a) && (w->type == TYPE_F16 || w->type == TYPE_BF16)) {
+        /* reduced precision: x rounded to the weight's type, F32 accumulation */
+        const cudaDataType dt = w->type == TYPE_F16 ? CUDA_R_16F : CUDA_R_16BF;
+        uint16_t *xh = (uint16_t *)arena_alloc(a, (size_t)(M * K) * 2);
+        uint16_t *wh = (uint16_t *)arena_alloc(a, (size_t)(N * K) * 2);
+        if (!xh || !wh) return;
+        k_to_half<<<cu_blocks(M * K, CU_THREADS), CU_THREADS, 0, st>>>(
+            xh, (const char *)x, M, K, K * 4, 4, TYPE_F32, (int)w->type);
+        k_to_half<<<cu_blocks(N * K, CU_THREADS), CU_THREADS, 0, st>>>(
+            wh, (const char *)w->data, N, K, w->nb[0], w->nb[1], (int)w->type, (int)w->type);
+        if (!cu_launched(a, "linear to half")) return;
+        const float one = 1.0f, zero = 0.0f;
+        if (N > INT32_MAX || M > INT32_MAX || K > INT32_MAX || ldy > INT32_MAX) {
+            arena_fail(a, CBX_ERR_UNSUPPORTED, "linear: GEMM sizes exceed 32 bits");
+            return;
+        }
+        if (!cublas_ok(a, cublasGemmEx(cuda_of(a)->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)M,
+                                       (int)K, &one, wh, dt, (int)K, xh, dt, (int)K, &zero, y,
+                                       CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT),
+                       "gemm (16-bit)"))
+            return;
+    } else {
+        int64_t nc = (int64_t)(DEQUANT_CHUNK_BYTES / ((size_t)K * 4));
+        if (nc < 1) nc = 1;
+        if (nc > N) nc = N;
+        float *wf = (float *)arena_alloc(a, (size_t)(nc * K) * 4);
+        if (!wf) return;
+        for (int64_t n0 = 0; n0 < N; n0 += nc) {
+            const int64_t c = N - n0 < nc ? N - n0 : nc;
+            k_widen_rows<<<cu_blocks(c * K, CU_THREADS), CU_THREADS, 0, st>>>(
+                wf, (const char *)w->data + n0 * w->nb[0], c, K, w->nb[0], w->nb[1],
+                (int)w->type, bs);
+            if (!cu_launched(a, "linear widen")) return;
+            if (!sgemm(a, CUBLAS_OP_T, CUBLAS_OP_N, c, M, K, wf, K, x, K, 0.0f, y + n0, ldy))
+                return;
+        }
+    }
+    if (b) {
+        k_add_bias<<<cu_blocks(M * N, CU_THREADS), CU_THREADS, 0, st>>>(y, ldy, M, N, bias, bias_nb);
+        cu_launched(a, "linear bias");
+    }
+}
+
+static void cuda_linear(struct arena *a, struct tensor *out, const struct tensor *x,
+                        const struct tensor *w, const struct tensor *b)
+{
+    const int64_t K = x->ne[x->ndim - 1], M = tensor_nrows(x);
+    if (tensor_nelements(out) == 0) return;
+    const float *xc = cuda_f32_contig(a, x);
+    if (!xc) return;
+    cuda_linear_rows(a, (float *)out->data, w->ne[0], xc, M, K, w, b);
+}
+
+/* ---- matmul ------------------------------------------------------------------ */
+
+/* How cuBLAS sees Z^T for a row-major [r, c] matrix Z with element strides
+ * (sr, sc): op N on a column-major matrix of leading dimension ld, or op T
+ * on Z itself. false when neither describes the strides. */
+static bool layout(int64_t r, int64_t c, int64_t sr, int64_t sc, cublasOperation_t *op,
+                   int64_t *ld)
+{
+    if ((sc == 1 || c == 1) && (r == 1 || sr >= c)) {
+        *op = CUBLAS_OP_N;
+        *ld = r == 1 ? (c > 0 ? c : 1) : sr;
+        return true;
+    }
+    if ((sr == 1 || r == 1) && (c == 1 || sc >= r)) {
+        *op = CUBLAS_OP_T;
+        *ld = c == 1 ? (r > 0 ? r : 1) : sc;
+        return true;
+    }
+    return false;
+}
+
+/* strides of the two innermost dims of t in elements, or false */
+static bool inner(const struct tensor *t, int64_t *sr, int64_t *sc)
+{
+    const int64_t br = t->nb[t->ndim - 2], bc = t->nb[t->ndim - 1];
+    if (br % 4 || bc % 4 || br < 0 || bc < 0) return false;
+    *sr = br / 4;
+    *sc = bc / 4;
+    return true;
+}
+
+static void cuda_matmul(struct arena *a, struct tensor *out, const struct tensor *x,
+                        const struct tensor *y)
+{
+    const int nd = out->ndim;
+    const int64_t M = out->ne[nd - 2], N = out->ne[nd - 1], K = x->ne[x->ndim - 1];
+    const int64_t total = tensor_nelements(out);
+    if (total == 0) return;
+    struct tensor xs = *x, ys = *y;
+    cublasOperation_t opx = CUBLAS_OP_N, opy = CUBLAS_OP_N;
+    int64_t ldx = 0, ldy = 0, sr = 0, sc = 0;
+    bool ok = inner(&xs, &sr, &sc) && layout(M, K, sr, sc, &opx, &ldx);
+    if (!ok) {
+        xs.data = (void *)cuda_f32_contig(a, x);
+        if (!xs.data) return;
+        tensor_set_contiguous(&xs);
+        inner(&xs, &sr, &sc);
+        layout(M, K, sr, sc, &opx, &ldx);
+    }
+    ok = inner(&ys, &sr, &sc) && layout(K, N, sr, sc, &opy, &ldy);
+    if (!ok) {
+        ys.data = (void *)cuda_f32_contig(a, y);
+        if (!ys.data) return;
+        tensor_set_contiguous(&ys);
+        inner(&ys, &sr, &sc);
+        layout(K, N, sr, sc, &opy, &ldy);
+    }
+    if (K == 0) {
+        cu_ok(a, cudaMemsetAsync(out->data, 0, (size_t)total * 4, cuda_of(a)->st), "matmul");
+        return;
+    }
+    const int64_t nbatch = total / (M * N);
+    float *o = (float *)out->data;
+    if (nbatch == 1) {
+        sgemm(a, opy, opx, N, M, K, (const float *)ys.data, ldy, (const float *)xs.data, ldx,
+              0.0f, o, N);
+        return;
+    }
+    const float **ptr = (const float **)arena_alloc_host(a, 3 * (size_t)nbatch * sizeof *ptr);
+    if (!ptr) return;
+    for (int64_t e = 0; e < nbatch; e++) {
+        int64_t q = e, offx = 0, offy = 0;
+        for (int d = nd - 3; d >= 0; d--) {
+            const int64_t i = q % out->ne[d];
+            q /= out->ne[d];
+            const int dx = d - (nd - xs.ndim), dy = d - (nd - ys.ndim);
+            if (dx >= 0 && xs.ne[dx] != 1) offx += i * xs.nb[dx];
+            if (dy >= 0 && ys.ne[dy] != 1) offy += i * ys.nb[dy];
+        }
+        ptr[e] = (const float *)((const char *)ys.data + offy);
+        ptr[nbatch + e] = (const float *)((const char *)xs.data + offx);
+        ptr[2 * nbatch + e] = o + e * M * N;
+    }
+    const float **dptr = (const float **)cu_upload(a, ptr, 3 * (size_t)nbatch * sizeof *ptr);
+    if (!dptr) return;
+    if (nbatch > INT32_MAX || N > INT32_MAX || M > INT32_MAX || K > INT32_MAX ||
+        ldx > INT32_MAX || ldy > INT32_MAX) {
+        arena_fail(a, CBX_ERR_UNSUPPORTED, "matmul: sizes exceed 32 bits");
+        return;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    cublas_ok(a, cublasSgemmBatched(cuda_of(a)->blas, opy, opx, (int)N, (int)M, (int)K, &one,
+                                    dptr, (int)ldy, dptr + nbatch, (int)ldx, &zero,
+                                    (float *const *)(dptr + 2 * nbatch), (int)N, (int)nbatch),
+              "sgemm batched");
+}
+
+void cuda_register_linear(struct kernels *k)
+{
+    k->linear = cuda_linear;
+    k->matmul = cuda_matmul;
+}

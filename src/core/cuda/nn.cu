@@ -1,0 +1,601 @@
+/* nn.cu - CUDA kernels of the nn group (see ops.h, ops_nn.c): layer /
+ * residual+layer / RMS / group norms, per-channel affine, softmax, fused
+ * attention (prefill and decode, causal, bias, grouped-query, F32/F16/Q8_0
+ * KV, probability export) and rotary embedding.
+ *
+ * As ref/nn.c: norm statistics and softmax sums in double, one block per
+ * row (or group); rotary angles in float32 with the inverse frequencies
+ * computed on the host by the same float code as the ref kernel.
+ * Attention: one block per query row; scores in shared memory (global
+ * scratch for long keys), F32 dot products, double softmax sum, the
+ * weighted sum of v split over the block; a decode row over many keys is
+ * split over blocks of 128 keys and recombined (k_attn_split); a query that
+ * sees no key gives zeros (ops_nn.c, convention 2). */
+#include <math.h>
+
+#include "cuda_common.h"
+
+#define NN_THREADS 256
+
+/* parameter vector element (F32/F16/BF16, stride nb) or the default */
+struct pv {
+    const char *p;
+    int type;
+    int64_t nb;
+};
+static inline struct pv pv_of(const struct tensor *t)
+{
+    struct pv v = {NULL, TYPE_F32, 0};
+    if (t) {
+        v.p = (const char *)t->data;
+        v.type = (int)t->type;
+        v.nb = t->nb[0];
+    }
+    return v;
+}
+__device__ static inline float pget(const struct pv &v, int64_t i)
+{
+    return d_ldf(v.type, v.p + i * v.nb);
+}
+
+__device__ static inline int64_t row_off(const struct tv &v, int64_t r)
+{
+    int64_t i2 = r % v.ne[2];
+    r /= v.ne[2];
+    int64_t i1 = r % v.ne[1];
+    int64_t i0 = r / v.ne[1];
+    return i0 * v.nb[0] + i1 * v.nb[1] + i2 * v.nb[2];
+}
+
+/* block-wide sum (all threads get it); sh holds blockDim doubles */
+__device__ static double block_sum(double v, double *sh)
+{
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+        __syncthreads();
+    }
+    double r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+__device__ static float block_max(float v, float *sh)
+{
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + w]);
+        __syncthreads();
+    }
+    float r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+static bool rows_fit(struct arena *a, int64_t rows, const char *what)
+{
+    if (rows <= INT32_MAX) return true;
+    arena_fail(a, CBX_ERR_UNSUPPORTED, "%s: %lld rows", what, (long long)rows);
+    return false;
+}
+
+/* ---- layer norm (and residual add + layer norm) ----------------------------- */
+
+__global__ static void k_layer_norm(float *out, struct tv x, float *sum, struct tv r,
+                                    struct pv g, struct pv b, float eps)
+{
+    __shared__ double sh[NN_THREADS];
+    const int64_t row = blockIdx.x, n = x.ne[3];
+    const char *xr = x.p + row_off(x, row);
+    float *y = out + row * n;
+    const float *src = NULL; /* the (stored) sum row, for add_layer_norm */
+    if (sum) {
+        const char *rr = r.p + row_off(r, row);
+        float *s = sum + row * n;
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+            s[i] = *(const float *)(xr + i * x.nb[3]) + *(const float *)(rr + i * r.nb[3]);
+        __syncthreads();
+        src = s;
+    }
+#define XV(i) (src ? src[i] : *(const float *)(xr + (i) * x.nb[3]))
+    double acc = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += XV(i);
+    const double mean = block_sum(acc, sh) / (double)n;
+    acc = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        double d = XV(i) - mean;
+        acc += d * d;
+    }
+    const double var = block_sum(acc, sh) / (double)n;
+    const double rstd = 1.0 / sqrt(var + eps);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        double v = (XV(i) - mean) * rstd;
+        if (g.p) v *= pget(g, i);
+        if (b.p) v += pget(b, i);
+        y[i] = (float)v;
+    }
+#undef XV
+}
+
+static void cuda_layer_norm(struct arena *a, struct tensor *out, const struct tensor *x,
+                            const struct tensor *g, const struct tensor *b, float eps)
+{
+    const int64_t rows = tensor_nrows(x);
+    if (rows == 0 || !rows_fit(a, rows, "layer_norm")) return;
+    struct tv xv = tv_of(x);
+    k_layer_norm<<<(unsigned)rows, NN_THREADS, 0, cuda_of(a)->st>>>(
+        (float *)out->data, xv, NULL, xv, pv_of(g), pv_of(b), eps);
+    cu_launched(a, "layer_norm");
+}
+
+static void cuda_add_layer_norm(struct arena *a, struct tensor *sum, struct tensor *out,
+                                const struct tensor *x, const struct tensor *r,
+                                const struct tensor *g, const struct tensor *b, float eps)
+{
+    const int64_t rows = tensor_nrows(x);
+    if (rows == 0 || !rows_fit(a, rows, "add_layer_norm")) return;
+    k_layer_norm<<<(unsigned)rows, NN_THREADS, 0, cuda_of(a)->st>>>(
+        (float *)out->data, tv_of(x), (float *)sum->data, tv_of(r), pv_of(g), pv_of(b), eps);
+    cu_launched(a, "add_layer_norm");
+}
+
+/* ---- rms norm ----------------------------------------------------------------- */
+
+__global__ static void k_rms_norm(float *out, struct tv x, struct pv g, float eps)
+{
+    __shared__ double sh[NN_THREADS];
+    const int64_t row = blockIdx.x, n = x.ne[3];
+    const char *xr = x.p + row_off(x, row);
+    double acc = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        double v = *(const float *)(xr + i * x.nb[3]);
+        acc += v * v;
+    }
+    const double rstd = 1.0 / sqrt(block_sum(acc, sh) / (double)n + eps);
+    float *y = out + row * n;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        double v = *(const float *)(xr + i * x.nb[3]) * rstd;
+        if (g.p) v *= pget(g, i);
+        y[i] = (float)v;
+    }
+}
+
+static void cuda_rms_norm(struct arena *a, struct tensor *out, const struct tensor *x,
+                          const struct tensor *g, float eps)
+{
+    const int64_t rows = tensor_nrows(x);
+    if (rows == 0 || !rows_fit(a, rows, "rms_norm")) return;
+    k_rms_norm<<<(unsigned)rows, NN_THREADS, 0, cuda_of(a)->st>>>((float *)out->data, tv_of(x),
+                                                                   pv_of(g), eps);
+    cu_launched(a, "rms_norm");
+}
+
+/* ---- group norm: one block per (batch, group) ------------------------------------ */
+
+__global__ static void k_group_norm(float *out, struct tv x, int64_t G, struct pv g,
+                                    struct pv b, float eps)
+{
+    __shared__ double sh[NN_THREADS];
+    /* x as [1, B, C, T] */
+    const int64_t bi = blockIdx.x / G, gi = blockIdx.x % G;
+    const int64_t C = x.ne[2], T = x.ne[3], cg = C / G, n = cg * T;
+    const char *base = x.p + bi * x.nb[1] + gi * cg * x.nb[2];
+#define GX(e) (*(const float *)(base + ((e) / T) * x.nb[2] + ((e) % T) * x.nb[3]))
+    double acc = 0;
+    for (int64_t e = threadIdx.x; e < n; e += blockDim.x) acc += GX(e);
+    const double mean = block_sum(acc, sh) / (double)n;
+    acc = 0;
+    for (int64_t e = threadIdx.x; e < n; e += blockDim.x) {
+        double d = GX(e) - mean;
+        acc += d * d;
+    }
+    const double rstd = 1.0 / sqrt(block_sum(acc, sh) / (double)n + eps);
+    for (int64_t e = threadIdx.x; e < n; e += blockDim.x) {
+        const int64_t ch = gi * cg + e / T;
+        double v = (GX(e) - mean) * rstd;
+        if (g.p) v *= pget(g, ch);
+        if (b.p) v += pget(b, ch);
+        out[(bi * C + ch) * T + e % T] = (float)v;
+    }
+#undef GX
+}
+
+static void cuda_group_norm(struct arena *a, struct tensor *out, const struct tensor *x,
+                            int n_groups, const struct tensor *g, const struct tensor *b,
+                            float eps)
+{
+    struct tv xv = tv_of(x);
+    const int64_t blocks = xv.ne[1] * n_groups;
+    if (tensor_nelements(x) == 0 || !rows_fit(a, blocks, "group_norm")) return;
+    k_group_norm<<<(unsigned)blocks, NN_THREADS, 0, cuda_of(a)->st>>>(
+        (float *)out->data, xv, n_groups, pv_of(g), pv_of(b), eps);
+    cu_launched(a, "group_norm");
+}
+
+/* ---- channel affine ------------------------------------------------------------------ */
+
+__global__ static void k_channel_affine(float *out, struct tv x, int dim, struct pv scale,
+                                        struct pv shift, int64_t n)
+{
+    CU_FOR(e, n) {
+        int64_t rem = e, off = 0, c = 0;
+        for (int d = 3; d >= 0; d--) {
+            const int64_t i = rem % x.ne[d];
+            rem /= x.ne[d];
+            off += i * x.nb[d];
+            if (d == dim) c = i;
+        }
+        const float v = *(const float *)(x.p + off);
+        out[e] = (float)((double)v * pget(scale, c) + pget(shift, c));
+    }
+}
+
+static void cuda_channel_affine(struct arena *a, struct tensor *out, const struct tensor *x,
+                                int dim, const struct tensor *scale,
+                                const struct tensor *shift)
+{
+    const int64_t n = tensor_nelements(x);
+    if (n == 0) return;
+    k_channel_affine<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, cuda_of(a)->st>>>(
+        (float *)out->data, tv_of(x), dim + (4 - x->ndim), pv_of(scale), pv_of(shift), n);
+    cu_launched(a, "channel_affine");
+}
+
+/* ---- softmax ---------------------------------------------------------------------------- */
+
+__global__ static void k_softmax(float *out, struct tv x, float scale)
+{
+    __shared__ double sh[NN_THREADS];
+    const int64_t row = blockIdx.x, n = x.ne[3];
+    const char *xr = x.p + row_off(x, row);
+#define SX(i) ((double)(*(const float *)(xr + (i) * x.nb[3]) * scale))
+    /* the max in double of the float products; a NaN makes the sum NaN */
+    double m = -INFINITY;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        double v = SX(i);
+        if (v > m) m = v;
+    }
+    sh[threadIdx.x] = m;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w && sh[threadIdx.x + w] > sh[threadIdx.x])
+            sh[threadIdx.x] = sh[threadIdx.x + w];
+        __syncthreads();
+    }
+    m = sh[0];
+    __syncthreads();
+    double acc = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += exp(SX(i) - m);
+    const double sum = block_sum(acc, sh);
+    float *y = out + row * n;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) y[i] = (float)(exp(SX(i) - m) / sum);
+#undef SX
+}
+
+static void cuda_softmax(struct arena *a, struct tensor *out, const struct tensor *x, float scale)
+{
+    const int64_t rows = tensor_nrows(x);
+    if (rows == 0 || x->ne[x->ndim - 1] == 0 || !rows_fit(a, rows, "softmax")) return;
+    k_softmax<<<(unsigned)rows, NN_THREADS, 0, cuda_of(a)->st>>>((float *)out->data, tv_of(x),
+                                                                  scale);
+    cu_launched(a, "softmax");
+}
+
+/* ---- attention ------------------------------------------------------------------------------ */
+
+#define ATT_THREADS 128
+#define ATT_SMEM_SCORES 8192 /* keys whose scores fit in shared memory */
+
+/* element (b, h, j, d) of k or v: F32, F16 or Q8_0 rows */
+__device__ static inline float kv_ld(const struct tv &t, int64_t b, int64_t h, int64_t j, int64_t d)
+{
+    const char *r = t.p + b * t.nb[0] + h * t.nb[1] + j * t.nb[2];
+    if (t.type == TYPE_Q8_0) return d_block_elem(TYPE_Q8_0, r + (d / QK) * 34, (int)(d % QK));
+    const char *p = r + d * t.nb[3];
+    return t.type == TYPE_F16 ? d_fp16_to_f32(*(const uint16_t *)p) : *(const float *)p;
+}
+
+struct attn_export {
+    int64_t b, h, i0, n; /* n 0: none */
+    float *dst;          /* device [n, Tk] */
+};
+
+__global__ static void k_attention(float *out, struct tv q, struct tv k, struct tv v,
+                                   struct tv bias, bool has_bias, float scale, bool causal,
+                                   float *gscores, struct attn_export ex)
+{
+    extern __shared__ float smem[];
+    const int64_t i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int64_t Hq = q.ne[1], Tq = q.ne[2], D = q.ne[3], Tk = k.ne[2];
+    const int64_t hk = h / (Hq / k.ne[1]);
+    float *qs = smem;                  /* D */
+    float *red = qs + D;               /* blockDim */
+    const int64_t dofs = D + blockDim.x + ((D + blockDim.x) & 1); /* 8-byte aligned */
+    double *dred = (double *)(smem + dofs);                        /* blockDim */
+    float *s = gscores ? gscores + (((b * Hq + h) * Tq) + i) * Tk
+                       : (float *)(dred + blockDim.x); /* Tk */
+    const char *qr = q.p + b * q.nb[0] + h * q.nb[1] + i * q.nb[2];
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) qs[d] = *(const float *)(qr + d * q.nb[3]);
+    __syncthreads();
+    const int64_t last = causal ? Tk - Tq + i : Tk - 1;
+    float m = -INFINITY;
+    for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) {
+        float sj = -INFINITY;
+        if (j <= last) {
+            float dot = 0;
+            for (int64_t d = 0; d < D; d++) dot += qs[d] * kv_ld(k, b, hk, j, d);
+            sj = dot * scale;
+            if (has_bias)
+                sj += *(const float *)(bias.p + b * bias.nb[0] + h * bias.nb[1] +
+                                       i * bias.nb[2] + j * bias.nb[3]);
+        }
+        s[j] = sj;
+        m = fmaxf(m, sj);
+    }
+    m = block_max(m, red);
+    float *yr = out + ((b * Hq + h) * Tq + i) * D;
+    const bool exp_row = ex.n > 0 && b == ex.b && h == ex.h && i >= ex.i0 && i < ex.i0 + ex.n;
+    float *pe = exp_row ? ex.dst + (i - ex.i0) * Tk : NULL;
+    if (m == -INFINITY) { /* sees no key */
+        for (int64_t d = threadIdx.x; d < D; d += blockDim.x) yr[d] = 0;
+        if (pe)
+            for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) pe[j] = 0;
+        return;
+    }
+    double acc = 0;
+    for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) {
+        const float e = (float)exp((double)s[j] - m);
+        s[j] = e;
+        acc += e;
+    }
+    const double sum = block_sum(acc, dred); /* also orders the s[] writes */
+    if (pe)
+        for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) pe[j] = (float)(s[j] / sum);
+    if (D <= (int64_t)blockDim.x) {
+        const int P = blockDim.x / (int)D, t = threadIdx.x, d = t % (int)D, p = t / (int)D;
+        float o = 0;
+        if (p < P)
+            for (int64_t j = p; j < Tk; j += P)
+                if (s[j] != 0) o += s[j] * kv_ld(v, b, hk, j, d);
+        red[t] = o;
+        __syncthreads();
+        if (p == 0) {
+            double tot = 0;
+            for (int pp = 0; pp < P; pp++) tot += red[pp * D + d];
+            yr[d] = (float)(tot / sum);
+        }
+    } else {
+        for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+            double o = 0;
+            for (int64_t j = 0; j < Tk; j++)
+                if (s[j] != 0) o += s[j] * kv_ld(v, b, hk, j, d);
+            yr[d] = (float)(o / sum);
+        }
+    }
+}
+
+/* Decode (Tq 1, no probability export) over many keys: the keys are split
+ * into ATT_SPLIT_KEYS-sized chunks, one block each, so a step with few
+ * heads still fills the GPU. A block leaves its chunk's max m, exp-sum l
+ * and unnormalised sum o[D]; k_attn_combine rescales them by exp(m - M)
+ * to the row's max M. */
+#define ATT_SPLIT_KEYS 128
+
+__global__ static void k_attn_split(float *pm, double *pl, float *po, struct tv q, struct tv k,
+                                    struct tv v, struct tv bias, bool has_bias, float scale,
+                                    int64_t nsplit)
+{
+    __shared__ float qs[256];
+    __shared__ float s[ATT_SPLIT_KEYS];
+    __shared__ float red[ATT_THREADS];
+    __shared__ double dred[ATT_THREADS];
+    const int64_t sp = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int64_t Hq = q.ne[1], D = q.ne[3], Tk = k.ne[2];
+    const int64_t hk = h / (Hq / k.ne[1]);
+    const int64_t j0 = sp * ATT_SPLIT_KEYS;
+    const int64_t n = Tk - j0 < ATT_SPLIT_KEYS ? Tk - j0 : ATT_SPLIT_KEYS;
+    const int64_t row = (b * Hq + h) * nsplit + sp;
+    const char *qr = q.p + b * q.nb[0] + h * q.nb[1];
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) qs[d] = *(const float *)(qr + d * q.nb[3]);
+    __syncthreads();
+    float m = -INFINITY;
+    for (int64_t jj = threadIdx.x; jj < n; jj += blockDim.x) {
+        const int64_t j = j0 + jj;
+        float dot = 0;
+        for (int64_t d = 0; d < D; d++) dot += qs[d] * kv_ld(k, b, hk, j, d);
+        float sj = dot * scale;
+        if (has_bias) sj += *(const float *)(bias.p + b * bias.nb[0] + h * bias.nb[1] + j * bias.nb[3]);
+        s[jj] = sj;
+        m = fmaxf(m, sj);
+    }
+    m = block_max(m, red);
+    float *o = po + row * D;
+    if (m == -INFINITY) {
+        for (int64_t d = threadIdx.x; d < D; d += blockDim.x) o[d] = 0;
+        if (threadIdx.x == 0) {
+            pm[row] = m;
+            pl[row] = 0;
+        }
+        return;
+    }
+    double acc = 0;
+    for (int64_t jj = threadIdx.x; jj < n; jj += blockDim.x) {
+        const float e = (float)exp((double)s[jj] - m);
+        s[jj] = e;
+        acc += e;
+    }
+    const double l = block_sum(acc, dred);
+    const int P = blockDim.x / (int)D, t = threadIdx.x, d = t % (int)D, p = t / (int)D;
+    float od = 0;
+    if (p < P)
+        for (int64_t jj = p; jj < n; jj += P)
+            if (s[jj] != 0) od += s[jj] * kv_ld(v, b, hk, j0 + jj, d);
+    red[t] = od;
+    __syncthreads();
+    if (p == 0) {
+        float tot = 0;
+        for (int pp = 0; pp < P; pp++) tot += red[pp * D + d];
+        o[d] = tot;
+    }
+    if (threadIdx.x == 0) {
+        pm[row] = m;
+        pl[row] = l;
+    }
+}
+
+__global__ static void k_attn_combine(float *out, const float *pm, const double *pl,
+                                      const float *po, int64_t nsplit, int64_t D)
+{
+    const int64_t r = blockIdx.x; /* b * Hq + h */
+    const float *m = pm + r * nsplit;
+    float M = -INFINITY;
+    for (int64_t i = 0; i < nsplit; i++) M = fmaxf(M, m[i]);
+    float *y = out + r * D;
+    if (M == -INFINITY) {
+        for (int64_t d = threadIdx.x; d < D; d += blockDim.x) y[d] = 0;
+        return;
+    }
+    double l = 0;
+    for (int64_t i = 0; i < nsplit; i++)
+        if (m[i] != -INFINITY) l += pl[r * nsplit + i] * exp((double)m[i] - M);
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+        double o = 0;
+        for (int64_t i = 0; i < nsplit; i++)
+            if (m[i] != -INFINITY) o += po[(r * nsplit + i) * D + d] * exp((double)m[i] - M);
+        y[d] = (float)(o / l);
+    }
+}
+
+static void cuda_attention(struct arena *a, struct tensor *out, const struct tensor *q,
+                           const struct tensor *k, const struct tensor *v,
+                           const struct tensor *bias, const struct attn_params *p)
+{
+    const int64_t B = q->ne[0], Hq = q->ne[1], Tq = q->ne[2], D = q->ne[3], Tk = k->ne[2];
+    if (B * Hq * Tq * D == 0) return;
+    if (Tq > INT32_MAX || Hq > 65535 || B > 65535) {
+        arena_fail(a, CBX_ERR_UNSUPPORTED, "attention: grid [%lld, %lld, %lld] too large",
+                   (long long)B, (long long)Hq, (long long)Tq);
+        return;
+    }
+    cudaStream_t st = cuda_of(a)->st;
+    const struct attn_probs *pr = p->probs;
+    if (Tq == 1 && Tk >= 2 * ATT_SPLIT_KEYS && D <= ATT_THREADS && !(pr && pr->n > 0)) {
+        const int64_t nsplit = (Tk + ATT_SPLIT_KEYS - 1) / ATT_SPLIT_KEYS, rows = B * Hq;
+        float *pm = (float *)arena_alloc(a, (size_t)(rows * nsplit) * 4);
+        double *pl = (double *)arena_alloc(a, (size_t)(rows * nsplit) * 8);
+        float *po = (float *)arena_alloc(a, (size_t)(rows * nsplit * D) * 4);
+        if (!pm || !pl || !po) return;
+        struct tv bv = bias ? tv_of(bias) : tv_of(q);
+        dim3 grid((unsigned)nsplit, (unsigned)Hq, (unsigned)B);
+        k_attn_split<<<grid, ATT_THREADS, 0, st>>>(pm, pl, po, tv_of(q), tv_of(k), tv_of(v), bv,
+                                                   bias != NULL, p->scale, nsplit);
+        if (!cu_launched(a, "attention (split keys)")) return;
+        k_attn_combine<<<(unsigned)rows, 64, 0, st>>>((float *)out->data, pm, pl, po, nsplit, D);
+        cu_launched(a, "attention (combine)");
+        return;
+    }
+    float *gscores = NULL;
+    size_t smem = (size_t)(D + ATT_THREADS + 1) * 4 + ATT_THREADS * 8; /* qs, red, dred */
+    if (Tk > ATT_SMEM_SCORES) {
+        gscores = (float *)arena_alloc(a, (size_t)(B * Hq * Tq) * (size_t)Tk * 4);
+        if (!gscores) return;
+    } else {
+        smem += (size_t)Tk * 4;
+    }
+    if (smem > 48 * 1024 &&
+        !cu_ok(a, cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)smem),
+               "attention shared memory"))
+        return;
+    struct attn_export ex = {0, 0, 0, 0, NULL};
+    if (pr && pr->n > 0 && Tk > 0) {
+        ex.b = pr->b;
+        ex.h = pr->h;
+        ex.i0 = pr->i0;
+        ex.n = pr->n;
+        ex.dst = (float *)arena_alloc(a, (size_t)(pr->n * Tk) * 4);
+        if (!ex.dst) return;
+    }
+    struct tv bv = bias ? tv_of(bias) : tv_of(q);
+    dim3 grid((unsigned)Tq, (unsigned)Hq, (unsigned)B);
+    k_attention<<<grid, ATT_THREADS, smem, st>>>((float *)out->data, tv_of(q), tv_of(k), tv_of(v),
+                                                 bv, bias != NULL, p->scale, p->causal, gscores, ex);
+    if (!cu_launched(a, "attention")) return;
+    if (ex.dst) { /* probabilities to the caller's host rows (stride ld) */
+        cu_ok(a, cudaMemcpy2DAsync(pr->dst, (size_t)pr->ld * 4, ex.dst, (size_t)Tk * 4,
+                                   (size_t)Tk * 4, (size_t)pr->n, cudaMemcpyDeviceToHost, st),
+              "attention probabilities") &&
+            cu_ok(a, cudaStreamSynchronize(st), "attention probabilities");
+    }
+}
+
+/* ---- rotary ---------------------------------------------------------------------------------- */
+
+/* ref/nn.c's inv_freq_hf, float32 step for step (host code, same libm) */
+static float inv_freq_hf(const struct rope_params *p, int i)
+{
+    float e = (float)(2 * i) / (float)p->n_dims;
+    float f = 1.0f / powf(p->theta, e);
+    if (p->factor == 0) return f;
+    float old = (float)p->original_max_pos;
+    float low_wavelen = (float)((double)p->original_max_pos / p->low_freq_factor);
+    float high_wavelen = (float)((double)p->original_max_pos / p->high_freq_factor);
+    float wavelen = (float)(2 * M_PI) / f;
+    if (wavelen > low_wavelen) return f / p->factor;
+    if (wavelen < high_wavelen) return f;
+    float smooth = (old / wavelen - p->low_freq_factor) /
+                   (float)((double)p->high_freq_factor - p->low_freq_factor);
+    return (1 - smooth) * f / p->factor + smooth * f;
+}
+
+__global__ static void k_rope(float *out, struct tv x, const char *pos, int64_t pos_nb,
+                              const float *invf, int n_dims, int64_t n)
+{
+    const int half = n_dims / 2;
+    CU_FOR(e, n) {
+        const int64_t D = x.ne[3], d = e % D, r = e / D;
+        const int64_t t = r % x.ne[2], h = (r / x.ne[2]) % x.ne[1], b = r / (x.ne[2] * x.ne[1]);
+        const char *xr = x.p + b * x.nb[0] + h * x.nb[1] + t * x.nb[2];
+        if (d >= n_dims) {
+            out[e] = *(const float *)(xr + d * x.nb[3]);
+            continue;
+        }
+        const int i = (int)(d < half ? d : d - half);
+        const float ps = (float)*(const int32_t *)(pos + t * pos_nb);
+        const float ang = ps * invf[i];
+        const float c = (float)cos((double)ang), s = (float)sin((double)ang);
+        const float x0 = *(const float *)(xr + i * x.nb[3]);
+        const float x1 = *(const float *)(xr + (i + half) * x.nb[3]);
+        out[e] = d < half ? x0 * c + (-x1) * s : x1 * c + x0 * s;
+    }
+}
+
+static void cuda_rope(struct arena *a, struct tensor *out, const struct tensor *x,
+                      const struct tensor *pos, const struct rope_params *p)
+{
+    const int64_t n = tensor_nelements(out);
+    if (n == 0) return;
+    const int half = p->n_dims / 2;
+    float *h = (float *)arena_alloc_host(a, (size_t)half * 4);
+    if (!h) return;
+    for (int i = 0; i < half; i++) h[i] = inv_freq_hf(p, i);
+    const float *invf = (const float *)cu_upload(a, h, (size_t)half * 4);
+    if (!invf) return;
+    k_rope<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, cuda_of(a)->st>>>(
+        (float *)out->data, tv_of(x), (const char *)pos->data, pos->nb[0], invf, p->n_dims, n);
+    cu_launched(a, "rope");
+}
+
+void cuda_register_nn(struct kernels *k)
+{
+    k->layer_norm = cuda_layer_norm;
+    k->add_layer_norm = cuda_add_layer_norm;
+    k->rms_norm = cuda_rms_norm;
+    k->group_norm = cuda_group_norm;
+    k->channel_affine = cuda_channel_affine;
+    k->softmax = cuda_softmax;
+    k->attention = cuda_attention;
+    k->rope = cuda_rope;
+}
