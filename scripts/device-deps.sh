@@ -46,7 +46,9 @@ env_() {
     local root="$dir/root" multi=usr/lib/x86_64-linux-gnu
     if [ ! -d "$root" ]; then mkdir -p "$root" && tar -C "$root" -xJf "$dir/root.tar.xz"; fi
     export PKG_CONFIG_SYSROOT_DIR="$root"
-    export PKG_CONFIG_LIBDIR="$root/$multi/pkgconfig:$root/usr/share/pkgconfig"
+    # openblas.pc is an alternatives link on Debian, which dpkg -x does not
+    # make: its real folder goes on the path too
+    export PKG_CONFIG_LIBDIR="$root/$multi/pkgconfig:$root/$multi/openblas-pthread/pkgconfig:$root/usr/share/pkgconfig"
     export CMAKE_PREFIX_PATH="$root/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
     export CMAKE_LIBRARY_PATH="$root/$multi${CMAKE_LIBRARY_PATH:+:$CMAKE_LIBRARY_PATH}"
     export CMAKE_INCLUDE_PATH="$root/usr/include${CMAKE_INCLUDE_PATH:+:$CMAKE_INCLUDE_PATH}"
