@@ -22,3 +22,10 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=cl
 cmake --build build-asan -j "$JOBS"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j "$JOBS" --timeout 1200 -LE "slow|parity"
+
+echo "== pass 3: the CUDA backend builds (-DCBX_CUDA=ON, -Werror); its op test runs the cpu part"
+echo "   (no GPU here: 'ctest -L cuda' runs on a GPU machine, see README)"
+command -v nvcc >/dev/null || { echo "test.sh: nvcc not found (the CUDA toolkit is required to build the CUDA backend)" >&2; exit 1; }
+cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DCBX_CUDA=ON -DCBX_BENCH=OFF >/dev/null
+cmake --build build-cuda -j "$JOBS" --target chatterbox core_backend_ops
+ctest --test-dir build-cuda --output-on-failure -R '^core_backend_ops$'
