@@ -21,6 +21,7 @@
 #include "io/model_file.h"
 #include "io/weights.h"
 #include "pipeline/prefix_cache.h"
+#include "pipeline/scheduler.h"
 #include "pipeline/stream.h"
 #include "s3gen/s3gen.h"
 #include "t3/t3.h"
@@ -52,6 +53,9 @@ struct engine_model {
     /* the voice prefix cache (engine.h), the one part calls share that
      * changes: its own object and locks (prefix_cache.h) */
     struct prefix_cache *pc;
+    /* the T3 scheduler (scheduler.h): batched decoding of concurrent
+     * calls; an object of its own, its thread started by the first call */
+    struct sched *sched;
 };
 
 static double now(void)
@@ -138,7 +142,7 @@ cbx_status engine_model_load(const char *path, const struct engine_load_params *
     /* a model without a usable built-in voice still speaks with others */
     if (conds_from_model(m->file, &m->builtin, m->builtin_err) == CBX_OK) m->has_builtin = true;
     const int n_prefix = p->voice_cache == 0 ? ENGINE_VOICE_CACHE_DEFAULT : p->voice_cache < 0 ? 0 : p->voice_cache;
-    if (!(m->pc = prefix_cache_create(&m->t3, n_prefix, p->prefix_dir))) {
+    if (!(m->pc = prefix_cache_create(&m->t3, n_prefix, p->prefix_dir)) || !(m->sched = sched_create())) {
         rc = err_setf(err, CBX_ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -153,6 +157,7 @@ fail:
 void engine_model_free(struct engine_model *m)
 {
     if (!m) return;
+    sched_free(m->sched);
     prefix_cache_free(m->pc);
     conds_free(&m->builtin);
     s3gen_free(&m->s3);
@@ -295,6 +300,15 @@ static cbx_status prefix_acquire(const struct engine_model *m, const struct back
 }
 
 void engine_voice_cache_clear(const struct engine_model *m) { prefix_cache_clear(m->pc); }
+
+void engine_batch_stats(const struct engine_model *m, int64_t *steps, int64_t *rows, int64_t *max_rows)
+{
+    struct sched_stats s;
+    sched_get_stats(m->sched, &s);
+    *steps = s.steps;
+    *rows = s.rows;
+    *max_rows = s.max_rows;
+}
 
 /* *voice, or the built-in voice when it is NULL, checked against m. */
 static cbx_status resolve_voice(const struct engine_model *m, const struct conds **voice, char *err)
@@ -506,6 +520,42 @@ static cbx_status text_tokens(const struct engine_model *m, const char *seg, con
     return CBX_OK;
 }
 
+/* t3_inference_prefixed through the model's scheduler (scheduler.h): the
+ * prefill here, the decode steps batched with those of concurrent calls
+ * in the scheduler's thread, each token handed to on_t3_step here (so its
+ * progress, streaming and S3Gen work run in this thread). Same tokens as
+ * t3_inference_prefixed. */
+static cbx_status t3_scheduled(const struct engine_model *m, const struct backend *be, const struct t3_prefix *pfx,
+                               const int32_t *ids, int64_t n_ids, const struct t3_gen_params *gp, struct run *r,
+                               int32_t **tokens, int64_t *n_tokens, char *err)
+{
+    *tokens = NULL;
+    *n_tokens = 0;
+    struct t3_seq *seq = NULL;
+    struct sched_req *req = NULL;
+    cbx_status rc = t3_seq_start(&m->t3, be, NULL, pfx, ids, n_ids, gp, NULL, NULL, &seq, err);
+    /* a scheduler that took another thread count meanwhile refuses it:
+     * the sequence is then decoded here, as without the scheduler */
+    char why[ERR_MAX];
+    if (rc == CBX_OK && sched_submit(m->sched, seq, (int64_t)gp->max_gen_len + 2, &req, why) != CBX_OK) req = NULL;
+    int step = 0;
+    int32_t tok;
+    while (rc == CBX_OK) {
+        if (req) rc = sched_next(req, &tok, err);
+        else if (t3_seq_done(seq)) break;
+        else rc = t3_seq_step(seq, &tok, err);
+        if (rc != CBX_OK || (req && tok < 0)) break;
+        if (tok >= 0 && on_t3_step(r, step++, tok, NULL, t3_seq_rows(seq), m->t3.hp.speech_vocab)) {
+            if (req) sched_cancel(req);
+            rc = err_setf(err, CBX_ERR_CANCELLED, "T3: cancelled");
+        }
+    }
+    sched_finish(req);
+    if (rc == CBX_OK) rc = t3_seq_tokens(seq, tokens, n_tokens, err);
+    t3_seq_free(seq);
+    return rc;
+}
+
 /* One segment: normalise, tokenise, T3 (with retries). *speech owned by
  * the caller; it has room for the row's silence tail. */
 static cbx_status segment_tokens(const struct engine_model *m, const struct backend *be,
@@ -541,7 +591,10 @@ static cbx_status segment_tokens(const struct engine_model *m, const struct back
         r->pr.tokens = 0;
         t0 = now();
         gp.ws = work_t3(p->work, be);
-        rc = t3_inference_prefixed(&m->t3, be, pfx, ids, n_ids, &gp, on_t3_step, r, &tok, &n_tok, err);
+        if (sched_accepts(m->sched, be))
+            rc = t3_scheduled(m, be, pfx, ids, n_ids, &gp, r, &tok, &n_tok, err);
+        else
+            rc = t3_inference_prefixed(&m->t3, be, pfx, ids, n_ids, &gp, on_t3_step, r, &tok, &n_tok, err);
         st->t_t3 += now() - t0;
         if (rc != CBX_OK) goto cleanup;
         const bool capped = n_tok >= p->max_tokens;

@@ -80,7 +80,17 @@
  * (prefix_cache.h) that the model points to; working memory kept between
  * calls belongs to the caller (engine_work, engine_params.work), never to
  * the model. Each concurrent call needs its own backend (or a backend's
- * pool used by one call at a time) and its own engine_work. */
+ * pool used by one call at a time) and its own engine_work.
+ *
+ * Batched decoding: calls whose backend is a host backend over the
+ * process-wide pool (backend_cpu_create_shared, as every cbx_context's)
+ * decode T3 through the model's scheduler (scheduler.h): each call
+ * prefills its segment in its own thread, the scheduler's thread decodes
+ * the sequences of all such calls together, one batched forward per step,
+ * and hands each call its tokens, which the call turns into audio in its
+ * own thread (S3Gen never runs inside a T3 step). A call's tokens and
+ * audio are exactly what it gives alone (tests/pipeline/test_sched.c).
+ * Other calls (a private pool, as the CLI's) decode alone, as before. */
 #ifndef CBX_PIPELINE_ENGINE_H
 #define CBX_PIPELINE_ENGINE_H
 
@@ -239,6 +249,12 @@ uint64_t engine_seed(uint64_t seed, int i, int j);
 struct engine_work;
 struct engine_work *engine_work_create(void);
 void engine_work_free(struct engine_work *w); /* no-op on NULL */
+
+/* T3 decode steps run by the model's scheduler (scheduler.h: batched
+ * decoding of concurrent calls whose backends are host backends over the
+ * process-wide pool, as cbx_context's; other calls decode alone), the
+ * rows they carried in all, and the most rows in one step. */
+void engine_batch_stats(const struct engine_model *m, int64_t *steps, int64_t *rows, int64_t *max_rows);
 
 /* ---- long text -------------------------------------------------------- */
 
