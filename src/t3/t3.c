@@ -1101,6 +1101,11 @@ void t3_batch_free(struct t3_batch *b)
     free(b);
 }
 
+void t3_batch_set_row_exact(struct t3_batch *b, bool on)
+{
+    for (int i = 0; i < 3; i++) arena_set_row_exact(b->a[i], on);
+}
+
 /* Room for n sequences of rows rows in all and V logits each. */
 static bool batch_room(struct t3_batch *b, int n, int rows, int64_t V)
 {

@@ -215,6 +215,13 @@ struct t3_batch;
  * the forwards run on be's pool). NULL: out of memory. */
 struct t3_batch *t3_batch_create(const struct backend *be);
 void t3_batch_free(struct t3_batch *b); /* no-op on NULL */
+/* Row-exact products (the default: true). false lets the batched linears
+ * take the multi-row kernels (CPU: the quantised GEMM from 5 rows of
+ * Q4_0/Q8_0 weights, sgemm above 16 rows of F32/F16 ones), whose float
+ * summation order differs from the one-row dot products: faster at many
+ * rows, but tokens are then no longer bit-identical to solo decoding
+ * (bench_batch measures both). */
+void t3_batch_set_row_exact(struct t3_batch *b, bool on);
 /* One step of the n sequences s[] (one model, the batch's backend):
  * token[i] and rc[i] are what t3_seq_step(s[i]) would give (rc[i]:
  * CBX_ERR_CANCELLED from its callback, the sequence then done). Returns a
