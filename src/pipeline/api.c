@@ -1,8 +1,11 @@
 /* api.c - the public C API (include/chatterbox.h) over the engine
  * (pipeline/engine.h) and voice conversion (pipeline/vc.h): handles,
  * parameter translation, per-context error messages. Nothing global: each
- * context keeps its own backend (thread pool, created on first use with
- * the requested thread count) and message.
+ * context keeps its own backend (over the process-wide pool of the
+ * requested thread count, created on first use), its working memory
+ * (engine_work) and message. Concurrent cbx_synthesize calls on contexts
+ * of one model and thread count decode T3 in one batch (the engine's
+ * scheduler, pipeline/scheduler.h), each getting the audio it gets alone.
  * A model is a speaking one (engine: Turbo, Nano, English); an English
  * one loads its voice-conversion part on the first cbx_convert_voice
  * (under the model's lock). A variant the engine refuses but voice
