@@ -238,6 +238,10 @@ static cbx_status say_lines(const struct engine_model *m, const struct backend *
     const double tp = now();
     if ((rc = engine_prepare_voice(m, be, voice, err)) != CBX_OK) return rc;
     if (s->verbose) fprintf(stderr, "say: voice ready in %.3f s\n", now() - tp);
+    /* memory kept from one line to the next (engine_work) */
+    struct engine_params lp = *ep;
+    if (!(lp.work = engine_work_create())) return err_setf(err, CBX_ERR_NOMEM, "out of memory");
+    ep = &lp;
     while (rc == CBX_OK && !interrupted && (len = getline(&line, &cap, stdin)) >= 0) {
         if (!engine_has_word(line)) continue;
         float *one = NULL;
@@ -278,6 +282,7 @@ static cbx_status say_lines(const struct engine_model *m, const struct backend *
         if (n_lines == 1) st->t_first_audio = ls.t_first_audio;
     }
     free(line);
+    engine_work_free(lp.work);
     if (rc == CBX_OK && interrupted) rc = err_setf(err, CBX_ERR_CANCELLED, "interrupted");
     if (rc == CBX_OK && ferror(stdin)) rc = err_setf(err, CBX_ERR_IO, "stdin: cannot read: %s", strerror(errno));
     if (rc == CBX_OK && n_lines == 0) rc = err_setf(err, CBX_ERR_INVALID_ARG, "no line of the input has anything to speak");

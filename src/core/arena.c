@@ -21,6 +21,7 @@ struct block {
 struct arena {
     const struct backend *be;
     bool bf16;                        /* precision hint (arena_set_bf16) */
+    bool row_exact;                   /* arena_set_row_exact */
     struct arena *child[MAX_SCRATCH]; /* scratch arenas, owned */
     bool child_busy[MAX_SCRATCH];
     size_t block_size;
@@ -77,6 +78,8 @@ const struct backend *arena_backend(const struct arena *a) { return a->be; }
 
 void arena_set_bf16(struct arena *a, bool on) { a->bf16 = on; }
 bool arena_bf16(const struct arena *a) { return a->bf16; }
+void arena_set_row_exact(struct arena *a, bool on) { a->row_exact = on; }
+bool arena_row_exact(const struct arena *a) { return a->row_exact; }
 
 struct arena *arena_scratch(struct arena *parent)
 {
@@ -86,6 +89,7 @@ struct arena *arena_scratch(struct arena *parent)
         struct arena *c = parent->child[i];
         arena_reset(c);
         c->bf16 = parent->bf16;
+        c->row_exact = parent->row_exact;
         parent->child_busy[i] = true;
         return c;
     }

@@ -57,6 +57,13 @@ void arena_scratch_done(struct arena *parent, struct arena *child); /* no-op on 
  * default; F32 parity paths never set it. */
 void arena_set_bf16(struct arena *a, bool on);
 bool arena_bf16(const struct arena *a);
+/* Row-exact products: when set, each row of a linear product is computed
+ * as it would be alone, so a row gives the same bits whatever the number
+ * of rows beside it (batched decoding of independent sequences, T3's
+ * t3_batch_step, relies on it); kernels then keep their per-row path
+ * (cpu: the dot products) at any row count. Off by default. */
+void arena_set_row_exact(struct arena *a, bool on);
+bool arena_row_exact(const struct arena *a);
 
 /* Record a failure (the first one wins); returns s. */
 cbx_status arena_fail(struct arena *a, cbx_status s, const char *fmt, ...)

@@ -1,8 +1,11 @@
 /* api.c - the public C API (include/chatterbox.h) over the engine
  * (pipeline/engine.h) and voice conversion (pipeline/vc.h): handles,
  * parameter translation, per-context error messages. Nothing global: each
- * context keeps its own backend (thread pool, created on first use with
- * the requested thread count) and message.
+ * context keeps its own backend (over the process-wide pool of the
+ * requested thread count, created on first use), its working memory
+ * (engine_work) and message. Concurrent cbx_synthesize calls on contexts
+ * of one model and thread count decode T3 in one batch (the engine's
+ * scheduler, pipeline/scheduler.h), each getting the audio it gets alone.
  * A model is a speaking one (engine: Turbo, Nano, English); an English
  * one loads its voice-conversion part on the first cbx_convert_voice
  * (under the model's lock). A variant the engine refuses but voice
@@ -37,6 +40,9 @@ struct cbx_context {
     const struct cbx_model *model;
     struct backend *be;
     int be_threads;
+    /* working memory kept between this context's calls (engine.h), tied
+     * to be: made with it and freed with it */
+    struct engine_work *work;
     char err[ERR_MAX];
 };
 
@@ -220,6 +226,7 @@ cbx_status cbx_context_create(const cbx_model *model, cbx_context **ctx)
 void cbx_context_free(cbx_context *ctx)
 {
     if (!ctx) return;
+    engine_work_free(ctx->work);
     backend_cpu_free(ctx->be);
     free(ctx);
 }
@@ -298,9 +305,14 @@ static int relay(void *user, const float *pcm, int64_t n, int sample_rate)
 static cbx_status ctx_backend(cbx_context *ctx, int n, const char *who)
 {
     if (ctx->be && ctx->be_threads == n) return CBX_OK;
+    /* the memory of the old backend goes with it (a new backend may come
+     * back at the same address) */
+    engine_work_free(ctx->work);
+    ctx->work = NULL;
     backend_cpu_free(ctx->be);
+    ctx->be = NULL;
     ctx->be_threads = -1;
-    if (!(ctx->be = backend_cpu_create_shared(n)))
+    if (!(ctx->be = backend_cpu_create_shared(n)) || !(ctx->work = engine_work_create()))
         return err_setf(ctx->err, CBX_ERR_NOMEM, "%s: cannot start %d threads", who, n);
     ctx->be_threads = n;
     return CBX_OK;
@@ -364,6 +376,7 @@ cbx_status cbx_synthesize(cbx_context *ctx, const cbx_voice *voice, const char *
     e.stream_first_prompt_tokens = params->stream_first_prompt_tokens;
     e.precision = params->precision;
     e.alignment_guard = params->alignment_guard != 0;
+    e.work = ctx->work;
     struct chunk_relay r = {chunk, user};
     float *pcm = NULL;
     int64_t n = 0;

@@ -20,7 +20,8 @@
 #include "io/gguf.h"
 #include "io/model_file.h"
 #include "io/weights.h"
-#include "pipeline/prefix_store.h"
+#include "pipeline/prefix_cache.h"
+#include "pipeline/scheduler.h"
 #include "pipeline/stream.h"
 #include "s3gen/s3gen.h"
 #include "t3/t3.h"
@@ -28,13 +29,13 @@
 #include "text/tokenizer.h"
 #include "voice/voice.h"
 
-/* Workspace memory a model keeps between calls (see workspace_take). */
-struct ws_slot {
-    void *p;
+/* Working memory of one caller (engine.h, engine_work_create): T3's
+ * workspace and S3Gen's arena, made on first use for the backend of the
+ * call and made again when a call comes with another backend. */
+struct engine_work {
     const struct backend *be;
-    bool busy;
-    void *(*make)(const struct backend *be);
-    void (*drop)(void *p);
+    struct t3_workspace *t3;
+    struct arena *s3;
 };
 
 struct engine_model {
@@ -49,36 +50,13 @@ struct engine_model {
     bool has_builtin;
     char builtin_err[ERR_MAX]; /* why there is no built-in voice */
     double t_load;
-    /* voice prefix cache (engine.h): up to n_prefix entries, under mu */
-    pthread_mutex_t mu;
-    struct prefix_ent **prefix;
-    int n_prefix;
-    uint64_t tick;
-    /* prefixes on disk (prefix_store.h): the directory or NULL; the model
-     * id is computed at the first use, under store_mu, which also
-     * serialises saves (the temporary file name is per process) */
-    char *prefix_dir;
-    pthread_mutex_t store_mu;
-    bool have_id;
-    uint8_t prefix_id[PREFIX_STORE_ID_SIZE];
-    /* memory kept between calls, each for one caller at a time and the
-     * backend it was made for: T3's t3_workspace and S3Gen's arena; under mu */
-    struct ws_slot t3ws, s3ws;
+    /* the voice prefix cache (engine.h), the one part calls share that
+     * changes: its own object and locks (prefix_cache.h) */
+    struct prefix_cache *pc;
+    /* the T3 scheduler (scheduler.h): batched decoding of concurrent
+     * calls; an object of its own, its thread started by the first call */
+    struct sched *sched;
 };
-
-/* A cached T3 voice prefix; freed when out of the table and unused. */
-struct prefix_ent {
-    struct t3_prefix *p;
-    int refs;        /* calls using it */
-    uint64_t used;   /* tick of the last use (least recently used goes) */
-    bool in_table;
-    bool unsaved;    /* built here, not yet written to the prefix store */
-};
-
-static void *t3ws_make(const struct backend *be) { return t3_workspace_create(be); }
-static void t3ws_drop(void *p) { t3_workspace_free(p); }
-static void *s3ws_make(const struct backend *be) { return arena_create(be, 0); }
-static void s3ws_drop(void *p) { arena_free(p); }
 
 static double now(void)
 {
@@ -133,16 +111,6 @@ cbx_status engine_model_load(const char *path, const struct engine_load_params *
     const double t0 = now();
     struct engine_model *m = calloc(1, sizeof *m);
     if (!m) return err_setf(err, CBX_ERR_NOMEM, "out of memory");
-    pthread_mutex_init(&m->mu, NULL);
-    pthread_mutex_init(&m->store_mu, NULL);
-    m->t3ws = (struct ws_slot){NULL, NULL, false, t3ws_make, t3ws_drop};
-    m->s3ws = (struct ws_slot){NULL, NULL, false, s3ws_make, s3ws_drop};
-    m->n_prefix = p->voice_cache == 0 ? ENGINE_VOICE_CACHE_DEFAULT : p->voice_cache < 0 ? 0 : p->voice_cache;
-    if ((m->n_prefix > 0 && !(m->prefix = calloc((size_t)m->n_prefix, sizeof *m->prefix))) ||
-        (p->prefix_dir && *p->prefix_dir && !(m->prefix_dir = strdup(p->prefix_dir)))) {
-        engine_model_free(m);
-        return err_setf(err, CBX_ERR_NOMEM, "out of memory");
-    }
     cbx_status rc = model_open(path, &m->file, err);
     if (rc != CBX_OK) goto fail;
     m->variant = model_get_variant(m->file);
@@ -173,6 +141,11 @@ cbx_status engine_model_load(const char *path, const struct engine_load_params *
     m->has_s3gen = !p->t3_only;
     /* a model without a usable built-in voice still speaks with others */
     if (conds_from_model(m->file, &m->builtin, m->builtin_err) == CBX_OK) m->has_builtin = true;
+    const int n_prefix = p->voice_cache == 0 ? ENGINE_VOICE_CACHE_DEFAULT : p->voice_cache < 0 ? 0 : p->voice_cache;
+    if (!(m->pc = prefix_cache_create(&m->t3, n_prefix, p->prefix_dir)) || !(m->sched = sched_create())) {
+        rc = err_setf(err, CBX_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
     m->t_load = now() - t0;
     *out = m;
     return CBX_OK;
@@ -184,17 +157,8 @@ fail:
 void engine_model_free(struct engine_model *m)
 {
     if (!m) return;
-    for (int i = 0; i < m->n_prefix && m->prefix; i++) {
-        if (!m->prefix[i]) continue;
-        t3_prefix_free(m->prefix[i]->p);
-        free(m->prefix[i]);
-    }
-    free(m->prefix);
-    free(m->prefix_dir);
-    pthread_mutex_destroy(&m->store_mu);
-    if (m->t3ws.p) m->t3ws.drop(m->t3ws.p);
-    if (m->s3ws.p) m->s3ws.drop(m->s3ws.p);
-    pthread_mutex_destroy(&m->mu);
+    sched_free(m->sched);
+    prefix_cache_free(m->pc);
     conds_free(&m->builtin);
     s3gen_free(&m->s3);
     t3_free(&m->t3);
@@ -209,35 +173,47 @@ const struct t3_model *engine_model_t3(const struct engine_model *m) { return &m
 const struct model *engine_model_file(const struct engine_model *m) { return m->file; }
 const struct s3gen *engine_model_s3gen(const struct engine_model *m) { return m->has_s3gen ? &m->s3 : NULL; }
 
-/* The workspace of slot s for backend be, or NULL when another call holds
- * it (that call then runs with memory of its own, as without one). The
- * slot lives in the model (under mu), hence the cast. */
-static void *workspace_take(const struct engine_model *cm, const struct ws_slot *cs,
-                            const struct backend *be)
+/* ---- working memory ------------------------------------------------------ */
+
+struct engine_work *engine_work_create(void) { return calloc(1, sizeof(struct engine_work)); }
+
+void engine_work_free(struct engine_work *w)
 {
-    struct engine_model *m = (struct engine_model *)cm;
-    struct ws_slot *s = (struct ws_slot *)cs;
-    void *w = NULL;
-    pthread_mutex_lock(&m->mu);
-    if (!s->busy) {
-        if (s->p && s->be != be) {
-            s->drop(s->p);
-            s->p = NULL;
-        }
-        if (!s->p && (s->p = s->make(be))) s->be = be;
-        if ((w = s->p)) s->busy = true;
-    }
-    pthread_mutex_unlock(&m->mu);
-    return w;
+    if (!w) return;
+    t3_workspace_free(w->t3);
+    arena_free(w->s3);
+    free(w);
 }
 
-static void workspace_give(const struct engine_model *cm, const struct ws_slot *cs, void *w)
+/* w's memory for backend be (dropped and made again for another backend);
+ * false when w is NULL. */
+static bool work_for(struct engine_work *w, const struct backend *be)
 {
-    struct engine_model *m = (struct engine_model *)cm;
-    if (!w) return;
-    pthread_mutex_lock(&m->mu);
-    ((struct ws_slot *)cs)->busy = false;
-    pthread_mutex_unlock(&m->mu);
+    if (!w) return false;
+    if (w->be != be) {
+        t3_workspace_free(w->t3);
+        arena_free(w->s3);
+        w->t3 = NULL;
+        w->s3 = NULL;
+        w->be = be;
+    }
+    return true;
+}
+
+/* T3's workspace of w for be, or NULL (the call makes its own). */
+static struct t3_workspace *work_t3(struct engine_work *w, const struct backend *be)
+{
+    if (!work_for(w, be)) return NULL;
+    if (!w->t3) w->t3 = t3_workspace_create(be);
+    return w->t3;
+}
+
+/* S3Gen's arena of w for be, or NULL (the call makes its own). */
+static struct arena *work_s3(struct engine_work *w, const struct backend *be)
+{
+    if (!work_for(w, be)) return NULL;
+    if (!w->s3) w->s3 = arena_create(be, 0);
+    return w->s3;
 }
 
 /* S3Gen's products in BF16 for this call (engine_params.precision). */
@@ -302,150 +278,36 @@ cbx_status engine_voice_load(const struct engine_model *m, const struct backend 
 
 /* ---- voice prefix cache -------------------------------------------------- */
 
-/* The model id of the prefix store, computed once. */
-static const uint8_t *store_id(struct engine_model *m)
+/* The T3 conditioning of a voice. */
+static struct t3_cond voice_cond(const struct conds *v)
 {
-    pthread_mutex_lock(&m->store_mu);
-    if (!m->have_id) {
-        prefix_store_model_id(&m->t3, m->prefix_id);
-        m->have_id = true;
-    }
-    pthread_mutex_unlock(&m->store_mu);
-    return m->prefix_id;
+    const struct t3_cond c = {v->speaker_emb, v->cond_prompt_tokens, v->n_cond_prompt, v->emotion_adv};
+    return c;
 }
 
-/* The entry for voice: from the in-memory cache, else from the prefix
- * store on disk (when on), else built (and cached when the cache is on;
- * marked unsaved for prefix_persist). *src: ENGINE_PREFIX_*; *t: seconds
- * spent loading or building (0 on a hit); note: why a file in the store
- * could not be used ("" when none). Release with prefix_release. The
- * model's mutable part is only this cache. */
-static cbx_status prefix_acquire(const struct engine_model *cm, const struct backend *be,
-                                 const struct conds *voice, struct prefix_ent **out, int *src,
+/* The voice's prefix from the model's cache (prefix_cache.h); *src:
+ * ENGINE_PREFIX_*. */
+static cbx_status prefix_acquire(const struct engine_model *m, const struct backend *be,
+                                 const struct conds *voice, struct prefix_cache_ent **out, int *src,
                                  double *t, char *note, char *err)
 {
-    struct engine_model *m = (struct engine_model *)cm;
-    const struct t3_cond c = {voice->speaker_emb, voice->cond_prompt_tokens, voice->n_cond_prompt,
-                              voice->emotion_adv};
-    *out = NULL;
-    *t = 0;
-    *src = ENGINE_PREFIX_MEMORY;
-    note[0] = 0;
-    pthread_mutex_lock(&m->mu);
-    for (int i = 0; i < m->n_prefix; i++) {
-        struct prefix_ent *e = m->prefix[i];
-        if (e && t3_prefix_matches(e->p, &m->t3, &c)) {
-            e->refs++;
-            e->used = ++m->tick;
-            *out = e;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&m->mu);
-    if (*out) return CBX_OK;
-
-    /* load or build outside the lock; a concurrent call may do the same */
-    const double t0 = now();
-    struct t3_prefix *p = NULL;
-    cbx_status rc = CBX_OK;
-    if (m->prefix_dir && prefix_store_load(m->prefix_dir, store_id(m), &m->t3, &c, &p, note) != CBX_OK)
-        p = NULL; /* unusable file: note says why; built and saved over below */
-    *src = p ? ENGINE_PREFIX_DISK : ENGINE_PREFIX_BUILT;
-    if (!p && (rc = t3_prefix_build(&m->t3, be, &c, &p, err)) != CBX_OK) return rc;
-    struct prefix_ent *e = calloc(1, sizeof *e);
-    if (!e) {
-        t3_prefix_free(p);
-        return err_setf(err, CBX_ERR_NOMEM, "out of memory");
-    }
-    *t = now() - t0;
-    e->p = p;
-    e->refs = 1;
-    e->unsaved = m->prefix_dir && *src == ENGINE_PREFIX_BUILT;
-    pthread_mutex_lock(&m->mu);
-    e->used = ++m->tick;
-    int slot = -1; /* an empty slot, else the least recently used */
-    for (int i = 0; i < m->n_prefix; i++) {
-        struct prefix_ent *o = m->prefix[i];
-        if (o && t3_prefix_matches(o->p, &m->t3, &c)) { /* another call's copy: use that one */
-            o->refs++;
-            o->used = e->used;
-            pthread_mutex_unlock(&m->mu);
-            t3_prefix_free(e->p);
-            free(e);
-            *out = o;
-            return CBX_OK;
-        }
-        if (!o) {
-            if (slot < 0 || m->prefix[slot]) slot = i;
-        } else if (slot < 0 || (m->prefix[slot] && o->used < m->prefix[slot]->used)) {
-            slot = i;
-        }
-    }
-    if (slot >= 0) {
-        struct prefix_ent *o = m->prefix[slot];
-        if (o) { /* out of the table; freed now or by its last user */
-            o->in_table = false;
-            if (o->refs == 0) {
-                t3_prefix_free(o->p);
-                free(o);
-            }
-        }
-        m->prefix[slot] = e;
-        e->in_table = true;
-    }
-    pthread_mutex_unlock(&m->mu);
-    *out = e;
-    return CBX_OK;
+    const struct t3_cond c = voice_cond(voice);
+    int s = PREFIX_CACHE_MEMORY;
+    cbx_status rc = prefix_cache_acquire(m->pc, be, &c, out, &s, t, note, err);
+    *src = s == PREFIX_CACHE_BUILT ? ENGINE_PREFIX_BUILT : s == PREFIX_CACHE_DISK ? ENGINE_PREFIX_DISK
+                                                                                 : ENGINE_PREFIX_MEMORY;
+    return rc;
 }
 
-/* Write a prefix built by this process into the store (once per entry;
- * the caller holds a reference). Called after the audio is out, so the
- * write is off the first-audio path. A failure is not the call's: it
- * lands in note. Returns whether a file was written. */
-static bool prefix_persist(const struct engine_model *cm, struct prefix_ent *e, char *note)
-{
-    struct engine_model *m = (struct engine_model *)cm;
-    if (!e || !m->prefix_dir) return false;
-    pthread_mutex_lock(&m->mu);
-    bool todo = e->unsaved;
-    e->unsaved = false;
-    pthread_mutex_unlock(&m->mu);
-    if (!todo) return false;
-    const uint8_t *id = store_id(m);
-    pthread_mutex_lock(&m->store_mu);
-    cbx_status rc = prefix_store_save(m->prefix_dir, id, e->p, note);
-    pthread_mutex_unlock(&m->store_mu);
-    return rc == CBX_OK;
-}
+void engine_voice_cache_clear(const struct engine_model *m) { prefix_cache_clear(m->pc); }
 
-static void prefix_release(const struct engine_model *cm, struct prefix_ent *e)
+void engine_batch_stats(const struct engine_model *m, int64_t *steps, int64_t *rows, int64_t *max_rows)
 {
-    if (!e) return;
-    struct engine_model *m = (struct engine_model *)cm;
-    pthread_mutex_lock(&m->mu);
-    bool gone = --e->refs == 0 && !e->in_table;
-    pthread_mutex_unlock(&m->mu);
-    if (gone) {
-        t3_prefix_free(e->p);
-        free(e);
-    }
-}
-
-void engine_voice_cache_clear(const struct engine_model *cm)
-{
-    struct engine_model *m = (struct engine_model *)cm;
-    pthread_mutex_lock(&m->mu);
-    for (int i = 0; i < m->n_prefix; i++) {
-        struct prefix_ent *e = m->prefix[i];
-        m->prefix[i] = NULL;
-        if (!e) continue;
-        e->in_table = false;
-        if (e->refs == 0) {
-            t3_prefix_free(e->p);
-            free(e);
-        }
-    }
-    pthread_mutex_unlock(&m->mu);
+    struct sched_stats s;
+    sched_get_stats(m->sched, &s);
+    *steps = s.steps;
+    *rows = s.rows;
+    *max_rows = s.max_rows;
 }
 
 /* *voice, or the built-in voice when it is NULL, checked against m. */
@@ -464,14 +326,14 @@ cbx_status engine_prepare_voice(const struct engine_model *m, const struct backe
 {
     if (!m || !be) return err_setf(err, CBX_ERR_INVALID_ARG, "no model or backend");
     cbx_status rc = resolve_voice(m, &voice, err);
-    if (rc != CBX_OK || m->n_prefix == 0) return rc;
-    struct prefix_ent *e = NULL;
+    if (rc != CBX_OK || prefix_cache_capacity(m->pc) == 0) return rc;
+    struct prefix_cache_ent *e = NULL;
     double t = 0;
     int src;
     char note[ERR_MAX];
     rc = prefix_acquire(m, be, voice, &e, &src, &t, note, err);
-    if (rc == CBX_OK) prefix_persist(m, e, note);
-    prefix_release(m, e);
+    if (rc == CBX_OK) prefix_cache_persist(m->pc, e, note);
+    prefix_cache_release(m->pc, e);
     return rc;
 }
 
@@ -658,6 +520,42 @@ static cbx_status text_tokens(const struct engine_model *m, const char *seg, con
     return CBX_OK;
 }
 
+/* t3_inference_prefixed through the model's scheduler (scheduler.h): the
+ * prefill here, the decode steps batched with those of concurrent calls
+ * in the scheduler's thread, each token handed to on_t3_step here (so its
+ * progress, streaming and S3Gen work run in this thread). Same tokens as
+ * t3_inference_prefixed. */
+static cbx_status t3_scheduled(const struct engine_model *m, const struct backend *be, const struct t3_prefix *pfx,
+                               const int32_t *ids, int64_t n_ids, const struct t3_gen_params *gp, struct run *r,
+                               int32_t **tokens, int64_t *n_tokens, char *err)
+{
+    *tokens = NULL;
+    *n_tokens = 0;
+    struct t3_seq *seq = NULL;
+    struct sched_req *req = NULL;
+    cbx_status rc = t3_seq_start(&m->t3, be, NULL, pfx, ids, n_ids, gp, NULL, NULL, &seq, err);
+    /* a scheduler that took another thread count meanwhile refuses it:
+     * the sequence is then decoded here, as without the scheduler */
+    char why[ERR_MAX];
+    if (rc == CBX_OK && sched_submit(m->sched, seq, (int64_t)gp->max_gen_len + 2, &req, why) != CBX_OK) req = NULL;
+    int step = 0;
+    int32_t tok;
+    while (rc == CBX_OK) {
+        if (req) rc = sched_next(req, &tok, err);
+        else if (t3_seq_done(seq)) break;
+        else rc = t3_seq_step(seq, &tok, err);
+        if (rc != CBX_OK || (req && tok < 0)) break;
+        if (tok >= 0 && on_t3_step(r, step++, tok, NULL, t3_seq_rows(seq), m->t3.hp.speech_vocab)) {
+            if (req) sched_cancel(req);
+            rc = err_setf(err, CBX_ERR_CANCELLED, "T3: cancelled");
+        }
+    }
+    sched_finish(req);
+    if (rc == CBX_OK) rc = t3_seq_tokens(seq, tokens, n_tokens, err);
+    t3_seq_free(seq);
+    return rc;
+}
+
 /* One segment: normalise, tokenise, T3 (with retries). *speech owned by
  * the caller; it has room for the row's silence tail. */
 static cbx_status segment_tokens(const struct engine_model *m, const struct backend *be,
@@ -692,9 +590,11 @@ static cbx_status segment_tokens(const struct engine_model *m, const struct back
         r->pr.attempt = j;
         r->pr.tokens = 0;
         t0 = now();
-        gp.ws = workspace_take(m, &m->t3ws, be);
-        rc = t3_inference_prefixed(&m->t3, be, pfx, ids, n_ids, &gp, on_t3_step, r, &tok, &n_tok, err);
-        workspace_give(m, &m->t3ws, gp.ws);
+        gp.ws = work_t3(p->work, be);
+        if (sched_accepts(m->sched, be))
+            rc = t3_scheduled(m, be, pfx, ids, n_ids, &gp, r, &tok, &n_tok, err);
+        else
+            rc = t3_inference_prefixed(&m->t3, be, pfx, ids, n_ids, &gp, on_t3_step, r, &tok, &n_tok, err);
         st->t_t3 += now() - t0;
         if (rc != CBX_OK) goto cleanup;
         const bool capped = n_tok >= p->max_tokens;
@@ -884,16 +784,16 @@ cbx_status engine_tokens(const struct engine_model *m, const struct backend *be,
     voice = with_exaggeration(m, voice, p, &tmp);
     struct engine_stats st;
     memset(&st, 0, sizeof st);
-    struct prefix_ent *pe = NULL;
+    struct prefix_cache_ent *pe = NULL;
     rc = prefix_acquire(m, be, voice, &pe, &st.prefix_source, &st.t_t3_prefix, st.prefix_note, err);
     if (rc != CBX_OK) return rc;
     struct engine_params q = *p;
     q.max_retries = 0;
     struct run r = {progress, user, {ENGINE_STAGE_T3, 0, 1, 0, 0, p->max_tokens, 0}, 0, NULL, 0, CBX_OK, ""};
     uint64_t seed = p->seed;
-    rc = segment_tokens(m, be, pe->p, text ? text : "", 0, &q, &r, &st, tokens, n, &seed, err);
-    if (rc == CBX_OK) prefix_persist(m, pe, st.prefix_note);
-    prefix_release(m, pe);
+    rc = segment_tokens(m, be, prefix_cache_prefix(pe), text ? text : "", 0, &q, &r, &st, tokens, n, &seed, err);
+    if (rc == CBX_OK) prefix_cache_persist(m->pc, pe, st.prefix_note);
+    prefix_cache_release(m->pc, pe);
     return rc;
 }
 
@@ -941,7 +841,7 @@ cbx_status engine_synthesize(const struct engine_model *m, const struct backend 
     int64_t n_all = 0, cap = 0;
     int32_t *speech = NULL;
     float *wav = NULL;
-    struct prefix_ent *pe = NULL; /* the voice's T3 prefix, shared by the segments */
+    struct prefix_cache_ent *pe = NULL; /* the voice's T3 prefix, shared by the segments */
     if (!p->text_ids && !engine_has_word(text)) {
         rc = err_setf(err, CBX_ERR_INVALID_ARG, text[strspn(text, " \t\r\n")] ? "the text has nothing to speak (no letters or digits)" : "the text is empty");
         goto cleanup;
@@ -971,13 +871,13 @@ cbx_status engine_synthesize(const struct engine_model *m, const struct backend 
         if (p->stream) { /* pipeline/stream.h */
             struct stream_out o = {chunk, user, &all, &n_all, &cap, pcm != NULL, i > 0 ? pause : 0,
                                    st, t_start, CBX_OK, "", 0, 0, 0, {0}};
-            if ((rc = stream_segment(m, be, voice, pe->p, S.text[i], i, p, &r, st, &o, err)) != CBX_OK)
+            if ((rc = stream_segment(m, be, voice, prefix_cache_prefix(pe), S.text[i], i, p, &r, st, &o, err)) != CBX_OK)
                 goto cleanup;
             continue;
         }
         int64_t n_speech = 0, n_wav = 0;
         uint64_t seed = p->seed;
-        rc = segment_tokens(m, be, pe->p, S.text[i], i, p, &r, st, &speech, &n_speech, &seed, err);
+        rc = segment_tokens(m, be, prefix_cache_prefix(pe), S.text[i], i, p, &r, st, &speech, &n_speech, &seed, err);
         if (rc != CBX_OK) goto cleanup;
         st->n_speech_tokens += n_speech;
         r.pr.total_tokens = st->n_speech_tokens;
@@ -996,9 +896,8 @@ cbx_status engine_synthesize(const struct engine_model *m, const struct backend 
         sp.cb = on_cfm_step;
         sp.user = &r;
         t0 = now();
-        sp.ws = workspace_take(m, &m->s3ws, be);
+        sp.ws = work_s3(p->work, be);
         rc = s3gen_vocode(&m->s3, be, speech, n_speech + vr->n_silence, voice, &sp, &wav, &n_wav, err);
-        workspace_give(m, &m->s3ws, sp.ws);
         st->t_s3gen += now() - t0;
         free(speech);
         speech = NULL;
@@ -1036,8 +935,8 @@ cleanup:
     free(wav);
     free(speech);
     free(all);
-    if (rc == CBX_OK) st->prefix_saved = prefix_persist(m, pe, st->prefix_note);
-    prefix_release(m, pe);
+    if (rc == CBX_OK) st->prefix_saved = prefix_cache_persist(m->pc, pe, st->prefix_note);
+    prefix_cache_release(m->pc, pe);
     engine_segments_free(&S);
     return rc;
 }

@@ -74,10 +74,23 @@
  * written there after the call's audio is out, so later processes (each
  * `say`) start as warm as a later call in the same process.
  *
- * Thread safety: an engine_model is read-only after loading (apart from the
- * voice prefix cache, which has its own lock) and may serve any number of
- * concurrent engine_synthesize calls, each with its own backend (thread
- * pool). */
+ * Thread safety: an engine_model is immutable after loading and may serve
+ * any number of concurrent calls. What calls share that changes is the
+ * voice prefix cache, an object of its own with its own locks
+ * (prefix_cache.h) that the model points to; working memory kept between
+ * calls belongs to the caller (engine_work, engine_params.work), never to
+ * the model. Each concurrent call needs its own backend (or a backend's
+ * pool used by one call at a time) and its own engine_work.
+ *
+ * Batched decoding: calls whose backend is a host backend over the
+ * process-wide pool (backend_cpu_create_shared, as every cbx_context's)
+ * decode T3 through the model's scheduler (scheduler.h): each call
+ * prefills its segment in its own thread, the scheduler's thread decodes
+ * the sequences of all such calls together, one batched forward per step,
+ * and hands each call its tokens, which the call turns into audio in its
+ * own thread (S3Gen never runs inside a T3 step). A call's tokens and
+ * audio are exactly what it gives alone (tests/pipeline/test_sched.c).
+ * Other calls (a private pool, as the CLI's) decode alone, as before. */
 #ifndef CBX_PIPELINE_ENGINE_H
 #define CBX_PIPELINE_ENGINE_H
 
@@ -212,6 +225,9 @@ struct engine_params {
      * is spoken, a forced stop on a long tail, a repeated passage or three
      * equal tokens); false (default); an error for Turbo and Nano */
     bool alignment_guard;
+    /* the caller's working memory (engine_work_create), used by one call
+     * at a time; NULL: the call makes and frees its own */
+    struct engine_work *work;
 };
 enum { ENGINE_PREC_AUTO = 0, ENGINE_PREC_F32 = 1, ENGINE_PREC_BF16 = 2 };
 struct engine_params engine_default_params(void);
@@ -224,6 +240,21 @@ struct engine_params engine_model_default_params(const struct engine_model *m);
 
 /* Seed of segment i, attempt j (seed itself for i = j = 0). */
 uint64_t engine_seed(uint64_t seed, int i, int j);
+
+/* Working memory one caller keeps between its calls: T3's workspace (KV
+ * cache, per-layer scratch) and S3Gen's arena keep their blocks, so calls
+ * after the first fault in no new pages. Made empty; filled on first use
+ * for the call's backend (another backend: dropped and made again).
+ * Belongs to one call at a time (a context's). NULL: out of memory. */
+struct engine_work;
+struct engine_work *engine_work_create(void);
+void engine_work_free(struct engine_work *w); /* no-op on NULL */
+
+/* T3 decode steps run by the model's scheduler (scheduler.h: batched
+ * decoding of concurrent calls whose backends are host backends over the
+ * process-wide pool, as cbx_context's; other calls decode alone), the
+ * rows they carried in all, and the most rows in one step. */
+void engine_batch_stats(const struct engine_model *m, int64_t *steps, int64_t *rows, int64_t *max_rows);
 
 /* ---- long text -------------------------------------------------------- */
 

@@ -38,6 +38,7 @@ static struct tensor *forward(struct arena *a, const struct t3_backbone *bb, str
                    tensor_shape_str(x, s, sizeof s), kv->n_rows, bb->d_model);
         return NULL;
     }
+    if (kv->group) return NULL; /* forward_group */
     if (kv->n_past + T > kv->capacity || kv->n_past + T > bb->n_ctx) {
         arena_fail(a, CBX_ERR_INVALID_ARG,
                    "t3: sequence of %lld positions exceeds the context (%d cached, %d max)",
@@ -80,15 +81,67 @@ static struct tensor *forward(struct arena *a, const struct t3_backbone *bb, str
     return out;
 }
 
+/* A group of caches (kv_cache.h invariant 4): one new position for every
+ * member, each at its own length; the layers as forward's. */
+static struct tensor *forward_group(struct arena *a, const struct t3_backbone *bb, struct kv_cache *kv,
+                                    const struct tensor *x)
+{
+    if (!x) return NULL;
+    if (x->ndim != 3 || x->ne[0] != kv->n_rows || x->ne[1] != 1 || x->ne[2] != bb->d_model) {
+        char s[64];
+        arena_fail(a, CBX_ERR_INTERNAL, "t3 backbone: group input %s for %d rows of width %d",
+                   tensor_shape_str(x, s, sizeof s), kv->n_rows, bb->d_model);
+        return NULL;
+    }
+    for (int i = 0; i < kv->n_group; i++) {
+        const struct kv_cache *g = kv->group[i];
+        if (g->group || g->n_past + 1 > g->capacity || g->n_past + 1 > bb->n_ctx) {
+            arena_fail(a, CBX_ERR_INVALID_ARG, "t3: sequence %d of the batch is full (%d cached, %d max)", i,
+                       g->n_past, g->capacity);
+            return NULL;
+        }
+    }
+    const bool ping = kv->scratch[0] && kv->scratch[1];
+    struct arena *s = ping ? kv->scratch[1] : a;
+    if (ping) arena_reset(s);
+    const struct tensor *hs = x;
+    if (bb->arch == T3_ARCH_GPT2) {
+        /* hidden = inputs_embeds + wpe(position_ids): each row its own */
+        const int64_t ne[2] = {kv->n_rows, 1};
+        int32_t *p = arena_alloc_host(s, sizeof(int32_t) * (size_t)kv->n_rows);
+        if (!p) {
+            scratch_ok(a, s);
+            return NULL;
+        }
+        for (int i = 0, r = 0; i < kv->n_group; i++)
+            for (int j = 0; j < kv->group[i]->n_rows; j++) p[r++] = kv->group[i]->n_past;
+        hs = op_add(s, x, op_get_rows(s, bb->wpe, op_from_host(s, TYPE_I32, 2, ne, p)));
+    }
+    if (!scratch_ok(a, s)) return NULL;
+    for (int il = 0; il < bb->n_layer; il++) {
+        if (ping) arena_reset(s = kv->scratch[il & 1]);
+        hs = bb->arch == T3_ARCH_GPT2 ? gpt2_block(s, bb, kv, il, hs, false)
+                                      : llama_layer_forward(s, bb, kv, il, hs, NULL, false);
+        if (!scratch_ok(a, s)) return NULL;
+    }
+    struct tensor *out = bb->arch == T3_ARCH_GPT2 ? op_layer_norm(a, hs, bb->norm_w, bb->norm_b, bb->eps)
+                                                  : op_rms_norm(a, hs, bb->norm_w, bb->eps);
+    if (out)
+        for (int i = 0; i < kv->n_group; i++) kv->group[i]->n_past++;
+    return out;
+}
+
 struct tensor *t3_backbone_forward(struct arena *a, const struct t3_backbone *bb, struct kv_cache *kv,
                                    const struct tensor *x)
 {
+    if (kv->group) return forward_group(a, bb, kv, x);
     return forward(a, bb, kv, x, false);
 }
 
 cbx_status t3_backbone_prefill_kv(struct arena *a, const struct t3_backbone *bb, struct kv_cache *kv,
                                   const struct tensor *x)
 {
+    if (kv->group) return arena_fail(a, CBX_ERR_INTERNAL, "t3 backbone: a group does not prefill");
     if (!forward(a, bb, kv, x, true) && arena_status(a) == CBX_OK)
         return arena_fail(a, CBX_ERR_INTERNAL, "t3 backbone: no input");
     return arena_status(a);

@@ -43,7 +43,8 @@ size_t t3_backbone_kv_bytes(const struct t3_backbone *bb, int n);
 
 /* Forward T new positions of the cache's B rows: x[B, T, D] input
  * embeddings (GPT-2: without wpe, added here); appends to kv and advances
- * kv->n_past. Returns the final-norm output [B, T, D] (arena-owned) or
+ * kv->n_past. On a group of caches (kv_cache_group, T = 1): every
+ * member's rows at that member's own position, each member advanced. Returns the final-norm output [B, T, D] (arena-owned) or
  * NULL (see arena_status). */
 struct tensor *t3_backbone_forward(struct arena *a, const struct t3_backbone *bb, struct kv_cache *kv,
                                    const struct tensor *x);

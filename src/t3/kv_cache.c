@@ -36,11 +36,49 @@ cbx_status kv_cache_init(struct kv_cache *kv, int n_layer, int n_head, int head_
     return arena_status(cache);
 }
 
+void kv_cache_group(struct kv_cache *kv, struct kv_cache *const *members, int n, struct arena *s0,
+                    struct arena *s1)
+{
+    memset(kv, 0, sizeof *kv);
+    kv->group = members;
+    kv->n_group = n;
+    for (int i = 0; i < n; i++) kv->n_rows += members[i]->n_rows;
+    kv->scratch[0] = s0;
+    kv->scratch[1] = s1;
+}
+
+/* A group's attention: each member over its own rows (invariant 4), the
+ * outputs stacked in member order. */
+static struct tensor *group_attend(struct arena *a, struct kv_cache *kv, int il, const struct tensor *q,
+                                   const struct tensor *k, const struct tensor *v)
+{
+    struct tensor *o = NULL;
+    int64_t r0 = 0;
+    for (int i = 0; i < kv->n_group; i++) {
+        struct kv_cache *g = kv->group[i];
+        const int64_t nr = g->n_rows;
+        struct tensor *oi = kv_cache_attend(a, g, il, op_slice(a, q, 0, r0, nr), op_slice(a, k, 0, r0, nr),
+                                            op_slice(a, v, 0, r0, nr), false);
+        o = o ? op_concat(a, o, oi, 0) : oi;
+        if (!o) return NULL;
+        r0 += nr;
+    }
+    return o;
+}
+
 struct tensor *kv_cache_attend(struct arena *a, struct kv_cache *kv, int il,
                                const struct tensor *q, const struct tensor *k,
                                const struct tensor *v, bool kv_only)
 {
     if (!q || !k || !v) return NULL;
+    if (kv->group) {
+        if (kv_only || q->ne[0] != kv->n_rows || q->ne[2] != 1) {
+            arena_fail(a, CBX_ERR_INTERNAL, "kv cache: a group attends one new position of its %d rows",
+                       kv->n_rows);
+            return NULL;
+        }
+        return group_attend(a, kv, il, q, k, v);
+    }
     const int64_t T = q->ne[2], Dh = q->ne[3];
     const int n_past = kv->n_past;
     op_copy_into(a, op_slice(a, kv->k[il], 2, n_past, T), k);

@@ -12,6 +12,13 @@
  *  3. A saved prefix is one row (row 0); restoring it writes it into every
  *     row (the conditioning of a CFG pair is the same in both rows).
  *
+ *  4. A group (kv_cache.group, t3_batch_step) is a cache that holds no
+ *     values itself: its B rows are its members' rows in turn (member i's
+ *     n_rows rows after those of members 0..i-1), each member with its own
+ *     length; a forward over a group appends one position to every member
+ *     (T = 1) and attends each member's rows over that member's own
+ *     positions, exactly as the member alone would.
+ *
  * scratch: two arenas of the same backend, owned by the caller, or NULL
  * (kv_cache_init leaves them NULL). When set, a backbone forward computes
  * each layer in one of them in turn, resetting it first, so a prefill
@@ -45,7 +52,17 @@ struct kv_cache {
     struct tensor **k, **v; /* n_layer entries, arena-owned */
     struct arena *scratch[2];
     const struct kv_export *exp; /* borrowed; NULL after kv_cache_init */
+    /* a group (invariant 4): n_group member caches, borrowed; NULL for a
+     * cache of its own. Only n_rows, group, n_group and scratch are
+     * meaningful in a group (kv_cache_group). */
+    struct kv_cache *const *group;
+    int n_group;
 };
+
+/* A group of n member caches (invariant 4) with scratch arenas s0, s1 (or
+ * NULL). */
+void kv_cache_group(struct kv_cache *kv, struct kv_cache *const *members, int n, struct arena *s0,
+                    struct arena *s1);
 
 /* The cache type for linear weights of type w: Q8_0 when they are
  * quantised (the cache would otherwise cost a decode step about a third of

@@ -11,6 +11,29 @@ struct rope_params llama_rope_520m(int head_dim)
     return p;
 }
 
+/* RoPE of x [B, H, T, Dh] at positions pos; on a group of caches
+ * (kv_cache.h invariant 4: T = 1) each member's rows at that member's own
+ * position, its length before this forward. */
+static struct tensor *rope(struct arena *a, struct tensor *x, const struct tensor *pos, const struct kv_cache *kv,
+                           const struct rope_params *p)
+{
+    if (!kv->group || !x) return op_rope(a, x, pos, p);
+    struct tensor *o = NULL;
+    int64_t r0 = 0;
+    for (int i = 0; i < kv->n_group; i++) {
+        const struct kv_cache *g = kv->group[i];
+        int32_t *at = arena_alloc_host(a, sizeof *at);
+        if (!at) return NULL;
+        *at = g->n_past;
+        const int64_t ne[1] = {1};
+        struct tensor *oi = op_rope(a, op_slice(a, x, 0, r0, g->n_rows), op_from_host(a, TYPE_I32, 1, ne, at), p);
+        o = o ? op_concat(a, o, oi, 0) : oi;
+        if (!o) return NULL;
+        r0 += g->n_rows;
+    }
+    return o;
+}
+
 struct tensor *llama_layer_forward(struct arena *a, const struct t3_backbone *bb, struct kv_cache *kv,
                                    int il, const struct tensor *hs, const struct tensor *pos,
                                    bool kv_only)
@@ -19,8 +42,8 @@ struct tensor *llama_layer_forward(struct arena *a, const struct t3_backbone *bb
     const int64_t H = bb->n_head, Hk = bb->n_kv_head;
     struct tensor *h = op_rms_norm(a, hs, l->input_layernorm_w, bb->eps);
     /* LlamaAttention: projections -> heads -> RoPE on q, k -> cache -> SDPA -> o_proj */
-    struct tensor *q = op_rope(a, op_split_heads(a, op_linear(a, h, l->q_proj_w, NULL), H), pos, &bb->rope);
-    struct tensor *k = op_rope(a, op_split_heads(a, op_linear(a, h, l->k_proj_w, NULL), Hk), pos, &bb->rope);
+    struct tensor *q = rope(a, op_split_heads(a, op_linear(a, h, l->q_proj_w, NULL), H), pos, kv, &bb->rope);
+    struct tensor *k = rope(a, op_split_heads(a, op_linear(a, h, l->k_proj_w, NULL), Hk), pos, kv, &bb->rope);
     struct tensor *v = op_split_heads(a, op_linear(a, h, l->v_proj_w, NULL), Hk);
     struct tensor *o = kv_cache_attend(a, kv, il, q, k, v, kv_only);
     if (kv_only || !o) return o;

@@ -735,6 +735,7 @@ cbx_status t3_step_probs(const struct t3_model *m, const struct t3_gen_params *p
 struct t3_seq {
     const struct t3_model *m;
     struct t3_gen_params p;
+    const struct backend *be;
     t3_step_cb cb;
     void *user;
     struct arena *own[WS_N];    /* the call's arenas, or none with p.ws */
@@ -884,6 +885,7 @@ cbx_status t3_seq_start(const struct t3_model *m, const struct backend *be, cons
     if (!s) return err_setf(err, CBX_ERR_NOMEM, "T3: out of memory");
     s->m = m;
     s->p = *p;
+    s->be = be;
     s->cb = cb;
     s->user = user;
     s->cfg = cfg;
@@ -934,7 +936,10 @@ cbx_status t3_seq_start(const struct t3_model *m, const struct backend *be, cons
     return CBX_OK;
 }
 
-cbx_status t3_seq_step(struct t3_seq *s, int32_t *token, char *err)
+/* The sampling half of a step: one token from the current logits into
+ * *token (-1: none) and whether the sequence goes on, so that its next
+ * forward (of *token) is due. */
+static cbx_status seq_sample(struct t3_seq *s, int32_t *token, char *err)
 {
     *token = -1;
     if (s->done) return CBX_OK;
@@ -976,11 +981,24 @@ cbx_status t3_seq_step(struct t3_seq *s, int32_t *token, char *err)
         s->done = true;
         return CBX_OK;
     }
+    return CBX_OK;
+}
+
+/* The embedding of the sequence's last sample, fed back: [n_rows, 1, D].
+ * Llama: the k-th sample goes in at speech position k + 1. */
+static struct tensor *seq_input(struct arena *a, const struct t3_seq *s)
+{
+    return speech_input(a, s->m, &s->hist[s->n], s->step, s->n_rows);
+}
+
+cbx_status t3_seq_step(struct t3_seq *s, int32_t *token, char *err)
+{
+    cbx_status rc = seq_sample(s, token, err);
+    if (rc != CBX_OK || s->done) return rc;
+    const struct t3_model *m = s->m;
     struct arena *a = s->ar[WS_STEP];
     arena_reset(a);
-    /* Llama: the k-th sample is fed back at speech position k + 1 */
-    struct tensor *x = speech_input(a, m, &cur, step + 1, s->n_rows);
-    cbx_status rc = last_logits(a, m, t3_backbone_forward(a, &m->tfmr, &s->kv, x), s->logits);
+    rc = last_logits(a, m, t3_backbone_forward(a, &m->tfmr, &s->kv, seq_input(a, s)), s->logits);
     if (rc != CBX_OK) {
         s->done = true;
         return err_setf(err, rc, "T3: %s", arena_status(a) != CBX_OK ? arena_errmsg(a) : cbx_status_str(rc));
@@ -989,6 +1007,8 @@ cbx_status t3_seq_step(struct t3_seq *s, int32_t *token, char *err)
 }
 
 bool t3_seq_done(const struct t3_seq *s) { return s->done; }
+int t3_seq_rows(const struct t3_seq *s) { return s->n_rows; }
+const struct backend *t3_seq_backend(const struct t3_seq *s) { return s->be; }
 
 cbx_status t3_seq_tokens(const struct t3_seq *s, int32_t **tokens, int64_t *n_tokens, char *err)
 {
@@ -1039,4 +1059,125 @@ cbx_status t3_inference_prefixed(const struct t3_model *m, const struct backend 
         return err_setf(err, CBX_ERR_INVALID_ARG, "T3: no voice prefix");
     }
     return generate(m, be, NULL, pfx, text, n_text, p, cb, user, tokens, n_tokens, err);
+}
+
+/* ---- batched decode -------------------------------------------------------- */
+
+struct t3_batch {
+    const struct backend *be;
+    struct arena *a[3];        /* step values, then the two layer scratches */
+    float *logits;             /* [rows][V] of the last batched forward */
+    size_t n_logits;
+    struct kv_cache **kv;      /* the group's members, n_cap of them */
+    struct t3_seq **go;
+    int n_cap;
+};
+
+struct t3_batch *t3_batch_create(const struct backend *be)
+{
+    struct t3_batch *b = calloc(1, sizeof *b);
+    if (!b) return NULL;
+    b->be = be;
+    bool ok = true;
+    for (int i = 0; i < 3; i++) {
+        ok = (b->a[i] = arena_create(be, 0)) && ok;
+        /* each row's products as it would be alone (arena.h); no BF16 */
+        if (b->a[i]) arena_set_row_exact(b->a[i], true);
+    }
+    if (!ok) {
+        t3_batch_free(b);
+        return NULL;
+    }
+    return b;
+}
+
+void t3_batch_free(struct t3_batch *b)
+{
+    if (!b) return;
+    for (int i = 0; i < 3; i++) arena_free(b->a[i]);
+    free(b->logits);
+    free(b->kv);
+    free(b->go);
+    free(b);
+}
+
+void t3_batch_set_row_exact(struct t3_batch *b, bool on)
+{
+    for (int i = 0; i < 3; i++) arena_set_row_exact(b->a[i], on);
+}
+
+/* Room for n sequences of rows rows in all and V logits each. */
+static bool batch_room(struct t3_batch *b, int n, int rows, int64_t V)
+{
+    if (n > b->n_cap) {
+        struct kv_cache **kv = realloc(b->kv, sizeof *kv * (size_t)n);
+        if (kv) b->kv = kv;
+        struct t3_seq **go = realloc(b->go, sizeof *go * (size_t)n);
+        if (go) b->go = go;
+        if (!kv || !go) return false;
+        b->n_cap = n;
+    }
+    const size_t need = (size_t)rows * (size_t)V;
+    if (need > b->n_logits) {
+        float *l = realloc(b->logits, sizeof(float) * need);
+        if (!l) return false;
+        b->logits = l;
+        b->n_logits = need;
+    }
+    return true;
+}
+
+cbx_status t3_batch_step(struct t3_batch *b, struct t3_seq *const *s, int n, int32_t *token, cbx_status *rc,
+                         char *err)
+{
+    err[0] = 0;
+    for (int i = 0; i < n; i++) {
+        token[i] = -1;
+        rc[i] = CBX_OK;
+        if (s[i]->m != s[0]->m || (s[i]->be != b->be && !(s[i]->be->host && b->be->host)))
+            return err_setf(err, CBX_ERR_INVALID_ARG, "T3 batch: sequence %d belongs to another model or backend", i);
+    }
+    if (n == 0) return CBX_OK;
+    const struct t3_model *m = s[0]->m;
+    /* every sequence samples from its own logits, with its own processors,
+     * stream and callback; a cancelled one is done and drops out */
+    int k = 0, rows = 0;
+    for (int i = 0; i < n; i++) {
+        char e[ERR_MAX] = "";
+        if ((rc[i] = seq_sample(s[i], &token[i], e)) != CBX_OK) continue;
+        if (!s[i]->done) rows += s[i]->n_rows;
+        k += !s[i]->done;
+    }
+    if (k == 0) return CBX_OK;
+    if (!batch_room(b, k, rows, m->hp.speech_vocab)) return err_setf(err, CBX_ERR_NOMEM, "T3 batch: out of memory");
+    k = 0;
+    for (int i = 0; i < n; i++)
+        if (rc[i] == CBX_OK && !s[i]->done) {
+            b->go[k] = s[i];
+            b->kv[k++] = &s[i]->kv;
+        }
+    struct arena *a = b->a[0];
+    arena_reset(a);
+    struct tensor *x = NULL;
+    for (int i = 0; i < k; i++) {
+        struct tensor *xi = seq_input(a, b->go[i]);
+        x = x ? op_concat(a, x, xi, 0) : xi;
+    }
+    struct kv_cache g;
+    kv_cache_group(&g, b->kv, k, b->a[1], b->a[2]);
+    cbx_status frc = last_logits(a, m, t3_backbone_forward(a, &m->tfmr, &g, x), b->logits);
+    const int64_t V = m->hp.speech_vocab;
+    size_t off = 0;
+    for (int i = 0; i < k; i++) {
+        struct t3_seq *q = b->go[i];
+        if (frc != CBX_OK) {
+            q->done = true;
+            continue;
+        }
+        memcpy(q->logits, b->logits + off, sizeof(float) * (size_t)(V * q->n_rows));
+        off += (size_t)(V * q->n_rows);
+    }
+    if (frc != CBX_OK)
+        return err_setf(err, frc, "T3 batch: %s", arena_status(a) != CBX_OK ? arena_errmsg(a) : cbx_status_str(frc));
+    return CBX_OK;
 }

@@ -185,10 +185,49 @@ cbx_status t3_seq_start(const struct t3_model *m, const struct backend *be, cons
  * one). Errors: CBX_ERR_CANCELLED from cb, a failed forward step. */
 cbx_status t3_seq_step(struct t3_seq *s, int32_t *token, char *err);
 bool t3_seq_done(const struct t3_seq *s);
+/* Rows the sequence takes in a forward (1, or 2 for a CFG pair). */
+int t3_seq_rows(const struct t3_seq *s);
+/* The backend it was started on (its cache's). */
+const struct backend *t3_seq_backend(const struct t3_seq *s);
 /* The tokens so far as t3_inference returns them; *tokens owned by the
  * caller (free()). */
 cbx_status t3_seq_tokens(const struct t3_seq *s, int32_t **tokens, int64_t *n_tokens, char *err);
 void t3_seq_free(struct t3_seq *s); /* no-op on NULL */
+
+/* ---- batched decode ---------------------------------------------------------
+ * Independent sequences (each started with t3_seq_start, its own prefill,
+ * KV cache and sampling state) decoded together: t3_batch_step is
+ * t3_seq_step on each sequence given, except that the forwards of the
+ * sequences that go on run as ONE forward over all their rows (1 per
+ * sequence, 2 per CFG pair): the linear products take every row at once
+ * (the weights read once per step, not once per sequence), the attention
+ * of each sequence runs over its own cache and length (kv_cache.h,
+ * invariant 4). Sequences join (after their own prefill) and leave (done,
+ * cancelled, or simply not passed) at any step: the set given may change
+ * from one call to the next. The batch's products are row-exact
+ * (arena_set_row_exact), so every sequence's tokens are bit-identical to
+ * those it gives decoded alone (tests/t3/test_batch.c).
+ * Thread safety: a batch and the sequences of a call belong to one thread
+ * at a time. */
+struct t3_batch;
+/* Memory for batched steps on be: the backend of every sequence stepped
+ * or, for host backends, any host backend (their caches are host memory;
+ * the forwards run on be's pool). NULL: out of memory. */
+struct t3_batch *t3_batch_create(const struct backend *be);
+void t3_batch_free(struct t3_batch *b); /* no-op on NULL */
+/* Row-exact products (the default: true). false lets the batched linears
+ * take the multi-row kernels (CPU: the quantised GEMM from 5 rows of
+ * Q4_0/Q8_0 weights, sgemm above 16 rows of F32/F16 ones), whose float
+ * summation order differs from the one-row dot products: faster at many
+ * rows, but tokens are then no longer bit-identical to solo decoding
+ * (bench_batch measures both). */
+void t3_batch_set_row_exact(struct t3_batch *b, bool on);
+/* One step of the n sequences s[] (one model, the batch's backend):
+ * token[i] and rc[i] are what t3_seq_step(s[i]) would give (rc[i]:
+ * CBX_ERR_CANCELLED from its callback, the sequence then done). Returns a
+ * failure of the batched forward (every sequence in it is then done). */
+cbx_status t3_batch_step(struct t3_batch *b, struct t3_seq *const *s, int n, int32_t *token, cbx_status *rc,
+                         char *err);
 
 /* ---- voice prefix --------------------------------------------------------
  * In T3's input (spec/t3.md §6) the conditioning takes the first C

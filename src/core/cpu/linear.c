@@ -598,6 +598,13 @@ static void cpu_linear(struct arena *a, struct tensor *out, const struct tensor 
 {
     const int64_t m = tensor_nrows(x);
     if (m == 0 || w->ne[0] == 0) return;
+    /* row-exact (arena_set_row_exact): the dot path, whose rows are
+     * independent (each weight row's dot with each x row; the split over
+     * threads follows the weight rows alone), as one or two rows take it */
+    if (arena_row_exact(a)) {
+        linear_dot(a, out, x, w, b, w->packed);
+        return;
+    }
     if (arena_bf16(a) && m >= linear_bf16_min_rows && x->ne[x->ndim - 1] > 0 && linear_bf16_supported(w)) {
         linear_bf16(a, out, x, w, b);
         return;

@@ -1,0 +1,73 @@
+/* scheduler.h - batched T3 decoding for concurrent calls on one model.
+ *
+ * One scheduler per loaded model (made with it, its thread started by the
+ * first request). Calls on different threads (each a context with its own
+ * backend and memory) prefill their sequences themselves (t3_seq_start,
+ * in their own thread, so a new prompt costs the running decodes at most
+ * the share of the pool its prefill takes, never a stall of its whole
+ * length) and hand them over with sched_submit; the scheduler's thread
+ * then decodes every sequence in hand with ONE batched forward per step
+ * (t3_batch_step: matrix-matrix products over all rows, each sequence's
+ * attention over its own cache, each its own processors and RNG) and puts
+ * each token in the request's queue. The caller takes its tokens with
+ * sched_next and does the rest (progress, S3Gen, audio out) in its own
+ * thread, so S3Gen work runs in parallel with T3 and never inside a step.
+ *
+ * Invariants:
+ *  1. A sequence's tokens are exactly those it gives decoded alone
+ *     (t3_batch_step is row-exact), whatever else is in the batch.
+ *  2. The scheduler's forwards run on a backend over the process-wide pool
+ *     (backend_cpu_create_shared) of the thread count of its requests:
+ *     requests with another count, or on a backend that is not a host one
+ *     over the shared pool, are refused (sched_accepts: the caller then
+ *     decodes alone, as before), so no call gets a second pool's threads.
+ *  3. A request joins at the next step after its submission and leaves at
+ *     the step after its sequence ends or its caller cancels it
+ *     (sched_cancel); the scheduler never touches a sequence after
+ *     sched_finish returned.
+ * Thread safety: any thread may submit; a request belongs to its caller.
+ * sched_free needs every request finished. */
+#ifndef CBX_PIPELINE_SCHEDULER_H
+#define CBX_PIPELINE_SCHEDULER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/error.h"
+
+struct backend;
+struct t3_seq;
+struct sched;
+struct sched_req;
+
+/* A scheduler (no thread yet). NULL: out of memory. */
+struct sched *sched_create(void);
+void sched_free(struct sched *s); /* stops its thread; no-op on NULL */
+
+/* Whether sequences started on backend be can be decoded here (invariant
+ * 2). */
+bool sched_accepts(struct sched *s, const struct backend *be);
+
+/* Hand over seq (started on a backend sched_accepts, prefilled, not yet
+ * stepped) for decoding; the caller keeps ownership but must not touch it
+ * until sched_finish. max_tokens: the most tokens it can give (the queue's
+ * size). */
+cbx_status sched_submit(struct sched *s, struct t3_seq *seq, int64_t max_tokens, struct sched_req **out,
+                        char *err);
+/* The next token of the request, waiting for it: *token >= 0, or -1 when
+ * the sequence has ended (then the return is its status: CBX_OK, or the
+ * failure of a step). */
+cbx_status sched_next(struct sched_req *r, int32_t *token, char *err);
+/* Ask the scheduler to drop the request at its next step. */
+void sched_cancel(struct sched_req *r);
+/* Wait until the scheduler has let go of the request's sequence, then
+ * free the request (the sequence stays the caller's). */
+void sched_finish(struct sched_req *r);
+
+/* Figures: steps run, rows decoded (sum over steps), most rows in a step. */
+struct sched_stats {
+    int64_t steps, rows, max_rows;
+};
+void sched_get_stats(struct sched *s, struct sched_stats *st);
+
+#endif
