@@ -82,14 +82,14 @@ bool enc_supported(enum serve_format fmt)
     return info.format && sf_format_check(&info);
 }
 
-/* libsndfile's float -> short with SFC_SET_CLIPPING (1.1+: positive
- * samples scaled by 0x7FFF, negative by 0x8000) */
+/* libsndfile 1.2's WAV float -> short with SFC_SET_CLIPPING, as measured
+ * against it: floor(x * 0x8000), clamped to [-32768, 32767] */
 static int16_t s16_sndfile(float x)
 {
-    float v = x * (x > 0 ? 32767.0f : 32768.0f);
+    const float v = floorf(x * 32768.0f);
     if (v >= 32767.0f) return 32767;
     if (v <= -32768.0f) return -32768;
-    return (int16_t)lrintf(v);
+    return (int16_t)v;
 }
 
 /* `chatterbox say -o -`'s raw conversion: clip to [-1, 1], times 32767 */
