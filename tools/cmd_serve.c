@@ -364,8 +364,8 @@ done:
             api_error_set(&e, 500, "server_error", NULL, NULL, "cannot encode the audio as %s",
                           serve_format_name(j->req.format));
         else if (rc == CBX_ERR_CANCELLED && c == CANCEL_DEADLINE)
-            api_error_set(&e, 504, "timeout", NULL, "timeout", "the request took longer than the server's "
-                          "deadline of %g s", S.timeout);
+            api_error_set(&e, 504, "timeout", NULL, "timeout", "the request took longer than its deadline "
+                          "of %g s", j->deadline - j->t_accept);
         else if (rc == CBX_ERR_CANCELLED && c == CANCEL_SHUTDOWN)
             api_error_set(&e, 503, "server_error", NULL, "shutting_down", "the server is shutting down");
         else if (rc == CBX_ERR_CANCELLED)
@@ -779,7 +779,7 @@ static enum MHD_Result speech(struct MHD_Connection *c, struct rq *q)
     p.stream = j->streaming;
     j->params = p;
     j->t_accept = now();
-    j->deadline = j->t_accept + S.timeout;
+    j->deadline = j->t_accept + ((r->set & REQ_TIMEOUT) && r->timeout < S.timeout ? r->timeout : S.timeout);
     /* queue: room for max_streams running plus queue_cap waiting */
     pthread_mutex_lock(&S.qmu);
     if (S.stopping) {

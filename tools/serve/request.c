@@ -214,6 +214,7 @@ int speech_req_parse(const char *body, size_t n, size_t max_input, struct speech
         {"top_p", 0, 1, false, REQ_TOP_P}, {"min_p", 0, 1, false, REQ_MIN_P},
         {"repetition_penalty", 1e-6, 100, false, REQ_REPETITION}, {"max_tokens", 1, 100000, true, REQ_MAX_TOKENS},
         {"exaggeration", 0, 100, false, REQ_EXAGGERATION}, {"cfg_weight", 0, 100, false, REQ_CFG},
+        {"timeout", 0.001, 86400, false, REQ_TIMEOUT},
     };
     for (size_t k = 0; k < sizeof nums / sizeof nums[0]; k++) {
         v = cJSON_GetObjectItemCaseSensitive(root, nums[k].name);
@@ -227,6 +228,7 @@ int speech_req_parse(const char *body, size_t n, size_t max_input, struct speech
         case REQ_REPETITION: r->repetition_penalty = x; break;
         case REQ_MAX_TOKENS: r->max_tokens = (int)x; break;
         case REQ_EXAGGERATION: r->exaggeration = x; break;
+        case REQ_TIMEOUT: r->timeout = x; break;
         default: r->cfg_weight = x; break;
         }
         r->set |= nums[k].bit;

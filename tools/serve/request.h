@@ -18,7 +18,7 @@ enum serve_stream { SERVE_STREAM_NONE, SERVE_STREAM_AUDIO, SERVE_STREAM_SSE };
 enum {
     REQ_SEED = 1u << 0, REQ_TEMPERATURE = 1u << 1, REQ_TOP_K = 1u << 2, REQ_TOP_P = 1u << 3,
     REQ_MIN_P = 1u << 4, REQ_REPETITION = 1u << 5, REQ_MAX_TOKENS = 1u << 6, REQ_EXAGGERATION = 1u << 7,
-    REQ_CFG = 1u << 8, REQ_LANGUAGE = 1u << 9,
+    REQ_CFG = 1u << 8, REQ_LANGUAGE = 1u << 9, REQ_TIMEOUT = 1u << 10,
 };
 
 struct speech_req {
@@ -34,6 +34,7 @@ struct speech_req {
     double temperature, top_p, min_p, repetition_penalty, exaggeration, cfg_weight;
     int top_k, max_tokens;
     char language[16];
+    double timeout;              /* seconds; the server's deadline caps it */
 };
 
 /* An OpenAI-style error: {"error":{"message","type","param","code"}}. */
