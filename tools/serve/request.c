@@ -101,10 +101,10 @@ static int num_field(const cJSON *v, const char *name, double lo, double hi, boo
 int speech_req_parse(const char *body, size_t n, size_t max_input, struct speech_req *r, struct api_error *e)
 {
     memset(r, 0, sizeof *r);
-    r->speed = 1.0;
     cJSON *root = cJSON_ParseWithLength(body, n);
     int st = 0;
     if (!root) return BAD(NULL, "the body is not valid JSON");
+    r->speed = 1.0;
     if (!cJSON_IsObject(root)) {
         st = BAD(NULL, "the body must be a JSON object");
         goto out;
