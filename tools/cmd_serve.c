@@ -1415,9 +1415,8 @@ int cmd_serve(int argc, char **argv)
     /* the built-in voice's prefix now, so the first request starts at once */
     cbx_context *pctx = NULL;
     if (cbx_context_create(S.model, &pctx) == CBX_OK) {
-        if (cbx_prepare_voice(pctx, NULL, S.threads) != CBX_OK && strcmp(S.variant, "english") &&
-            !S.multilingual)
-            fprintf(stderr, PROG ": built-in voice: %s\n", cbx_context_errmsg(pctx));
+        if (cbx_prepare_voice(pctx, NULL, S.threads) != CBX_OK)
+            fprintf(stderr, "serve: built-in voice not prepared: %s\n", cbx_context_errmsg(pctx));
         cbx_context_free(pctx);
     }
     if (!(S.workers = calloc((size_t)S.max_streams, sizeof *S.workers))) {

@@ -159,6 +159,15 @@ int enc_open(struct enc *e, enum serve_format fmt, int rate, bool streaming, cha
         return -1;
     }
     if (fmt == SERVE_WAV || fmt == SERVE_FLAC) sf_command(sf, SFC_SET_CLIPPING, NULL, SF_TRUE);
+    if (fmt == SERVE_MP3) {
+        /* constant bit rate: a stream's length follows from its size (a
+         * streamed file has no valid Xing tag, and readers such as
+         * libsndfile's estimate a VBR stream's length from its first frame) */
+        int mode = SF_BITRATE_MODE_CONSTANT;
+        sf_command(sf, SFC_SET_BITRATE_MODE, &mode, sizeof mode);
+        double level = 0.5; /* 0: best; libsndfile maps it to LAME's bit rates */
+        sf_command(sf, SFC_SET_COMPRESSION_LEVEL, &level, sizeof level);
+    }
     e->sf = sf;
     return 0;
 }
@@ -204,8 +213,45 @@ int enc_close(struct enc *e)
     return e->failed ? -1 : 0;
 }
 
+/* Length of the MPEG audio layer III frame whose header is at h (4 bytes),
+ * 0 when h is not one. */
+static size_t mp3_frame_len(const uint8_t *h)
+{
+    static const int br1[15] = {0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320};
+    static const int br2[15] = {0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160};
+    static const int sr[3][3] = {{11025, 12000, 8000}, {22050, 24000, 16000}, {44100, 48000, 32000}};
+    if (h[0] != 0xff || (h[1] & 0xe0) != 0xe0 || ((h[1] >> 1) & 3) != 1) return 0;
+    const int ver = (h[1] >> 3) & 3; /* 0: MPEG 2.5, 2: MPEG 2, 3: MPEG 1 */
+    const int bi = h[2] >> 4, si = (h[2] >> 2) & 3, pad = (h[2] >> 1) & 1;
+    if (ver == 1 || bi == 0 || bi == 15 || si == 3) return 0;
+    const int rate = sr[ver == 3 ? 2 : ver == 2 ? 1 : 0][si];
+    const int kbps = ver == 3 ? br1[bi] : br2[bi];
+    return (size_t)((ver == 3 ? 144 : 72) * kbps * 1000 / rate + pad);
+}
+
 void enc_take(struct enc *e, const uint8_t **p, size_t *n)
 {
+    if (e->fmt == SERVE_MP3 && e->streaming && !e->mp3_checked) {
+        if (e->n < 4) {
+            *p = NULL;
+            *n = 0;
+            return;
+        }
+        const size_t fl = mp3_frame_len(e->buf);
+        if (fl && e->n < fl && e->sf) { /* wait for the whole first frame */
+            *p = NULL;
+            *n = 0;
+            return;
+        }
+        e->mp3_checked = true;
+        /* LAME's tag frame: zeros after the header until sf_close writes
+         * "Xing"/"Info" and the counts into it */
+        bool tag = fl > 4 && fl <= e->n;
+        for (size_t i = 4; tag && i < fl; i++) tag = e->buf[i] == 0;
+        for (size_t i = 4; fl && !tag && i + 4 <= fl && i < 64; i++)
+            tag = !memcmp(e->buf + i, "Xing", 4) || !memcmp(e->buf + i, "Info", 4);
+        if (tag) e->taken = fl;
+    }
     if (e->taken >= e->n) {
         *p = NULL;
         *n = 0;

@@ -7,8 +7,10 @@
  *
  * Streaming: the bytes the encoder has appended since the last
  * enc_take() are handed out once; a container's later rewrite of bytes
- * already taken (the FLAC STREAMINFO totals, the MP3 Xing header at the
- * end) is not resent, which streaming decoders do not need. */
+ * already taken (the FLAC STREAMINFO totals) is not resent, which
+ * streaming decoders do not need; a streamed MP3 leaves out its first
+ * frame, LAME's Xing/Info tag, which is a placeholder of zeros until the
+ * end (libmpg123 decodes only part of a stream that starts with it). */
 #ifndef CBX_SERVE_ENCODE_H
 #define CBX_SERVE_ENCODE_H
 
@@ -28,6 +30,7 @@ struct enc {
     int16_t *s16;
     size_t s16_cap;
     bool failed;
+    bool mp3_checked; /* streamed mp3: the Xing frame looked for */
 };
 
 /* 0 ok; -1 with err (an unsupported format in this libsndfile). */

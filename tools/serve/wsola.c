@@ -47,7 +47,10 @@ static int run(struct wsola *w)
     const size_t total_out = (size_t)llround((double)w->n_in / w->speed);
     for (;;) {
         const long c = lround((double)w->k * w->Hs * w->speed);
-        if (!w->flushed && (size_t)(c + w->delta + w->W) > w->n_in) return 0;
+        /* the search reads up to c + delta + W, and the template (the
+         * previous frame's continuation) up to prev_src + Hs + W */
+        const long need = (c + w->delta > w->prev_src + w->Hs ? c + w->delta : w->prev_src + w->Hs) + w->W;
+        if (!w->flushed && (size_t)need > w->n_in) return 0;
         if (w->flushed && (size_t)w->k * (size_t)w->Hs >= total_out) break;
         long src = c;
         if (w->k > 0) {
