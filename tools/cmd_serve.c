@@ -1469,8 +1469,11 @@ int cmd_serve(int argc, char **argv)
         if (k < 0 && errno == EINTR) continue;
         break;
     }
+    pthread_mutex_lock(&S.qmu);
+    const int in_flight = S.n_active + S.n_queued;
+    pthread_mutex_unlock(&S.qmu);
     fprintf(stderr, "serve: %s: no new requests; finishing %d running and queued (up to %g s)\n",
-            sig == SIGINT ? "SIGINT" : "SIGTERM", S.n_active + S.n_queued, S.grace);
+            sig == SIGINT ? "SIGINT" : "SIGTERM", in_flight, S.grace);
     S.stopping = 1;
     MHD_socket ls = MHD_quiesce_daemon(d);
     if (ls != MHD_INVALID_SOCKET) close(ls);
