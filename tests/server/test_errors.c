@@ -171,9 +171,24 @@ static double metric(const char *name)
     return p ? atof(p + strlen(name)) : -1;
 }
 
+/* `chatterbox serve ARGS` exit status, stderr to /dev/null */
+static int run_status(const char *args)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' serve %s 2>/dev/null", BIN, args);
+    const int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
 int main(void)
 {
     const char *model = CBX_BINARY_DIR "/models/turbo";
+    /* command-line errors: usage 2, failures 1 */
+    CHECK(run_status("--bogus") == 2, "serve --bogus: exit 2");
+    CHECK(run_status("--port 70000 --model x") == 2, "serve --port 70000: exit 2");
+    CHECK(run_status("--max-streams 0 --model x") == 2, "serve --max-streams 0: exit 2");
+    CHECK(run_status("--model /nonexistent/model") == 1, "serve --model /nonexistent: exit 1");
+    CHECK(run_status("--model x --voices /proc/nope") == 1, "serve --voices in /proc: exit 1");
     char voices[1200];
     snprintf(voices, sizeof voices, "%s/voices", test_tmpdir("server_errors"));
     if (start_server(model, voices)) {
