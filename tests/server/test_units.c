@@ -60,14 +60,14 @@ static void test_wsola(void)
             const float *p;
             size_t q;
             wsola_take(&v, &p, &q);
-            memcpy(z + got, p, sizeof *p * q);
+            if (q) memcpy(z + got, p, sizeof *p * q);
             got += q;
         }
         wsola_flush(&v);
         const float *p;
         size_t q;
         wsola_take(&v, &p, &q);
-        memcpy(z + got, p, sizeof *p * q);
+        if (q) memcpy(z + got, p, sizeof *p * q);
         got += q;
         CHECK(got == m && memcmp(z, y, sizeof *z * m) == 0, "speed %.2f: streamed in pieces equals whole (%zu vs %zu)",
               speeds[s], got, m);
@@ -131,7 +131,7 @@ static void test_encoders(void)
                 size_t k;
                 enc_take(&e, &p, &k);
                 all = realloc(all, na + k + 1);
-                memcpy(all + na, p, k);
+                if (k) memcpy(all + na, p, k);
                 na += k;
             }
             CHECK(enc_close(&e) == 0, "enc_close");
@@ -139,7 +139,7 @@ static void test_encoders(void)
             size_t k;
             enc_take(&e, &p, &k);
             all = realloc(all, na + k + 1);
-            memcpy(all + na, p, k);
+            if (k) memcpy(all + na, p, k);
             na += k;
             if (!streaming) memcpy(all, e.buf, na); /* whole: the final bytes, rewrites included */
             if (f == SERVE_PCM) {
