@@ -810,6 +810,9 @@ static enum MHD_Result speech(struct MHD_Connection *c, struct rq *q)
     pthread_cond_signal(&S.qcv);
     pthread_mutex_unlock(&S.qmu);
 
+    /* r lives in the job: what is needed after job_unref is copied now */
+    const enum serve_format fmt = r->format;
+    const bool sse = r->stream == SERVE_STREAM_SSE;
     const int fd = conn_fd(c);
     pthread_mutex_lock(&j->mu);
     const bool here = wait_job(j, fd, j->streaming);
@@ -837,7 +840,7 @@ static enum MHD_Result speech(struct MHD_Connection *c, struct rq *q)
         pthread_mutex_unlock(&j->mu);
         job_unref(j);
         if (!resp) return MHD_NO;
-        MHD_add_response_header(resp, "Content-Type", serve_format_mime(r->format));
+        MHD_add_response_header(resp, "Content-Type", serve_format_mime(fmt));
         q->status = 200;
         const enum MHD_Result res = MHD_queue_response(c, 200, resp);
         MHD_destroy_response(resp);
@@ -851,7 +854,7 @@ static enum MHD_Result speech(struct MHD_Connection *c, struct rq *q)
     }
     s->j = j; /* the connection's reference moves to the stream */
     s->fd = fd;
-    s->sse = r->stream == SERVE_STREAM_SSE;
+    s->sse = sse;
     s->bytes = &q->bytes;
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, stream_read, s,
                                                                   stream_free);
@@ -859,7 +862,7 @@ static enum MHD_Result speech(struct MHD_Connection *c, struct rq *q)
         stream_free(s);
         return MHD_NO;
     }
-    MHD_add_response_header(resp, "Content-Type", s->sse ? "text/event-stream" : serve_format_mime(r->format));
+    MHD_add_response_header(resp, "Content-Type", sse ? "text/event-stream" : serve_format_mime(fmt));
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
     q->status = 200;

@@ -130,8 +130,8 @@ print(f"RSS {rss_mid / 1024:.1f} MiB at half time, {rss_end / 1024:.1f} MiB at t
 print(f"exit status {rc}")
 for b in bad[:20]:
     print("BAD", b)
-tail = "".join(log[-30:])
-if "ERROR: AddressSanitizer" in tail or "LeakSanitizer" in tail or "runtime error" in tail:
-    print(tail)
+report = "".join(l for l in log if not l.startswith("serve: "))
+if rc or "Sanitizer" in report or "runtime error" in report:
+    print(report[:20000])
     rc = rc or 1
 sys.exit(1 if bad or rc else 0)
