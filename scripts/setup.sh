@@ -18,6 +18,7 @@ pkgs=(
   libcurl4-openssl-dev   # download
   libmicrohttpd-dev      # server
   clang libclang-rt-14-dev   # libFuzzer targets and sanitizers
+  python3-venv           # tests only: build/venv with the openai package (server_openai)
 )
 
 missing=()

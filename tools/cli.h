@@ -21,6 +21,7 @@ int cmd_convert(int argc, char **argv);
 int cmd_model_info(int argc, char **argv);
 int cmd_voice(int argc, char **argv);
 int cmd_download(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 /* "chatterbox CMD: <message> (see 'chatterbox CMD --help')" on stderr;
  * returns 2, the usage-error exit status. */

@@ -16,6 +16,7 @@ static const struct cli_command commands[] = {
     {"info", "describe a model (GGUF file or directory)", cmd_model_info},
     {"voice", "voice profile from a reference recording: create, info", cmd_voice},
     {"download", "fetch a model from Hugging Face (turbo, nano, english, multilingual)", cmd_download},
+    {"serve", "OpenAI-compatible speech server (HTTP: /v1/audio/speech, voices, metrics)", cmd_serve},
 };
 
 static void usage(FILE *f)
