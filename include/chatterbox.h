@@ -223,6 +223,15 @@ typedef struct cbx_synth_params {
      * (upstream's code stopped on two). CBX_ERR_INVALID_ARG for Turbo and
      * Nano. */
     int alignment_guard;       /* 0 (1: on) */
+    /* cancellation without audio: called from the calling thread at every
+     * speech token and every S3Gen step (and with each chunk's delivery);
+     * a nonzero return stops the call at that point with
+     * CBX_ERR_CANCELLED, as a chunk callback's nonzero return does. For a
+     * whole-text call, whose chunk callback only runs between segments, it
+     * is the way to stop within one step (a server whose client went away,
+     * a deadline). Must be quick and must not call into ctx. */
+    int (*abort_callback)(void *user); /* NULL: none */
+    void *abort_user;                  /* its argument */
 } cbx_synth_params;
 
 enum cbx_precision { CBX_PRECISION_AUTO = 0, CBX_PRECISION_F32 = 1, CBX_PRECISION_BF16 = 2 };

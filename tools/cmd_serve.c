@@ -19,8 +19,10 @@
  *     holds a reference (job_unref frees at zero). Its byte queue, flags
  *     and result are guarded by job->mu.
  *  2. A job's cancel flag is set by the connection (client gone), the
- *     deadline check or a hard shutdown; the worker's chunk callback reads
- *     it and returns nonzero, so cbx_synthesize stops at its next chunk.
+ *     deadline check or a hard shutdown; the worker's abort callback
+ *     (cbx_synth_params.abort_callback, at every speech token and S3Gen
+ *     step) and chunk callback read it and return nonzero, so
+ *     cbx_synthesize stops within one step.
  *  3. Stored voices are <voices>/<name>.voice with name in [A-Za-z0-9_-]
  *     (1..64), checked before any path is built: no name leaves the dir.
  *  4. Loaded voices are reference-counted; a deleted or replaced voice is
@@ -292,17 +294,24 @@ static int push_samples(struct run *r, const float *x, size_t n)
     return 0;
 }
 
-static int on_chunk(void *user, const float *samples, size_t n, int sample_rate)
+/* Whether job j is to stop: client gone, past its deadline, hard stop. */
+static int job_aborted(void *user)
 {
-    (void)sample_rate;
-    struct run *r = user;
-    struct job *j = r->j;
+    struct job *j = user;
     if (S.hard_stop) atomic_store(&j->cancel, CANCEL_SHUTDOWN);
     if (now() > j->deadline) {
         int none = CANCEL_NONE;
         atomic_compare_exchange_strong(&j->cancel, &none, CANCEL_DEADLINE);
     }
-    if (atomic_load(&j->cancel) != CANCEL_NONE) return 1;
+    return atomic_load(&j->cancel) != CANCEL_NONE;
+}
+
+static int on_chunk(void *user, const float *samples, size_t n, int sample_rate)
+{
+    (void)sample_rate;
+    struct run *r = user;
+    struct job *j = r->j;
+    if (job_aborted(j)) return 1;
     if (j->samples == 0 && n > 0) {
         j->t_first = now();
         metric_first_audio(j->t_first - j->t_accept);
@@ -339,6 +348,8 @@ static void run_job(struct worker *w, struct job *j)
         }
         r.use_wsola = true;
     }
+    j->params.abort_callback = job_aborted;
+    j->params.abort_user = j;
     rc = cbx_synthesize(w->ctx, j->voice ? j->voice->v : NULL, j->req.input, &j->params, on_chunk, &r, NULL);
     if (rc == CBX_OK) {
         const float *x;
@@ -1494,9 +1505,9 @@ int cmd_serve(int argc, char **argv)
     if (left) fprintf(stderr, "serve: cancelling %d requests\n", left);
     S.hard_stop = 1;
     status = 0;
-    /* a whole-file synthesis sees the cancel flag only between its text
-     * segments (its chunk callback): give it a few seconds, then exit
-     * without waiting for it */
+    /* a synthesis sees the cancel flag within one step (its abort
+     * callback); one that does not end in 10 s (a step stuck in the
+     * vocoder of a very long segment) is not waited for */
     const double t_kill = now() + 10;
     pthread_mutex_lock(&S.qmu);
     while ((S.n_active || S.n_queued) && now() < t_kill) {
@@ -1509,7 +1520,7 @@ int cmd_serve(int argc, char **argv)
     const int stuck = S.n_active;
     pthread_mutex_unlock(&S.qmu);
     if (stuck) {
-        fprintf(stderr, "serve: %d syntheses still between segments; exiting without them\n", stuck);
+        fprintf(stderr, "serve: %d syntheses did not stop; exiting without them\n", stuck);
         fflush(stderr);
         _exit(0);
     }

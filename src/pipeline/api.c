@@ -288,15 +288,27 @@ void cbx_audio_free(cbx_audio *audio)
     memset(audio, 0, sizeof *audio);
 }
 
-struct chunk_relay {
-    cbx_chunk_cb cb;
-    void *user;
+/* The caller's callbacks behind the engine's (which share one user
+ * pointer): the chunk callback, and cbx_synth_params.abort_callback as
+ * the progress callback (at every T3 token and CFM step). */
+struct relay {
+    cbx_chunk_cb chunk;
+    void *chunk_user;
+    int (*abort)(void *user);
+    void *abort_user;
 };
 
-static int relay(void *user, const float *pcm, int64_t n, int sample_rate)
+static int relay_chunk(void *user, const float *pcm, int64_t n, int sample_rate)
 {
-    struct chunk_relay *r = user;
-    return r->cb(r->user, pcm, (size_t)n, sample_rate);
+    const struct relay *r = user;
+    return r->chunk(r->chunk_user, pcm, (size_t)n, sample_rate);
+}
+
+static int relay_abort(void *user, const struct engine_progress *p)
+{
+    (void)p;
+    const struct relay *r = user;
+    return r->abort(r->abort_user) != 0;
 }
 
 /* ctx's backend with n threads (in [0, 1024], checked by the caller),
@@ -377,11 +389,11 @@ cbx_status cbx_synthesize(cbx_context *ctx, const cbx_voice *voice, const char *
     e.precision = params->precision;
     e.alignment_guard = params->alignment_guard != 0;
     e.work = ctx->work;
-    struct chunk_relay r = {chunk, user};
+    struct relay r = {chunk, user, params->abort_callback, params->abort_user};
     float *pcm = NULL;
     int64_t n = 0;
-    rc = engine_synthesize(ctx->model->m, ctx->be, voice ? &voice->c : NULL, text, &e, chunk ? relay : NULL,
-                           NULL, &r, audio ? &pcm : NULL, &n, NULL, ctx->err);
+    rc = engine_synthesize(ctx->model->m, ctx->be, voice ? &voice->c : NULL, text, &e, chunk ? relay_chunk : NULL,
+                           r.abort ? relay_abort : NULL, &r, audio ? &pcm : NULL, &n, NULL, ctx->err);
     if (rc != CBX_OK) return rc;
     if (audio) {
         audio->samples = pcm;

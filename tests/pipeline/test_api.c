@@ -208,6 +208,16 @@ out:
     cbx_model_free(m2);
 }
 
+struct aborter {
+    int calls, at;
+};
+
+static int abort_after(void *user)
+{
+    struct aborter *b = user;
+    return ++b->calls >= b->at;
+}
+
 static void with_model(void)
 {
     char path[600], err[512] = "", cmd[3000], out[600];
@@ -285,6 +295,28 @@ static void with_model(void)
     printf("  cancel in the first chunk -> %s: %s\n", cbx_status_str(rc), cbx_context_errmsg(ctx));
     CHECK(rc == CBX_ERR_CANCELLED && a.samples == NULL && a.n == 0 && strstr(cbx_context_errmsg(ctx), "cancel"),
           "chunk callback cancels: %s", cbx_status_str(rc));
+
+    /* cancellation from the abort callback, within a whole-text call (no
+     * chunk callback): it stops at the call that returned nonzero */
+    struct aborter ab = {0, 5};
+    q = p;
+    q.abort_callback = abort_after;
+    q.abort_user = &ab;
+    rc = cbx_synthesize(ctx, NULL, "Hello there, how are you today?", &q, NULL, NULL, &a);
+    printf("  abort at callback %d -> %s after %d calls: %s\n", ab.at, cbx_status_str(rc), ab.calls,
+           cbx_context_errmsg(ctx));
+    CHECK(rc == CBX_ERR_CANCELLED && a.samples == NULL && ab.calls == ab.at &&
+              strstr(cbx_context_errmsg(ctx), "cancel"),
+          "abort callback cancels at once: %s after %d calls", cbx_status_str(rc), ab.calls);
+    ab = (struct aborter){0, 1 << 30}; /* never aborts: the same audio as without it */
+    cbx_audio plain = {0};
+    rc = cbx_synthesize(ctx, NULL, "Hello there.", &p, NULL, NULL, &plain);
+    cbx_status rc2 = cbx_synthesize(ctx, NULL, "Hello there.", &q, NULL, NULL, &a);
+    CHECK(rc == CBX_OK && rc2 == CBX_OK && ab.calls > 2 && a.n == plain.n &&
+              !memcmp(a.samples, plain.samples, a.n * sizeof(float)),
+          "an abort callback that returns 0 (%d calls) changes nothing", ab.calls);
+    cbx_audio_free(&plain);
+    cbx_audio_free(&a);
 
     /* two segments: two chunks adding up to the audio, with the pause */
     c = (struct chunks){0};
