@@ -177,7 +177,7 @@ cbx_status engine_model_load(const char *path, const struct engine_load_params *
         if ((rc = t3_load(&m->t3, &w3, m->wbe, (enum dtype)wtype, err)) != CBX_OK) goto fail;
     }
     struct weights ws = model_weights(m->file, MODEL_S3GEN);
-    if (!p->t3_only && (rc = s3gen_load(&m->s3, &ws, (enum dtype)wtype, err)) != CBX_OK) goto fail;
+    if (!p->t3_only && (rc = s3gen_load(&m->s3, &ws, m->wbe, (enum dtype)wtype, err)) != CBX_OK) goto fail;
     m->has_s3gen = !p->t3_only;
     /* a model without a usable built-in voice still speaks with others */
     if (conds_from_model(m->file, &m->builtin, m->builtin_err) == CBX_OK) m->has_builtin = true;
