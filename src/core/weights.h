@@ -46,7 +46,11 @@ enum weight_role {
 enum {
     WEIGHT_TRANSPOSE = 1u << 0, /* src is a 2-D [in, out] (GPT-2 Conv1D): held [out, in] */
     WEIGHT_DECODE = 1u << 1,    /* a linear streamed once per decode step (one or two
-                                 * rows of x): the backend may choose a layout for that */
+                                 * rows of x): the backend may choose a layout for that.
+                                 * The cpu backend may then copy a borrowed weight
+                                 * and drop the source's pages from this process
+                                 * (MADV_DONTNEED): the source must be a file
+                                 * mapping (a weight file), not memory read again */
 };
 
 /* Keep the stored type (weight_place's wtype). */

@@ -512,11 +512,23 @@ static cbx_status check_prompt(const struct t3_model *m, int64_t n_prompt, char 
     return CBX_OK;
 }
 
+/* Prompt speech ids enter T3 here (op_get_rows does not check them on the
+ * device): each must index the speech table. */
+static cbx_status check_prompt_ids(const struct t3_model *m, const struct t3_cond *c, char *err)
+{
+    for (int64_t i = 0; i < c->n_prompt; i++)
+        if (c->prompt_tokens[i] < 0 || c->prompt_tokens[i] >= m->hp.speech_vocab)
+            return err_setf(err, CBX_ERR_INVALID_ARG, "T3: prompt speech token %d at %lld is outside the vocabulary of %lld",
+                            c->prompt_tokens[i], (long long)i, (long long)m->hp.speech_vocab);
+    return CBX_OK;
+}
+
 cbx_status t3_prefix_build(const struct t3_model *m, const struct backend *be,
                            const struct t3_cond *c, struct t3_prefix **out, char *err)
 {
     *out = NULL;
     cbx_status rc = check_prompt(m, c->n_prompt, err);
+    if (rc == CBX_OK) rc = check_prompt_ids(m, c, err);
     if (rc != CBX_OK) return rc;
     const int n = t3_cond_len(m, c->n_prompt);
     const size_t kb = t3_backbone_kv_bytes(&m->tfmr, n), ns = (size_t)m->hp.speaker_embed_size;
@@ -761,6 +773,7 @@ cbx_status t3_seq_start(const struct t3_model *m, const struct backend *be, cons
     if (n_text < 0) return err_setf(err, CBX_ERR_INVALID_ARG, "T3: %lld text tokens", (long long)n_text);
     if (p->max_gen_len < 0) return err_setf(err, CBX_ERR_INVALID_ARG, "T3: at most %d tokens", p->max_gen_len);
     cbx_status rc = pfx ? CBX_OK : check_prompt(m, n_prompt, err);
+    if (rc == CBX_OK && !pfx) rc = check_prompt_ids(m, c, err);
     if (rc != CBX_OK) return rc;
     for (int64_t i = 0; i < n_text; i++)
         if (text[i] < 0 || text[i] >= m->hp.text_vocab)
