@@ -12,13 +12,16 @@
 #include "quant.h"
 
 #define HUGE_PAGE ((size_t)2 << 20)
-#define BLOCK_BYTES ((size_t)32 << 20) /* host blocks shared by smaller requests */
+#define BLOCK_BYTES ((size_t)32 << 20)       /* plain blocks shared by smaller requests */
+#define HUGE_BLOCK_BYTES ((size_t)128 << 20) /* huge-page blocks: few, so few partly
+                                              * used huge pages at their ends */
 #define DESC_PER_CHUNK 256
 
 struct host_block {
     struct host_block *next;
     char *base;
     size_t size, used;
+    bool huge;
 };
 
 struct desc_chunk {
@@ -75,36 +78,38 @@ static struct host_block *new_block(struct weight_set *s, size_t size, bool huge
         return NULL;
     }
 #ifdef MADV_HUGEPAGE
-    /* the decode streams its weights once per token: with 4 KiB pages
-     * every 4 KiB costs a TLB miss (see t3.c). Advisory only. */
+    /* transparent huge pages for decode weights: the decode streams them
+     * once per token, and with 4 KiB pages every 4 KiB costs a TLB miss
+     * (bench_e2e, Q4_0 Turbo GGUF: T3 250 tokens 3.00 / 2.96 s with,
+     * 3.96 / 3.78 s without; a fresh load 0.34-0.36 s with, 0.37-0.45 s
+     * without). Not for the rest: a partly used huge page would count
+     * whole in resident memory. Advisory only. */
     if (huge) (void)madvise(b->base, size, MADV_HUGEPAGE);
 #endif
     b->size = size;
     b->used = 0;
+    b->huge = huge;
     b->next = s->blocks;
     s->blocks = b;
     return b;
 }
 
-void *weight_set_host(struct weight_set *s, size_t n)
+void *weight_set_host(struct weight_set *s, size_t n, bool huge)
 {
     n = (n + 63) & ~(size_t)63;
     if (!n) n = 64;
-    /* a fit in any block with room (requests are few: a linear scan) */
+    /* a fit in a block of the kind asked for (requests are few: a linear scan) */
     for (struct host_block *b = s->blocks; b; b = b->next)
-        if (b->size - b->used >= n) {
+        if (b->huge == huge && b->size - b->used >= n) {
             void *p = b->base + b->used;
             b->used += n;
             s->host_bytes += n;
             return p;
         }
-    struct host_block *b;
-    if (n >= BLOCK_BYTES / 2) /* its own block, whole huge pages */
-        b = new_block(s, (n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE, true);
-    else if (n >= HUGE_PAGE / 4 || s->host_bytes >= BLOCK_BYTES / 8)
-        b = new_block(s, BLOCK_BYTES, true);
-    else /* a small model's first weights: no huge block yet */
-        b = new_block(s, HUGE_PAGE / 2, false);
+    /* large requests get their own block (whole huge pages when huge) */
+    const size_t bs = huge ? HUGE_BLOCK_BYTES : BLOCK_BYTES;
+    const size_t size = n >= bs / 2 ? (huge ? (n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE : n) : bs;
+    struct host_block *b = new_block(s, size, huge);
     if (!b) return NULL;
     b->used = n;
     s->host_bytes += n;
@@ -216,7 +221,7 @@ const struct tensor *weight_place(struct weight_set *s, const struct tensor *src
         }
         *t = tensor_make((enum dtype)want, src->ndim, ne, NULL, NULL);
         t->name = src->name;
-        char *dst = weight_set_host(s, tensor_nbytes(t));
+        char *dst = weight_set_host(s, tensor_nbytes(t), flags & WEIGHT_DECODE);
         float *row = malloc(sizeof(float) * (size_t)(in > 0 ? in : 1));
         if (!dst || !row) {
             free(row);
@@ -250,7 +255,7 @@ struct tensor *weight_new(struct weight_set *s, enum dtype type, int ndim, const
 {
     if (*rc != CBX_OK) return NULL;
     struct tensor t = tensor_make(type, ndim, ne, NULL, NULL);
-    void *p = weight_set_host(s, tensor_nbytes(&t));
+    void *p = weight_set_host(s, tensor_nbytes(&t), false);
     struct tensor *d = p ? new_desc(s) : NULL;
     if (!d) {
         *rc = err_setf(err, CBX_ERR_NOMEM, "weights: out of memory for %s", name ? name : "a derived weight");

@@ -65,10 +65,11 @@ struct weight_set *weight_set_create(const struct backend *be);
 void weight_set_free(struct weight_set *s);
 const struct backend *weight_set_backend(const struct weight_set *s);
 
-/* n bytes of host memory owned by s (64-byte aligned; large requests from
- * 2 MiB-aligned blocks marked for transparent huge pages), NULL when out
- * of memory. For the backends' prepare hooks and weight_new. */
-void *weight_set_host(struct weight_set *s, size_t n);
+/* n bytes of host memory owned by s (64-byte aligned), NULL when out of
+ * memory. huge: from 2 MiB-aligned blocks marked for transparent huge
+ * pages (weights streamed every decode step). For the backends' prepare
+ * hooks, weight_new and conversions. */
+void *weight_set_host(struct weight_set *s, size_t n, bool huge);
 /* Whether p lies in host memory of s (so may be rewritten in place). */
 bool weight_set_owns(const struct weight_set *s, const void *p);
 

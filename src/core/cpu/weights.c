@@ -35,7 +35,7 @@ cbx_status cpu_prepare_weight(const struct backend *be, struct weight_set *s, st
         } else if (linear_pack_copies()) {
             const char *p = t->data;
             const size_t nb = tensor_nbytes(t);
-            void *dst = weight_set_host(s, nb);
+            void *dst = weight_set_host(s, nb, true);
             if (dst && linear_pack(t, dst, t)) {
                 /* the whole pages inside the source only */
                 uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095;
