@@ -11,6 +11,8 @@
  *    plain layout; op_linear through each placement agrees with ref over
  *    the plain weight (max abs error printed, bound 1e-4 relative);
  *  - weight_new + weight_place: no copy of set memory;
+ *  - conv1d / conv_transpose1d weights on cpu: an AMX panel slot where
+ *    AMX-BF16 is ready, results equal to the unplaced weight's;
  *  - errors: an unconvertible type, rows not a whole number of blocks,
  *    chaining on *rc (a NULL source or an earlier failure does nothing).
  * Extras are released with the set (ASan / LSan builds check the
@@ -210,6 +212,77 @@ done:
     free(q0);
 }
 
+/* y of a conv (transposed when tr) with weight w on cpu, BF16 products
+ * asked for (AMX where ready); NULL on failure */
+static float *conv_on(struct backend *cpu, const float *x, int64_t cin, int64_t T, const struct tensor *w, bool tr,
+                      size_t *n)
+{
+    struct arena *a = arena_create(cpu, 0);
+    if (!a) return NULL;
+    arena_set_bf16(a, true);
+    struct tensor *xt = op_from_host(a, TYPE_F32, 3, (int64_t[]){1, cin, T}, x), *y;
+    if (tr) {
+        const struct conv_transpose1d_params p = {4, 2, 0, 1, 1};
+        y = op_conv_transpose1d(a, xt, w, NULL, &p);
+    } else {
+        const struct conv1d_params p = {1, 2, 1, 2, 2, PAD_ZERO};
+        y = op_conv1d(a, xt, w, NULL, &p);
+    }
+    float *out = NULL;
+    if (y && (out = malloc(tensor_nbytes(y)))) {
+        memcpy(out, y->data, tensor_nbytes(y));
+        *n = (size_t)tensor_nelements(y);
+    }
+    if (!y) printf("conv on cpu: %s\n", arena_errmsg(a));
+    arena_free(a);
+    return out;
+}
+
+/* Convolution weights on cpu: where AMX-BF16 is ready they get a panel
+ * slot (CPU_WEIGHT_CONV) filled on first use; the results equal those of
+ * the same weight unplaced (panels packed per call), bit for bit, on the
+ * first and a later call; elsewhere the plain layout. */
+static void conv_weights(struct backend *cpu)
+{
+    char err[ERR_MAX] = "";
+    const int64_t C = 64, T = 96, K = 3, KT = 8;
+    uint32_t seed = 5;
+    float *x = malloc(sizeof(float) * (size_t)(C * T)), *w = malloc(sizeof(float) * (size_t)(C * C * KT));
+    struct weight_set *s = weight_set_create(cpu);
+    if (!x || !w || !s) {
+        CHECK(0, "set-up");
+        goto done;
+    }
+    for (int64_t i = 0; i < C * T; i++) x[i] = frand(&seed);
+    for (int64_t i = 0; i < C * C * KT; i++) w[i] = frand(&seed) * 0.1f;
+    const bool amx = cpu_features()->amx_bf16 && cpu_amx_ready();
+    for (int tr = 0; tr < 2; tr++) {
+        struct tensor src = tensor_make(TYPE_F32, 3, (int64_t[]){C, C, tr ? KT : K}, w, NULL);
+        cbx_status rc = CBX_OK;
+        const struct tensor *p =
+            weight_place(s, &src, tr ? WEIGHT_CONV_TRANSPOSE1D : WEIGHT_CONV1D, WEIGHT_AS_STORED, 0, &rc, err);
+        CHECK(rc == CBX_OK && p && p->data == w, "conv%s weight placed in place: %s", tr ? "_transpose1d" : "1d", err);
+        if (!p) continue;
+        CHECK(amx ? cpu_weight_is(p, CPU_WEIGHT_CONV) : !p->extra, "conv%s weight: %s", tr ? "_transpose1d" : "1d",
+              amx ? "an AMX panel slot" : "plain (no AMX-BF16 here)");
+        size_t n0 = 0, n1 = 0, n2 = 0;
+        float *y0 = conv_on(cpu, x, C, T, &src, tr, &n0), *y1 = conv_on(cpu, x, C, T, p, tr, &n1),
+              *y2 = conv_on(cpu, x, C, T, p, tr, &n2);
+        CHECK(y0 && y1 && y2 && n0 == n1 && n1 == n2 && !memcmp(y0, y1, n0 * sizeof *y0) &&
+                  !memcmp(y0, y2, n0 * sizeof *y0),
+              "conv%s%s: placed weight (first call, later call) == unplaced, bit for bit", tr ? "_transpose1d" : "1d",
+              amx ? " on AMX" : "");
+        free(y0);
+        free(y1);
+        free(y2);
+    }
+    printf("conv weights: AMX-BF16 %s\n", amx ? "ready: panels kept with the placed weights" : "not here: plain layout");
+done:
+    weight_set_free(s);
+    free(x);
+    free(w);
+}
+
 int main(void)
 {
     struct backend *cpu = backend_cpu_create(2);
@@ -219,6 +292,7 @@ int main(void)
     conversions(backend_ref());
     decode_linear(cpu, TYPE_Q4_0);
     decode_linear(cpu, TYPE_Q8_0);
+    conv_weights(cpu);
     CHECK(weight_set_create(NULL) == NULL, "no set without a backend");
     backend_cpu_free(cpu);
     return test_summary();
