@@ -113,7 +113,7 @@ int main(int argc, char **argv)
     if (!bench_synth_load("bench_batch", "t3_turbo_v1.safetensors", keep_t3, be->tp, &w)) return 1;
     struct t3_model m;
     struct weights src = bench_synth_weights(&w, "t3");
-    if (t3_load(&m, &src, (enum dtype)wt, err) != CBX_OK) {
+    if (t3_load(&m, &src, be, (enum dtype)wt, err) != CBX_OK) {
         fprintf(stderr, "bench_batch: %s\n", err);
         return 1;
     }

@@ -80,7 +80,7 @@ int main(int argc, char **argv)
         char err[ERR_MAX];
         struct t3_model m;
         struct weights src = bench_synth_weights(&w, "t3");
-        if (t3_load(&m, &src, types[ti], err) != CBX_OK) {
+        if (t3_load(&m, &src, cpu, types[ti], err) != CBX_OK) {
             fprintf(stderr, "bench_cfg: %s\n", err);
             return 1;
         }

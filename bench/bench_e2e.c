@@ -136,8 +136,8 @@ static int run_type(const char *path, int wtype, int N, const struct bench_opts 
     if (model_open(path, &m, err) != CBX_OK) goto done;
     if (wtype < 0) wtype = model_stored_wtype(m); /* as the engine loads it */
     struct weights w3 = model_weights(m, MODEL_T3), ws = model_weights(m, MODEL_S3GEN);
-    if (t3_load(&t3, &w3, (enum dtype)wtype, err) != CBX_OK) goto done;
-    if (s3gen_load(&s3, &ws, (enum dtype)wtype, err) != CBX_OK) goto done;
+    if (t3_load(&t3, &w3, be, (enum dtype)wtype, err) != CBX_OK) goto done;
+    if (s3gen_load(&s3, &ws, be, (enum dtype)wtype, err) != CBX_OK) goto done;
     if (conds_from_model(m, &voice, err) != CBX_OK) goto done;
     if (load_tokens(m, &ids, &n_ids, err) != CBX_OK) goto done;
     struct t3_cond cond = {voice.speaker_emb, voice.cond_prompt_tokens, voice.n_cond_prompt, voice.emotion_adv};

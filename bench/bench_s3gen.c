@@ -90,7 +90,7 @@ static void run_stages(const char *path, const char *wname, int n_tok, const str
     int wt = dtype_from_name(wname);
     if (wt < 0) die("--wtype", "unknown type");
     struct weights w = model_weights(md, MODEL_S3GEN);
-    if (s3gen_load(&s3, &w, (enum dtype)wt, err) != CBX_OK) die("s3gen_load", err);
+    if (s3gen_load(&s3, &w, cpu, (enum dtype)wt, err) != CBX_OK) die("s3gen_load", err);
     int64_t np = vc.n_prompt_token, all = np + n_tok;
     int32_t *ids = malloc(sizeof *ids * (size_t)all);
     if (!ids) die("tokens", "out of memory");
@@ -248,7 +248,7 @@ int main(int argc, char **argv)
     }
 
     struct s3gen s3;
-    if (s3gen_load(&s3, &src, TYPE_F32, err) != CBX_OK) die("s3gen_load", err);
+    if (s3gen_load(&s3, &src, cpu, TYPE_F32, err) != CBX_OK) die("s3gen_load", err);
 
     /* encoder */
     for (int r = -1; r < opt.reps; r++) {
@@ -268,7 +268,7 @@ int main(int argc, char **argv)
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         if (!bench_selected(&opt, dtype_name(types[ti]))) continue;
         struct s3gen_cfm cfm;
-        if (s3gen_cfm_load(&cfm, &src, types[ti], err) != CBX_OK) die("cfm", err);
+        if (s3gen_cfm_load(&cfm, &src, cpu, types[ti], err) != CBX_OK) die("cfm", err);
         double flops = s3gen_estimator_flops(&cfm, B, T);
         float t[2] = {0.25f, 0.25f}, rr[2] = {0.5f, 0.5f};
         for (int r = -1; r < opt.reps; r++) {

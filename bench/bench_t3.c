@@ -210,7 +210,7 @@ int main(int argc, char **argv)
         if (!bench_selected(&opt, dtype_name(types[ti]))) continue;
         struct t3_model m;
         struct weights src = bench_synth_weights(&w, "t3");
-        if (t3_load(&m, &src, types[ti], err) != CBX_OK) {
+        if (t3_load(&m, &src, cpu, types[ti], err) != CBX_OK) {
             fprintf(stderr, "bench_t3: %s\n", err);
             return 1;
         }
@@ -224,9 +224,9 @@ int main(int argc, char **argv)
          * reps, when packing applies */
         struct t3_model mu;
         bool ab = false;
-        if (linear_pack_supported(m.tfmr.gpt2[0].c_attn_w) || m.tfmr.gpt2[0].c_attn_w->packed) {
+        if (linear_pack_supported(m.tfmr.gpt2[0].c_attn_w) || m.tfmr.gpt2[0].c_attn_w->extra) {
             linear_pack_enable = 0;
-            if (t3_load(&mu, &src, types[ti], err) != CBX_OK) {
+            if (t3_load(&mu, &src, cpu, types[ti], err) != CBX_OK) {
                 fprintf(stderr, "bench_t3: %s\n", err);
                 return 1;
             }

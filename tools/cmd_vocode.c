@@ -259,11 +259,11 @@ int cmd_vocode(int argc, char **argv)
         goto fail;
     }
     struct weights w = model_weights(md, MODEL_S3GEN);
-    if ((rc = s3gen_load(&s3, &w, TYPE_F32, err)) != CBX_OK) goto fail;
     if (!(be = backend_cpu_create((int)threads))) {
         rc = err_setf(err, CBX_ERR_NOMEM, "cannot start %lld threads", threads);
         goto fail;
     }
+    if ((rc = s3gen_load(&s3, &w, be, TYPE_F32, err)) != CBX_OK) goto fail;
     double t_load = since(&t0);
     struct progress pr = {quiet, isatty(2), sp.n_cfm_steps > 0 ? sp.n_cfm_steps : s3.meanflow ? 2 : 10, {0, 0}};
     clock_gettime(CLOCK_MONOTONIC, &pr.t0);

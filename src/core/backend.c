@@ -44,6 +44,8 @@ static struct backend *cpu_create(int n_threads, bool shared)
     be->buf_free = host_free;
     be->to_host = host_copy;
     be->from_host = host_copy;
+    be->prepare_weight = cpu_prepare_weight;
+    be->release_weight = cpu_release_weight;
     n_threads = n_threads > 0 ? n_threads : tp_default_threads();
     be->tp = shared ? tp_shared(n_threads) : tp_create(n_threads);
     be->shared_tp = shared;
@@ -83,6 +85,7 @@ static void ref_init(void)
     b.buf_free = host_free;
     b.to_host = host_copy;
     b.from_host = host_copy;
+    /* no prepare_weight: ref reads every weight in its plain layout */
     ref_register_elementwise(&b.k);
     ref_register_linear(&b.k);
     ref_register_conv(&b.k);

@@ -19,6 +19,7 @@
 #include <stddef.h>
 
 #include "ops.h"
+#include "weights.h"
 
 struct threadpool;
 
@@ -100,6 +101,17 @@ struct backend {
     /* explicit transfers; host backends use memcpy */
     void (*to_host)(const struct backend *be, void *dst, const void *src, size_t n);
     void (*from_host)(const struct backend *be, void *dst, const void *src, size_t n);
+    /* Weight placement (core/weights.h): make t (a descriptor owned by
+     * set s, data in host memory: s's or borrowed from the weight source)
+     * ready for this backend's kernels of role. The backend owns the
+     * layout: it may rewrite t->data (into memory of s from
+     * weight_set_host, or its own device memory) and attach private
+     * layout information in t->extra, released by release_weight when s is
+     * freed. NULL prepare_weight: the plain host layout is used (host
+     * backends only). Returns CBX_OK or an error with err set. */
+    cbx_status (*prepare_weight)(const struct backend *be, struct weight_set *s, struct tensor *t,
+                                 enum weight_role role, unsigned flags, char *err);
+    void (*release_weight)(const struct backend *be, struct tensor *t);
     struct kernels k;
 };
 
@@ -158,6 +170,10 @@ void ref_register_conv(struct kernels *k);
 void ref_register_nn(struct kernels *k);
 void ref_register_spectral(struct kernels *k);
 void cpu_register_conv2d(struct kernels *k);
+/* The cpu backend's weight placement hooks (src/core/cpu/weights.c). */
+cbx_status cpu_prepare_weight(const struct backend *be, struct weight_set *s, struct tensor *t,
+                              enum weight_role role, unsigned flags, char *err);
+void cpu_release_weight(const struct backend *be, struct tensor *t);
 void ref_register_conv2d(struct kernels *k);
 
 #endif

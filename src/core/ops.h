@@ -94,7 +94,16 @@ struct tensor *op_reduce(struct arena *a, const struct tensor *x, enum redop op)
  * and stored as float32, as torch.cumsum on CPU does. */
 struct tensor *op_cumsum(struct arena *a, const struct tensor *x);
 /* Rows of table[N, D] (any weight type) at ids[n] (I32 or I64) -> [n, D]
- * F32 (ids may be [B, n] -> [B, n, D]). Out-of-range ids fail. */
+ * F32 (ids may be [B, n] -> [B, n, D]). Ids must lie in [0, N): the op
+ * does not read them (they may be device memory, and a host round trip
+ * per call would serialise a device), so callers validate ids where they
+ * enter: text ids (t3_inference: the tokenizer's output or the caller's),
+ * prompt speech ids (T3 entry points, voice files and conds in
+ * engine.c / vc.c), speech ids for S3Gen (s3gen flow/encoder, stream.c);
+ * sampled ids are in range by construction (argmax / sampling over the
+ * head's rows). The host kernels (cpu, ref) still fail the arena on an
+ * out-of-range id, writing zeros for it; a device kernel clamps it (and
+ * may assert in debug builds). */
 struct tensor *op_get_rows(struct arena *a, const struct tensor *table,
                            const struct tensor *ids);
 

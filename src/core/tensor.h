@@ -69,9 +69,11 @@ struct tensor {
     void *data;                  /* borrowed; see header comment */
     const struct backend *be;    /* memory that holds data (NULL = host) */
     const char *name;            /* upstream name or NULL; borrowed */
-    bool packed;                 /* q4_0 / q8_0 rows interleaved for the cpu
-                                  * GEMV (core/cpu/linear_kernels.h,
-                                  * linear_pack); only op_linear reads it */
+    void *extra;                 /* backend-private layout of a placed weight
+                                  * (core/weights.h: set by the backend's
+                                  * prepare_weight hook, released through
+                                  * it); NULL for plain tensors. Only the
+                                  * backend that set it may read it. */
 };
 
 /* A contiguous descriptor over data (which is borrowed). */

@@ -41,6 +41,8 @@ struct engine_work {
 struct engine_model {
     struct model *file;
     struct weights_file *t3_file; /* engine_load_params.t3_path, or NULL */
+    const struct backend *wbe;    /* holds the weights (engine_load_params.be) */
+    struct backend *own_be;       /* wbe when the model made it, else NULL */
     enum model_variant variant;
     struct text_tokenizer *tok;
     struct t3_model t3;
@@ -69,7 +71,7 @@ static double now(void)
 
 struct engine_load_params engine_load_default_params(void)
 {
-    struct engine_load_params p = {-1, 0, NULL, false, NULL};
+    struct engine_load_params p = {-1, 0, NULL, false, NULL, NULL};
     return p;
 }
 
@@ -111,6 +113,12 @@ cbx_status engine_model_load(const char *path, const struct engine_load_params *
     const double t0 = now();
     struct engine_model *m = calloc(1, sizeof *m);
     if (!m) return err_setf(err, CBX_ERR_NOMEM, "out of memory");
+    /* the weights' backend: the caller's, else a cpu one of one thread
+     * (placement only; calls compute on their own backends) */
+    if (!(m->wbe = p->be) && !(m->wbe = m->own_be = backend_cpu_create(1))) {
+        engine_model_free(m);
+        return err_setf(err, CBX_ERR_NOMEM, "out of memory");
+    }
     cbx_status rc = model_open(path, &m->file, err);
     if (rc != CBX_OK) goto fail;
     m->variant = model_get_variant(m->file);
@@ -125,7 +133,7 @@ cbx_status engine_model_load(const char *path, const struct engine_load_params *
         }
         struct weights w3 = weights_from_file(m->t3_file, "t3");
         const int t3type = p->wtype >= 0 ? p->wtype : weights_file_wtype(m->t3_file);
-        if ((rc = t3_load(&m->t3, &w3, (enum dtype)t3type, err)) != CBX_OK) {
+        if ((rc = t3_load(&m->t3, &w3, m->wbe, (enum dtype)t3type, err)) != CBX_OK) {
             char why[ERR_MAX];
             snprintf(why, sizeof why, "%s", err);
             rc = err_setf(err, rc, "%s: not a usable T3 file: %s", p->t3_path, why);
@@ -134,10 +142,10 @@ cbx_status engine_model_load(const char *path, const struct engine_load_params *
         if ((rc = check_t3_fits(m, p->t3_path, err)) != CBX_OK) goto fail;
     } else {
         struct weights w3 = model_weights(m->file, MODEL_T3);
-        if ((rc = t3_load(&m->t3, &w3, (enum dtype)wtype, err)) != CBX_OK) goto fail;
+        if ((rc = t3_load(&m->t3, &w3, m->wbe, (enum dtype)wtype, err)) != CBX_OK) goto fail;
     }
     struct weights ws = model_weights(m->file, MODEL_S3GEN);
-    if (!p->t3_only && (rc = s3gen_load(&m->s3, &ws, (enum dtype)wtype, err)) != CBX_OK) goto fail;
+    if (!p->t3_only && (rc = s3gen_load(&m->s3, &ws, m->wbe, (enum dtype)wtype, err)) != CBX_OK) goto fail;
     m->has_s3gen = !p->t3_only;
     /* a model without a usable built-in voice still speaks with others */
     if (conds_from_model(m->file, &m->builtin, m->builtin_err) == CBX_OK) m->has_builtin = true;
@@ -162,6 +170,7 @@ void engine_model_free(struct engine_model *m)
     conds_free(&m->builtin);
     s3gen_free(&m->s3);
     t3_free(&m->t3);
+    backend_cpu_free(m->own_be); /* after every weight placed on it */
     weights_file_close(m->t3_file);
     text_tokenizer_free(m->tok);
     model_close(m->file);

@@ -133,6 +133,11 @@ struct engine_load_params {
                              * (backbone, text vocabulary = the tokenizer's,
                              * speech vocabulary, speaker embedding). The
                              * string is not kept; NULL: the model's */
+    const struct backend *be; /* the backend holding the weights (placed
+                               * at load, core/weights.h); it must outlive
+                               * the model, and the backends the calls
+                               * compute with must be of its kind. NULL: a
+                               * cpu backend the model makes and owns */
 };
 struct engine_load_params engine_load_default_params(void);
 

@@ -73,7 +73,7 @@ static void hash_tensor(struct sha256 *s, const char *what, const struct tensor 
     hash_u64(s, (uint64_t)t->type);
     hash_u64(s, (uint64_t)t->ndim);
     for (int d = 0; d < t->ndim; d++) hash_u64(s, (uint64_t)t->ne[d]);
-    hash_u64(s, t->packed);
+    hash_u64(s, t->extra != NULL); /* a backend layout (was: the packed flag) */
     const size_t nb = tensor_nbytes(t), span = 1024, spans = 4;
     if (!t->data) return;
     if (nb <= span * spans) {

@@ -23,6 +23,8 @@ struct vc_model {
     struct conds builtin;        /* conds.pt "gen" (and "t3", unused) */
     bool has_builtin;
     char builtin_err[ERR_MAX];   /* why there is no built-in voice */
+    struct backend *wbe;         /* holds own_s3's and tok's weights (a cpu
+                                  * backend of one thread: placement only) */
 };
 
 /* The variant check and the parts made over file and s3 (either call). */
@@ -38,7 +40,8 @@ static cbx_status vc_model_init(struct vc_model *vm, const char *name, char *err
         return err_setf(err, CBX_ERR_FORMAT, "%s: the S3Gen weights are meanflow (Turbo/Nano), want the "
                         "standard english S3Gen", name);
     struct weights w = model_weights(vm->file, MODEL_S3GEN);
-    cbx_status rc = s3tok_load(&vm->tok, &w, err);
+    if (!vm->wbe && !(vm->wbe = backend_cpu_create(1))) return err_setf(err, CBX_ERR_NOMEM, "out of memory");
+    cbx_status rc = s3tok_load(&vm->tok, &w, vm->wbe, err);
     if (rc != CBX_OK) return rc;
     /* a model without a built-in voice still converts to given voices */
     if (conds_from_model(vm->file, &vm->builtin, vm->builtin_err) == CBX_OK) {
@@ -67,7 +70,11 @@ cbx_status vc_model_load(const char *path, int wtype, struct vc_model **out, cha
     }
     struct weights w = model_weights(vm->file, MODEL_S3GEN);
     const int wt = wtype >= 0 ? wtype : model_stored_wtype(vm->file);
-    if ((rc = s3gen_load(&vm->own_s3, &w, (enum dtype)wt, err)) != CBX_OK) goto fail;
+    if (!(vm->wbe = backend_cpu_create(1))) {
+        rc = err_setf(err, CBX_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    if ((rc = s3gen_load(&vm->own_s3, &w, vm->wbe, (enum dtype)wt, err)) != CBX_OK) goto fail;
     vm->s3 = &vm->own_s3;
     if ((rc = vc_model_init(vm, path, err)) != CBX_OK) goto fail;
     *out = vm;
@@ -101,6 +108,7 @@ void vc_model_free(struct vc_model *vm)
     conds_free(&vm->builtin);
     s3tok_free(vm->tok);
     s3gen_free(&vm->own_s3);
+    backend_cpu_free(vm->wbe); /* after every weight placed on it */
     model_close(vm->own_file);
     free(vm);
 }

@@ -75,10 +75,10 @@ struct s3gen_estimator {
     struct cfm_stage down, *mid, up;
     struct cfm_block1d final_block;
     struct cfm_conv final_proj;
-    /* memory owned by the estimator: transformer arrays and every derived
-     * weight (tensor descriptor followed by its data) */
+    /* memory owned by the estimator: the transformer and mid-block arrays */
     void **owned;
     int n_owned, cap_owned;
+    struct weight_set *ws; /* every weight, placed on the load's backend */
 };
 
 /* ---- loading ----------------------------------------------------------- */
@@ -86,6 +86,7 @@ struct s3gen_estimator {
 struct loader {
     const struct weights *w;
     struct s3gen_estimator *e;
+    struct weight_set *ws;
     enum dtype wtype;
     cbx_status rc;
     char *err;
@@ -112,7 +113,8 @@ nomem:
     return NULL;
 }
 
-/* A new [rows, k] weight of type L->wtype whose row r is fill(r). */
+/* A new [rows, k] host weight of type L->wtype whose row r is fill(r)
+ * (in set memory, not placed yet). */
 typedef void (*row_fn)(const struct tensor *src, int64_t r, float *dst);
 
 static const struct tensor *derive(struct loader *L, const struct tensor *src, int64_t rows,
@@ -126,18 +128,13 @@ static const struct tensor *derive(struct loader *L, const struct tensor *src, i
                          src->name ? src->name : "weight", (long long)k, dtype_name(L->wtype));
         return NULL;
     }
-    char *m = own(L, sizeof(struct tensor) + 64 + rs * (size_t)rows);
-    if (!m) return NULL;
-    struct tensor *t = (struct tensor *)m;
-    char *data = m + sizeof(struct tensor);
-    data += (64 - (uintptr_t)data % 64) % 64;
+    const int64_t ne[2] = {rows, k};
+    struct tensor *t = weight_new(L->ws, L->wtype, 2, ne, src->name, &L->rc, L->err);
+    if (!t) return NULL;
     for (int64_t r = 0; r < rows; r++) {
         fill(src, r, L->row);
-        quantize_row(L->wtype, L->row, data + (size_t)r * rs, k);
+        quantize_row(L->wtype, L->row, (char *)t->data + (size_t)r * rs, k);
     }
-    const int64_t ne[2] = {rows, k};
-    *t = tensor_make(L->wtype, 2, ne, data, NULL);
-    t->name = src->name;
     return t;
 }
 
@@ -168,8 +165,17 @@ static void linear_row(const struct tensor *w, int64_t o, float *dst)
     dequantize_row(w->type, (const char *)w->data + o * w->nb[0], dst, w->ne[1]);
 }
 
-/* Linear `name` [out, in] (bias `name` with .bias when has_bias). */
-static struct cfm_conv get_linear(struct loader *L, const char *name, int64_t out, int64_t in,
+/* c's weight and bias placed (c as raw_linear / raw_conv made it). */
+static struct cfm_conv place(struct loader *L, struct cfm_conv c)
+{
+    c.w = weight_place(L->ws, c.w, WEIGHT_LINEAR, WEIGHT_AS_STORED, 0, &L->rc, L->err);
+    c.b = weight_place(L->ws, c.b, WEIGHT_PLAIN, WEIGHT_AS_STORED, 0, &L->rc, L->err);
+    return c;
+}
+
+/* Linear `name` [out, in] (bias `name` with .bias when has_bias), not
+ * placed yet. */
+static struct cfm_conv raw_linear(struct loader *L, const char *name, int64_t out, int64_t in,
                                   bool has_bias)
 {
     struct cfm_conv c = {NULL, NULL, 1};
@@ -190,7 +196,7 @@ static struct cfm_conv get_linear(struct loader *L, const char *name, int64_t ou
 }
 
 /* Conv1d `name` [out, in, k] with bias, as a [out, k*in] GEMM weight. */
-static struct cfm_conv get_conv(struct loader *L, const char *name, int64_t out, int64_t in, int k)
+static struct cfm_conv raw_conv(struct loader *L, const char *name, int64_t out, int64_t in, int k)
 {
     struct cfm_conv c = {NULL, NULL, k};
     char n[256];
@@ -208,8 +214,9 @@ static struct cfm_conv get_conv(struct loader *L, const char *name, int64_t out,
     return c;
 }
 
-/* The rows of n weights of type L->wtype stacked into one [sum rows, k]
- * tensor (raw row copies: the same numbers, one GEMM instead of n). */
+/* The rows of n host weights of type L->wtype (not placed yet) stacked
+ * into one placed [sum rows, k] tensor (raw row copies: the same numbers,
+ * one GEMM instead of n). */
 static const struct tensor *stack_rows(struct loader *L, const struct tensor *const *w, int n)
 {
     if (L->rc != CBX_OK) return NULL;
@@ -221,20 +228,25 @@ static const struct tensor *stack_rows(struct loader *L, const struct tensor *co
         }
         rows += w[i]->ne[0];
     }
-    size_t rs = dtype_row_size(L->wtype, k);
-    char *m = own(L, sizeof(struct tensor) + 64 + rs * (size_t)rows);
-    if (!m) return NULL;
-    struct tensor *t = (struct tensor *)m;
-    char *data = m + sizeof(struct tensor), *d;
-    data += (64 - (uintptr_t)data % 64) % 64;
-    d = data;
+    const size_t rs = dtype_row_size(L->wtype, k);
+    const int64_t ne[2] = {rows, k};
+    struct tensor *t = weight_new(L->ws, L->wtype, 2, ne, w[0]->name, &L->rc, L->err);
+    if (!t) return NULL;
+    char *d = t->data;
     for (int i = 0; i < n; i++)
         for (int64_t r = 0; r < w[i]->ne[0]; r++, d += rs)
             memcpy(d, (const char *)w[i]->data + r * w[i]->nb[0], rs);
-    const int64_t ne[2] = {rows, k};
-    *t = tensor_make(L->wtype, 2, ne, data, NULL);
-    t->name = w[0]->name;
-    return t;
+    return weight_place(L->ws, t, WEIGHT_LINEAR, WEIGHT_AS_STORED, 0, &L->rc, L->err);
+}
+
+static struct cfm_conv get_linear(struct loader *L, const char *name, int64_t out, int64_t in, bool has_bias)
+{
+    return place(L, raw_linear(L, name, out, in, has_bias));
+}
+
+static struct cfm_conv get_conv(struct loader *L, const char *name, int64_t out, int64_t in, int k)
+{
+    return place(L, raw_conv(L, name, out, in, k));
 }
 
 static const struct tensor *get_vec(struct loader *L, const char *name, int64_t n)
@@ -242,7 +254,8 @@ static const struct tensor *get_vec(struct loader *L, const char *name, int64_t 
     char s[256];
     const int64_t ne[1] = {n};
     snprintf(s, sizeof s, "flow.decoder.estimator.%s", name);
-    return weights_get(L->w, s, 1, ne, &L->rc, L->err);
+    return weight_place(L->ws, weights_get(L->w, s, 1, ne, &L->rc, L->err), WEIGHT_NORM, WEIGHT_AS_STORED, 0,
+                        &L->rc, L->err);
 }
 
 static void load_block1d(struct loader *L, struct cfm_block1d *b, const char *prefix, int64_t cin,
@@ -281,9 +294,10 @@ static void load_transformer(struct loader *L, struct cfm_transformer *t, const 
     (snprintf(n, sizeof n, "%s." suffix, prefix), t->field = get_linear(L, n, out, in, bias))
     V(norm1_w, "norm1.weight", C);
     V(norm1_b, "norm1.bias", C);
-    LIN(to_q, "attn1.to_q", inner, C, false);
-    LIN(to_k, "attn1.to_k", inner, C, false);
-    LIN(to_v, "attn1.to_v", inner, C, false);
+    /* q, k, v read from the host to be stacked, then placed */
+    (snprintf(n, sizeof n, "%s.attn1.to_q", prefix), t->to_q = raw_linear(L, n, inner, C, false));
+    (snprintf(n, sizeof n, "%s.attn1.to_k", prefix), t->to_k = raw_linear(L, n, inner, C, false));
+    (snprintf(n, sizeof n, "%s.attn1.to_v", prefix), t->to_v = raw_linear(L, n, inner, C, false));
     LIN(to_out, "attn1.to_out.0", C, inner, true);
     V(norm3_w, "norm3.weight", C);
     V(norm3_b, "norm3.bias", C);
@@ -293,6 +307,9 @@ static void load_transformer(struct loader *L, struct cfm_transformer *t, const 
         const struct tensor *parts[3] = {t->to_q.w, t->to_k.w, t->to_v.w};
         t->qkv = stack_rows(L, parts, 3);
     }
+    t->to_q = place(L, t->to_q);
+    t->to_k = place(L, t->to_k);
+    t->to_v = place(L, t->to_v);
 #undef V
 #undef LIN
 }
@@ -322,12 +339,14 @@ void s3gen_cfm_free(struct s3gen_cfm *c)
     if (e) {
         for (int i = 0; i < e->n_owned; i++) free(e->owned[i]);
         free(e->owned);
+        weight_set_free(e->ws);
         free(e);
     }
     memset(c, 0, sizeof *c);
 }
 
-cbx_status s3gen_cfm_load(struct s3gen_cfm *c, const struct weights *w, enum dtype wtype, char *err)
+cbx_status s3gen_cfm_load(struct s3gen_cfm *c, const struct weights *w, const struct backend *be, enum dtype wtype,
+                          char *err)
 {
     memset(c, 0, sizeof *c);
     const struct dtype_traits *wt = dtype_traits(wtype);
@@ -337,9 +356,12 @@ cbx_status s3gen_cfm_load(struct s3gen_cfm *c, const struct weights *w, enum dty
                         wt ? wt->name : "an unknown type");
     struct s3gen_estimator *e = calloc(1, sizeof *e);
     float *row = NULL;
-    if (!e) return err_setf(err, CBX_ERR_NOMEM, "s3gen cfm: out of memory");
+    if (!e || !(e->ws = weight_set_create(be))) {
+        free(e);
+        return err_setf(err, CBX_ERR_NOMEM, "s3gen cfm: out of memory");
+    }
     c->est = e;
-    struct loader L = {w, e, wtype, CBX_OK, err, NULL};
+    struct loader L = {w, e, e->ws, wtype, CBX_OK, err, NULL};
 
     /* sizes from the weights: channels[0] from down_blocks.0.0.mlp.1, the
      * time embedding width from time_mlp.linear_2, counts from the names */

@@ -34,8 +34,10 @@ struct s3gen_cfm {
  * (F32 borrows the linear ones in place; conv weights are always
  * re-laid out at load; F16/BF16/Q8_0/Q4_0... are converted copies); norms,
  * biases and the time MLP's small tensors stay as stored. Borrowed tensors
- * must outlive the cfm. On failure *c is zeroed and err names the tensor. */
-cbx_status s3gen_cfm_load(struct s3gen_cfm *c, const struct weights *w, enum dtype wtype,
+ * must outlive the cfm. Every weight is placed on be (core/weights.h),
+ * which must outlive the cfm. On failure *c is zeroed and err names the
+ * tensor. */
+cbx_status s3gen_cfm_load(struct s3gen_cfm *c, const struct weights *w, const struct backend *be, enum dtype wtype,
                           char *err);
 void s3gen_cfm_free(struct s3gen_cfm *c); /* no-op on a zeroed cfm */
 

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/weights.h"
 #include "core/quant.h"
 
 /* LinearNoSubsampling: out = Sequential(Linear, LayerNorm(eps 1e-5), Dropout). */
@@ -41,13 +42,6 @@ struct s3gen_layer {
     const struct tensor *w_2_w, *w_2_b;            /* feed_forward.w_2 [D, F] */
 };
 
-/* F32 copies of vectors stored in another type (ops want F32 biases). */
-struct owned_vec {
-    struct owned_vec *next;
-    struct tensor t;
-    float data[];
-};
-
 struct s3gen_encoder {
     int d_model, n_head, d_k;      /* 512, 8, 64 */
     int pre_lookahead_len;         /* 3 (conv1 kernel - 1) */
@@ -62,50 +56,31 @@ struct s3gen_encoder {
     const struct tensor *up_conv_w, *up_conv_b;              /* [D, D, 2s+1] */
     const struct tensor *after_norm_w, *after_norm_b;        /* eps 1e-5 */
     const struct tensor *encoder_proj_w, *encoder_proj_b;    /* flow.encoder_proj [80, D] */
-    struct owned_vec *owned;
+    struct weight_set *ws;   /* every weight, placed on the load's backend */
 };
 
 void s3gen_encoder_free(struct s3gen_encoder *e)
 {
     if (!e) return;
-    while (e->owned) {
-        struct owned_vec *n = e->owned->next;
-        free(e->owned);
-        e->owned = n;
-    }
+    weight_set_free(e->ws);
     free(e->encoders);
     free(e->up_encoders);
     free(e);
 }
 
-/* v itself when F32, else an F32 copy owned by e (NULL: out of memory). */
-static const struct tensor *as_f32(struct s3gen_encoder *e, const struct tensor *v,
-                                   cbx_status *rc, char *err)
-{
-    if (!v || *rc != CBX_OK || v->type == TYPE_F32) return v;
-    int64_t n = tensor_nelements(v);
-    struct owned_vec *o = malloc(sizeof *o + sizeof(float) * (size_t)n);
-    if (!o) {
-        *rc = err_setf(err, CBX_ERR_NOMEM, "s3gen encoder: out of memory converting %s",
-                       v->name ? v->name : "a vector");
-        return NULL;
-    }
-    dequantize_row(v->type, v->data, o->data, n); /* vectors are contiguous */
-    o->t = tensor_make(TYPE_F32, v->ndim, v->ne, o->data, NULL);
-    o->t.name = v->name;
-    o->next = e->owned;
-    e->owned = o;
-    return &o->t;
-}
+/* Placement: p(x, role) as stored; as_f32(x) a vector the ops want in F32
+ * (biases; pos_bias_u/v), converted when stored otherwise. */
+#define PL(x, role) weight_place(e->ws, (x), (role), WEIGHT_AS_STORED, 0, rc, err)
+#define as_f32(x) weight_place(e->ws, (x), WEIGHT_PLAIN, TYPE_F32, 0, rc, err)
 
 static void load_embed(struct s3gen_encoder *e, const struct weights *w, const char *prefix,
                        struct s3gen_embed *m, cbx_status *rc, char *err)
 {
     const int64_t D = e->d_model, dd[2] = {D, D}, d1[1] = {D};
-    m->out_0_w = weights_getf(w, rc, err, 2, dd, "flow.encoder.%s.out.0.weight", prefix);
-    m->out_0_b = as_f32(e, weights_getf(w, rc, err, 1, d1, "flow.encoder.%s.out.0.bias", prefix), rc, err);
-    m->out_1_w = weights_getf(w, rc, err, 1, d1, "flow.encoder.%s.out.1.weight", prefix);
-    m->out_1_b = weights_getf(w, rc, err, 1, d1, "flow.encoder.%s.out.1.bias", prefix);
+    m->out_0_w = PL(weights_getf(w, rc, err, 2, dd, "flow.encoder.%s.out.0.weight", prefix), WEIGHT_LINEAR);
+    m->out_0_b = as_f32(weights_getf(w, rc, err, 1, d1, "flow.encoder.%s.out.0.bias", prefix));
+    m->out_1_w = PL(weights_getf(w, rc, err, 1, d1, "flow.encoder.%s.out.1.weight", prefix), WEIGHT_NORM);
+    m->out_1_b = PL(weights_getf(w, rc, err, 1, d1, "flow.encoder.%s.out.1.bias", prefix), WEIGHT_NORM);
 }
 
 static void load_layer(struct s3gen_encoder *e, const struct weights *w, const char *stack, int i,
@@ -114,9 +89,10 @@ static void load_layer(struct s3gen_encoder *e, const struct weights *w, const c
     const int64_t D = e->d_model, dd[2] = {D, D}, d1[1] = {D};
     const int64_t hk[2] = {e->n_head, e->d_k}, f1[1] = {-1}, fw[2] = {-1, D};
 #define W(field, nd, shape, suffix) \
-    l->field = weights_getf(w, rc, err, nd, shape, "flow.encoder.%s.%d." suffix, stack, i)
+    l->field = PL(weights_getf(w, rc, err, nd, shape, "flow.encoder.%s.%d." suffix, stack, i), \
+                  nd == 2 ? WEIGHT_LINEAR : WEIGHT_NORM)
 #define B(field, nd, shape, suffix) \
-    l->field = as_f32(e, weights_getf(w, rc, err, nd, shape, "flow.encoder.%s.%d." suffix, stack, i), rc, err)
+    l->field = as_f32(weights_getf(w, rc, err, nd, shape, "flow.encoder.%s.%d." suffix, stack, i))
     W(norm_mha_w, 1, d1, "norm_mha.weight");
     W(norm_mha_b, 1, d1, "norm_mha.bias");
     W(linear_q_w, 2, dd, "self_attn.linear_q.weight");
@@ -162,14 +138,23 @@ static int count_layers(const struct weights *w, const char *stack)
     return n;
 }
 
-cbx_status s3gen_encoder_load(struct s3gen_encoder **out, const struct weights *w, char *err)
+#undef PL
+#undef as_f32
+#define PL(x, role) weight_place(e->ws, (x), (role), WEIGHT_AS_STORED, 0, &rc, err)
+#define as_f32(x) weight_place(e->ws, (x), WEIGHT_PLAIN, TYPE_F32, 0, &rc, err)
+
+cbx_status s3gen_encoder_load(struct s3gen_encoder **out, const struct weights *w, const struct backend *be,
+                              char *err)
 {
     *out = NULL;
     cbx_status rc = CBX_OK;
     struct s3gen_encoder *e = calloc(1, sizeof *e);
-    if (!e) return err_setf(err, CBX_ERR_NOMEM, "s3gen encoder: out of memory");
+    if (!e || !(e->ws = weight_set_create(be))) {
+        free(e);
+        return err_setf(err, CBX_ERR_NOMEM, "s3gen encoder: out of memory");
+    }
     const int64_t any2[2] = {-1, -1}, any3[3] = {-1, -1, -1};
-    e->input_embedding = weights_get(w, "flow.input_embedding.weight", 2, any2, &rc, err);
+    e->input_embedding = PL(weights_get(w, "flow.input_embedding.weight", 2, any2, &rc, err), WEIGHT_EMBEDDING);
     const struct tensor *u0 =
         weights_get(w, "flow.encoder.encoders.0.self_attn.pos_bias_u", 2, any2, &rc, err);
     if (rc != CBX_OK) goto fail;
@@ -185,17 +170,17 @@ cbx_status s3gen_encoder_load(struct s3gen_encoder **out, const struct weights *
     const int64_t D = e->d_model, d1[1] = {D};
     load_embed(e, w, "embed", &e->embed, &rc, err);
     load_embed(e, w, "up_embed", &e->up_embed, &rc, err);
-    e->pre_conv1_w = weights_get(w, "flow.encoder.pre_lookahead_layer.conv1.weight", 3, any3, &rc, err);
-    e->pre_conv1_b = as_f32(e, weights_get(w, "flow.encoder.pre_lookahead_layer.conv1.bias", 1, d1, &rc, err), &rc, err);
-    e->pre_conv2_w = weights_get(w, "flow.encoder.pre_lookahead_layer.conv2.weight", 3, any3, &rc, err);
-    e->pre_conv2_b = as_f32(e, weights_get(w, "flow.encoder.pre_lookahead_layer.conv2.bias", 1, d1, &rc, err), &rc, err);
-    e->up_conv_w = weights_get(w, "flow.encoder.up_layer.conv.weight", 3, any3, &rc, err);
-    e->up_conv_b = as_f32(e, weights_get(w, "flow.encoder.up_layer.conv.bias", 1, d1, &rc, err), &rc, err);
-    e->after_norm_w = weights_get(w, "flow.encoder.after_norm.weight", 1, d1, &rc, err);
-    e->after_norm_b = weights_get(w, "flow.encoder.after_norm.bias", 1, d1, &rc, err);
+    e->pre_conv1_w = PL(weights_get(w, "flow.encoder.pre_lookahead_layer.conv1.weight", 3, any3, &rc, err), WEIGHT_CONV1D);
+    e->pre_conv1_b = as_f32(weights_get(w, "flow.encoder.pre_lookahead_layer.conv1.bias", 1, d1, &rc, err));
+    e->pre_conv2_w = PL(weights_get(w, "flow.encoder.pre_lookahead_layer.conv2.weight", 3, any3, &rc, err), WEIGHT_CONV1D);
+    e->pre_conv2_b = as_f32(weights_get(w, "flow.encoder.pre_lookahead_layer.conv2.bias", 1, d1, &rc, err));
+    e->up_conv_w = PL(weights_get(w, "flow.encoder.up_layer.conv.weight", 3, any3, &rc, err), WEIGHT_CONV1D);
+    e->up_conv_b = as_f32(weights_get(w, "flow.encoder.up_layer.conv.bias", 1, d1, &rc, err));
+    e->after_norm_w = PL(weights_get(w, "flow.encoder.after_norm.weight", 1, d1, &rc, err), WEIGHT_NORM);
+    e->after_norm_b = PL(weights_get(w, "flow.encoder.after_norm.bias", 1, d1, &rc, err), WEIGHT_NORM);
     const int64_t proj[2] = {-1, D};
-    e->encoder_proj_w = weights_get(w, "flow.encoder_proj.weight", 2, proj, &rc, err);
-    e->encoder_proj_b = as_f32(e, weights_get(w, "flow.encoder_proj.bias", 1, any2, &rc, err), &rc, err);
+    e->encoder_proj_w = PL(weights_get(w, "flow.encoder_proj.weight", 2, proj, &rc, err), WEIGHT_LINEAR);
+    e->encoder_proj_b = as_f32(weights_get(w, "flow.encoder_proj.bias", 1, any2, &rc, err));
     if (rc != CBX_OK) goto fail;
     /* PreLookaheadLayer: conv1 kernel pre_lookahead_len + 1, conv2 kernel 3;
      * Upsample1D: kernel stride * 2 + 1 */

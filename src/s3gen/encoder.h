@@ -17,10 +17,12 @@
 /* Weights of flow.input_embedding, flow.encoder.*, flow.encoder_proj. */
 struct s3gen_encoder;
 
-/* Load from the MODEL_S3GEN component. Tensors are borrowed from w's source,
- * which must outlive the encoder. *out: owned by the caller, free with
+/* Load from the MODEL_S3GEN component, every weight placed on be
+ * (core/weights.h). Tensors are borrowed from w's source, which must
+ * outlive the encoder, as must be. *out: owned by the caller, free with
  * s3gen_encoder_free(). On failure *out is NULL and err names the tensor. */
-cbx_status s3gen_encoder_load(struct s3gen_encoder **out, const struct weights *w, char *err);
+cbx_status s3gen_encoder_load(struct s3gen_encoder **out, const struct weights *w, const struct backend *be,
+                              char *err);
 void s3gen_encoder_free(struct s3gen_encoder *e); /* no-op on NULL */
 
 /* tokens[n]: prompt tokens followed by speech tokens (int32, host memory),

@@ -15,19 +15,23 @@ void s3gen_flow_free(struct s3gen_flow *f)
     if (!f) return;
     s3gen_encoder_free(f->encoder);
     s3gen_cfm_free(&f->cfm);
+    weight_set_free(f->ws);
     memset(f, 0, sizeof *f);
 }
 
-cbx_status s3gen_flow_load(struct s3gen_flow *f, const struct weights *w, enum dtype wtype,
-                           char *err)
+cbx_status s3gen_flow_load(struct s3gen_flow *f, const struct weights *w, const struct backend *be,
+                           enum dtype wtype, char *err)
 {
     memset(f, 0, sizeof *f);
     cbx_status rc = CBX_OK;
+    if (!(f->ws = weight_set_create(be))) return err_setf(err, CBX_ERR_NOMEM, "s3gen flow: out of memory");
     const int64_t aff[2] = {S3GEN_MEL_CHANNELS, S3GEN_XVEC_DIM}, affb[1] = {S3GEN_MEL_CHANNELS};
-    f->spk_embed_affine_w = weights_get(w, "flow.spk_embed_affine_layer.weight", 2, aff, &rc, err);
-    f->spk_embed_affine_b = weights_get(w, "flow.spk_embed_affine_layer.bias", 1, affb, &rc, err);
-    if (rc == CBX_OK) rc = s3gen_encoder_load(&f->encoder, w, err);
-    if (rc == CBX_OK) rc = s3gen_cfm_load(&f->cfm, w, wtype, err);
+    f->spk_embed_affine_w = weight_place(f->ws, weights_get(w, "flow.spk_embed_affine_layer.weight", 2, aff, &rc, err),
+                                         WEIGHT_LINEAR, WEIGHT_AS_STORED, 0, &rc, err);
+    f->spk_embed_affine_b = weight_place(f->ws, weights_get(w, "flow.spk_embed_affine_layer.bias", 1, affb, &rc, err),
+                                         WEIGHT_PLAIN, WEIGHT_AS_STORED, 0, &rc, err);
+    if (rc == CBX_OK) rc = s3gen_encoder_load(&f->encoder, w, be, err);
+    if (rc == CBX_OK) rc = s3gen_cfm_load(&f->cfm, w, be, wtype, err);
     if (rc != CBX_OK) s3gen_flow_free(f);
     return rc;
 }

@@ -11,6 +11,7 @@
 
 #include "core/ops.h"
 #include "core/rng.h"
+#include "core/weights.h"
 #include "io/weights.h"
 #include "s3gen/cfm.h"
 
@@ -32,13 +33,15 @@ struct s3gen_flow {
     const struct tensor *spk_embed_affine_w, *spk_embed_affine_b; /* [80, 192], [80] */
     struct s3gen_encoder *encoder;                                /* owned */
     struct s3gen_cfm cfm;                                         /* flow.decoder */
+    struct weight_set *ws; /* the affine layer, placed on the load's backend */
 };
 
 /* Load flow.* from the MODEL_S3GEN component; wtype as s3gen_cfm_load
- * (the decoder's linear and conv weights). On failure *f is zeroed and
- * err names the tensor. */
-cbx_status s3gen_flow_load(struct s3gen_flow *f, const struct weights *w, enum dtype wtype,
-                           char *err);
+ * (the decoder's linear and conv weights); every weight placed on be,
+ * which must outlive the flow. On failure *f is zeroed and err names the
+ * tensor. */
+cbx_status s3gen_flow_load(struct s3gen_flow *f, const struct weights *w, const struct backend *be,
+                           enum dtype wtype, char *err);
 void s3gen_flow_free(struct s3gen_flow *f); /* no-op on a zeroed flow */
 
 /* spk_embed_affine_layer(F.normalize(embedding)) -> spks [1, 80]. */

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/weights.h"
 #include "core/quant.h"
 #include "core/rng.h"
 #include "core/window.h"
@@ -72,16 +73,14 @@ struct hift {
     struct hift_conv conv_pre, ups[N_UPS], source_downs[N_UPS], conv_post;
     struct hift_resblock source_resblocks[N_UPS], resblocks[N_UPS * N_KERNELS];
     float stft_window[N_FFT]; /* periodic Hann (scipy get_window("hann", 16)) */
-    /* memory the model owns: folded weights, converted copies */
-    void **owned;
-    int n_owned, cap_owned;
+    struct weight_set *ws; /* every weight (folded, converted or as stored),
+                            * placed on the load's backend */
 };
 
 void hift_free(struct hift *h)
 {
     if (!h) return;
-    for (int i = 0; i < h->n_owned; i++) free(h->owned[i]);
-    free(h->owned);
+    weight_set_free(h->ws);
     free(h);
 }
 
@@ -93,33 +92,6 @@ struct loader {
     cbx_status rc;
     char *err;
 };
-
-/* A new owned F32 tensor of shape ne (descriptor and data in one block). */
-static struct tensor *owned_tensor(struct loader *L, int ndim, const int64_t *ne, const char *name)
-{
-    if (L->rc != CBX_OK) return NULL;
-    struct hift *h = L->h;
-    if (h->n_owned == h->cap_owned) {
-        int cap = h->cap_owned ? 2 * h->cap_owned : 64;
-        void **p = realloc(h->owned, sizeof *p * (size_t)cap);
-        if (!p) goto nomem;
-        h->owned = p;
-        h->cap_owned = cap;
-    }
-    int64_t n = 1;
-    for (int d = 0; d < ndim; d++) n *= ne[d];
-    size_t off = (sizeof(struct tensor) + 63) / 64 * 64;
-    char *block = aligned_alloc(64, off + ((size_t)n * sizeof(float) + 63) / 64 * 64);
-    if (!block) goto nomem;
-    h->owned[h->n_owned++] = block;
-    struct tensor *t = (struct tensor *)block;
-    *t = tensor_make(TYPE_F32, ndim, ne, block + off, NULL);
-    t->name = name;
-    return t;
-nomem:
-    L->rc = err_setf(L->err, CBX_ERR_NOMEM, "hift: out of memory for %s", name);
-    return NULL;
-}
 
 /* Tensor t as contiguous F32 rows into dst (any stored type). */
 static void to_f32(const struct tensor *t, float *dst)
@@ -136,10 +108,11 @@ static void to_f32(const struct tensor *t, float *dst)
     }
 }
 
-/* Plain tensor: borrowed when stored as contiguous F32, else an owned F32 copy. */
-static const struct tensor *get_plain(struct loader *L, int ndim, const int64_t *ne, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static const struct tensor *get_plain(struct loader *L, int ndim, const int64_t *ne, const char *fmt, ...)
+/* Tensor as F32 in role (converted when stored otherwise), placed. */
+static const struct tensor *get_plain(struct loader *L, enum weight_role role, int ndim, const int64_t *ne,
+                                      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static const struct tensor *get_plain(struct loader *L, enum weight_role role, int ndim, const int64_t *ne,
+                                      const char *fmt, ...)
 {
     char name[256];
     va_list ap;
@@ -147,19 +120,16 @@ static const struct tensor *get_plain(struct loader *L, int ndim, const int64_t 
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
     const struct tensor *t = weights_get(L->w, name, ndim, ne, &L->rc, L->err);
-    if (!t) return NULL;
-    if (t->type == TYPE_F32 && tensor_is_contiguous(t)) return t;
-    struct tensor *c = owned_tensor(L, t->ndim, t->ne, t->name);
-    if (c) to_f32(t, c->data);
-    return c;
+    return weight_place(L->h->ws, t, role, TYPE_F32, 0, &L->rc, L->err);
 }
 
 /* Weight-normed layer `<prefix>`: W = v * (g / ||v||) with the norm over all
  * axes but 0 (torch._weight_norm, dim 0), v of shape ne; plus its bias
- * [bias_n]. Accepts parametrizations.weight.original0/1 and weight_g/_v. */
-static struct hift_conv get_wn(struct loader *L, const int64_t ne[3], int64_t bias_n,
-                               const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static struct hift_conv get_wn(struct loader *L, const int64_t ne[3], int64_t bias_n,
+ * [bias_n]. Accepts parametrizations.weight.original0/1 and weight_g/_v.
+ * The folded weight is placed in role (a conv or a transposed conv). */
+static struct hift_conv get_wn(struct loader *L, enum weight_role role, const int64_t ne[3], int64_t bias_n,
+                               const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static struct hift_conv get_wn(struct loader *L, enum weight_role role, const int64_t ne[3], int64_t bias_n,
                                const char *fmt, ...)
 {
     struct hift_conv c = {0};
@@ -177,9 +147,9 @@ static struct hift_conv get_wn(struct loader *L, const int64_t ne[3], int64_t bi
     const int64_t gne[3] = {ne[0], 1, 1};
     const struct tensor *g = weights_getf(L->w, &L->rc, L->err, 3, gne, "%s.%s", prefix, gs);
     const struct tensor *v = weights_getf(L->w, &L->rc, L->err, 3, ne, "%s.%s", prefix, vs);
-    c.b = get_plain(L, 1, (int64_t[]){bias_n}, "%s.bias", prefix);
+    c.b = get_plain(L, WEIGHT_PLAIN, 1, (int64_t[]){bias_n}, "%s.bias", prefix);
     if (!g || !v) return c;
-    struct tensor *w = owned_tensor(L, 3, v->ne, v->name);
+    struct tensor *w = weight_new(L->h->ws, TYPE_F32, 3, v->ne, v->name, &L->rc, L->err);
     float *gv = malloc(sizeof(float) * (size_t)g->ne[0]);
     if (!w || !gv) {
         free(gv);
@@ -199,7 +169,7 @@ static struct hift_conv get_wn(struct loader *L, const int64_t ne[3], int64_t bi
         for (int64_t i = 0; i < n; i++) row[i] = row[i] * s;
     }
     free(gv);
-    c.w = w;
+    c.w = weight_place(L->h->ws, w, role, WEIGHT_AS_STORED, 0, &L->rc, L->err);
     return c;
 }
 
@@ -209,18 +179,21 @@ static void load_resblock(struct loader *L, struct hift_resblock *r, int64_t C, 
     r->k = k;
     const int64_t wne[3] = {C, C, k}, cne[1] = {C};
     for (int j = 0; j < 3; j++) {
-        r->convs1[j] = get_wn(L, wne, C, "mel2wav.%s.%d.convs1.%d", list, idx, j);
-        r->convs2[j] = get_wn(L, wne, C, "mel2wav.%s.%d.convs2.%d", list, idx, j);
-        r->alpha1[j] = get_plain(L, 1, cne, "mel2wav.%s.%d.activations1.%d.alpha", list, idx, j);
-        r->alpha2[j] = get_plain(L, 1, cne, "mel2wav.%s.%d.activations2.%d.alpha", list, idx, j);
+        r->convs1[j] = get_wn(L, WEIGHT_CONV1D, wne, C, "mel2wav.%s.%d.convs1.%d", list, idx, j);
+        r->convs2[j] = get_wn(L, WEIGHT_CONV1D, wne, C, "mel2wav.%s.%d.convs2.%d", list, idx, j);
+        r->alpha1[j] = get_plain(L, WEIGHT_PLAIN, 1, cne, "mel2wav.%s.%d.activations1.%d.alpha", list, idx, j);
+        r->alpha2[j] = get_plain(L, WEIGHT_PLAIN, 1, cne, "mel2wav.%s.%d.activations2.%d.alpha", list, idx, j);
     }
 }
 
-cbx_status hift_load(struct hift **out, const struct weights *w, char *err)
+cbx_status hift_load(struct hift **out, const struct weights *w, const struct backend *be, char *err)
 {
     *out = NULL;
     struct hift *h = calloc(1, sizeof *h);
-    if (!h) return err_setf(err, CBX_ERR_NOMEM, "hift: out of memory");
+    if (!h || !(h->ws = weight_set_create(be))) {
+        free(h);
+        return err_setf(err, CBX_ERR_NOMEM, "hift: out of memory");
+    }
     struct loader L = {h, w, CBX_OK, err};
 
     /* base_channels from conv_pre's output channels */
@@ -247,32 +220,32 @@ cbx_status hift_load(struct hift **out, const struct weights *w, char *err)
     int64_t Cc = c0->ne[0];
     for (int i = 0; i < 5; i++) {
         const int64_t ne[3] = {Cc, i == 0 ? N_MELS : Cc, 3};
-        h->condnet[i] = get_wn(&L, ne, Cc, "mel2wav.f0_predictor.condnet.%d", 2 * i);
+        h->condnet[i] = get_wn(&L, WEIGHT_CONV1D, ne, Cc, "mel2wav.f0_predictor.condnet.%d", 2 * i);
     }
-    h->classifier_w = get_plain(&L, 2, (int64_t[]){1, Cc}, "mel2wav.f0_predictor.classifier.weight");
-    h->classifier_b = get_plain(&L, 1, (int64_t[]){1}, "mel2wav.f0_predictor.classifier.bias");
+    h->classifier_w = get_plain(&L, WEIGHT_LINEAR, 2, (int64_t[]){1, Cc}, "mel2wav.f0_predictor.classifier.weight");
+    h->classifier_b = get_plain(&L, WEIGHT_PLAIN, 1, (int64_t[]){1}, "mel2wav.f0_predictor.classifier.bias");
 
     /* m_source.l_linear */
-    h->l_linear_w = get_plain(&L, 2, (int64_t[]){1, N_HARMONIC}, "mel2wav.m_source.l_linear.weight");
-    h->l_linear_b = get_plain(&L, 1, (int64_t[]){1}, "mel2wav.m_source.l_linear.bias");
+    h->l_linear_w = get_plain(&L, WEIGHT_LINEAR, 2, (int64_t[]){1, N_HARMONIC}, "mel2wav.m_source.l_linear.weight");
+    h->l_linear_b = get_plain(&L, WEIGHT_PLAIN, 1, (int64_t[]){1}, "mel2wav.m_source.l_linear.bias");
 
     /* decoder */
-    h->conv_pre = get_wn(&L, (int64_t[]){C, N_MELS, 7}, C, "mel2wav.conv_pre");
+    h->conv_pre = get_wn(&L, WEIGHT_CONV1D, (int64_t[]){C, N_MELS, 7}, C, "mel2wav.conv_pre");
     for (int i = 0; i < N_UPS; i++) {
         int64_t cin = C >> i, cout = C >> (i + 1);
-        h->ups[i] = get_wn(&L, (int64_t[]){cin, cout, upsample_kernel_sizes[i]}, cout, "mel2wav.ups.%d", i);
+        h->ups[i] = get_wn(&L, WEIGHT_CONV_TRANSPOSE1D, (int64_t[]){cin, cout, upsample_kernel_sizes[i]}, cout, "mel2wav.ups.%d", i);
         int u = source_down_rates[i];
         int64_t kd = u == 1 ? 1 : 2 * u;
-        h->source_downs[i].w = get_plain(&L, 3, (int64_t[]){cout, 2 * N_BINS, kd},
+        h->source_downs[i].w = get_plain(&L, WEIGHT_CONV1D, 3, (int64_t[]){cout, 2 * N_BINS, kd},
                                          "mel2wav.source_downs.%d.weight", i);
-        h->source_downs[i].b = get_plain(&L, 1, (int64_t[]){cout}, "mel2wav.source_downs.%d.bias", i);
+        h->source_downs[i].b = get_plain(&L, WEIGHT_PLAIN, 1, (int64_t[]){cout}, "mel2wav.source_downs.%d.bias", i);
         load_resblock(&L, &h->source_resblocks[i], cout, source_resblock_kernel_sizes[i],
                       "source_resblocks", i);
         for (int j = 0; j < N_KERNELS; j++)
             load_resblock(&L, &h->resblocks[i * N_KERNELS + j], cout, resblock_kernel_sizes[j],
                           "resblocks", i * N_KERNELS + j);
     }
-    h->conv_post = get_wn(&L, (int64_t[]){2 * N_BINS, C >> N_UPS, 7}, 2 * N_BINS, "mel2wav.conv_post");
+    h->conv_post = get_wn(&L, WEIGHT_CONV1D, (int64_t[]){2 * N_BINS, C >> N_UPS, 7}, 2 * N_BINS, "mel2wav.conv_post");
     window_hann(h->stft_window, N_FFT, true);
     if (L.rc != CBX_OK) goto fail;
     *out = h;

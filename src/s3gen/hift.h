@@ -22,9 +22,10 @@ struct hift;
 /* Load `mel2wav.*` from w (the MODEL_S3GEN component). Weight-normed layers
  * (parametrizations.weight.original0/1 or legacy weight_g/weight_v) are
  * folded once into memory the model owns; the other weights are borrowed
- * from w's source, which must outlive the model. On failure *out is NULL
+ * from w's source, which must outlive the model. Every weight is placed
+ * on be (core/weights.h), which must outlive the model. On failure *out is NULL
  * and err (ERR_MAX bytes, or NULL) names the missing or misshapen tensor. */
-cbx_status hift_load(struct hift **out, const struct weights *w, char *err);
+cbx_status hift_load(struct hift **out, const struct weights *w, const struct backend *be, char *err);
 void hift_free(struct hift *h); /* no-op on NULL */
 
 /* HiFTGenerator.inference with an empty cache_source:

@@ -34,11 +34,12 @@ static void make_trim_fade(float *fade)
     }
 }
 
-cbx_status s3gen_load(struct s3gen *s, const struct weights *w, enum dtype wtype, char *err)
+cbx_status s3gen_load(struct s3gen *s, const struct weights *w, const struct backend *be, enum dtype wtype,
+                      char *err)
 {
     memset(s, 0, sizeof *s);
-    cbx_status rc = s3gen_flow_load(&s->flow, w, wtype, err);
-    if (rc == CBX_OK) rc = hift_load(&s->mel2wav, w, err);
+    cbx_status rc = s3gen_flow_load(&s->flow, w, be, wtype, err);
+    if (rc == CBX_OK) rc = hift_load(&s->mel2wav, w, be, err);
     if (rc != CBX_OK) {
         s3gen_free(s);
         return rc;

@@ -33,8 +33,10 @@ struct s3gen {
 
 /* Load flow.* and mel2wav.* from the MODEL_S3GEN component; wtype holds
  * the CFM estimator's linear/conv weights (F32, F16, BF16, Q8_0, Q4_0...).
- * On failure *s is zeroed and err names the tensor. */
-cbx_status s3gen_load(struct s3gen *s, const struct weights *w, enum dtype wtype, char *err);
+ * Every weight is placed on be (core/weights.h), which must outlive the
+ * model. On failure *s is zeroed and err names the tensor. */
+cbx_status s3gen_load(struct s3gen *s, const struct weights *w, const struct backend *be, enum dtype wtype,
+                      char *err);
 void s3gen_free(struct s3gen *s); /* no-op on a zeroed s3gen */
 
 struct s3gen_params {

@@ -30,6 +30,23 @@ cbx_status perceiver_load(struct perceiver *p, const struct weights *w, const ch
     return rc;
 }
 
+void perceiver_place(struct perceiver *p, struct weight_set *s, cbx_status *rc, char *err)
+{
+#define P(field, role) p->field = weight_place(s, p->field, (role), WEIGHT_AS_STORED, 0, rc, err)
+    P(pre_attention_query, WEIGHT_PLAIN);
+    P(norm_w, WEIGHT_NORM);
+    P(norm_b, WEIGHT_NORM);
+    P(to_q_w, WEIGHT_LINEAR);
+    P(to_q_b, WEIGHT_PLAIN);
+    P(to_k_w, WEIGHT_LINEAR);
+    P(to_k_b, WEIGHT_PLAIN);
+    P(to_v_w, WEIGHT_LINEAR);
+    P(to_v_b, WEIGHT_PLAIN);
+    P(proj_out_w, WEIGHT_LINEAR);
+    P(proj_out_b, WEIGHT_PLAIN);
+#undef P
+}
+
 /* AttentionBlock2(x1, x2): the same LayerNorm on both inputs; q from x1,
  * k and v from x2; softmax(q kᵀ / sqrt(Dh)) v; x1 + proj_out(heads merged). */
 static struct tensor *block(struct arena *a, const struct perceiver *p, const struct tensor *x1,

@@ -8,6 +8,7 @@
 #define CBX_T3_PERCEIVER_H
 
 #include "core/ops.h"
+#include "core/weights.h"
 #include "io/weights.h"
 
 struct perceiver {
@@ -22,6 +23,10 @@ struct perceiver {
 /* The tensors under `prefix` ("cond_enc.perceiver.") of width D. */
 cbx_status perceiver_load(struct perceiver *p, const struct weights *w, const char *prefix, int64_t D,
                           char *err);
+
+/* Place the tensors perceiver_load found on s (core/weights.h), as stored;
+ * chains on *rc like weight_place. */
+void perceiver_place(struct perceiver *p, struct weight_set *s, cbx_status *rc, char *err);
 
 /* Perceiver(h): h[B, P, D] -> [B, Q, D]. */
 struct tensor *perceiver_forward(struct arena *a, const struct perceiver *p, const struct tensor *h);

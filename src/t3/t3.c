@@ -12,8 +12,6 @@
 #include <sys/mman.h>
 
 #include "core/backend.h"
-#include "core/cpu/linear_kernels.h"
-#include "core/quant.h"
 #include "t3/alignment.h"
 
 /* The linear weights of the decode step: the backbone's, then the head.
@@ -29,116 +27,8 @@ void t3_free(struct t3_model *m)
 {
     if (!m) return;
     t3_backbone_free(&m->tfmr);
-    free(m->owned);
-    free(m->packed);
+    weight_set_free(m->ws);
     memset(m, 0, sizeof *m);
-}
-
-/* GPT-2 Conv1D stores [in, out]; our linear wants [out, in]. The result is
- * written as `wtype` rows (F32, F16, BF16 or a block type) into *buf. */
-static const struct tensor *transposed(const struct tensor *w, enum dtype wtype, char **buf,
-                                       struct tensor **desc, float *row)
-{
-    int64_t in = w->ne[0], out = w->ne[1];
-    size_t rs = dtype_row_size(wtype, in);
-    for (int64_t o = 0; o < out; o++) {
-        for (int64_t i = 0; i < in; i++) {
-            const char *src = (const char *)w->data + i * w->nb[0] + o * w->nb[1];
-            float v;
-            if (w->type == TYPE_F32) memcpy(&v, src, 4);
-            else if (w->type == TYPE_F16) v = fp16_to_f32(*(const uint16_t *)src);
-            else v = bf16_to_f32(*(const uint16_t *)src);
-            row[i] = v;
-        }
-        quantize_row(wtype, row, *buf + (size_t)o * rs, in);
-    }
-    const int64_t ne[2] = {out, in};
-    **desc = tensor_make(wtype, 2, ne, *buf, NULL);
-    (*desc)->name = w->name;
-    *buf += (size_t)out * rs;
-    return (*desc)++;
-}
-
-/* A linear weight [out, in] converted to wtype (or borrowed when it already
- * has that type). */
-static const struct tensor *converted(const struct tensor *w, enum dtype wtype, char **buf,
-                                      struct tensor **desc, float *row)
-{
-    if (w->type == wtype) return w;
-    int64_t out = w->ne[0], in = w->ne[1];
-    size_t rs = dtype_row_size(wtype, in);
-    for (int64_t o = 0; o < out; o++) {
-        dequantize_row(w->type, (const char *)w->data + o * w->nb[0], row, in);
-        quantize_row(wtype, row, *buf + (size_t)o * rs, in);
-    }
-    **desc = tensor_make(wtype, 2, w->ne, *buf, NULL);
-    (*desc)->name = w->name;
-    *buf += (size_t)out * rs;
-    return (*desc)++;
-}
-
-#define HUGE_PAGE ((size_t)2 << 20)
-
-/* The q4_0 / q8_0 linear weights repacked for the cpu decode GEMV
- * (linear_pack; core/cpu/linear_kernels.h): the ones in owned memory in
- * place; the ones borrowed from the weight source (a mapped GGUF), when
- * linear_pack_copies() (not with CBX_PACK=1: the copy's fresh pages cost
- * load time), into m->packed, each source
- * then unmapped from this process (MADV_DONTNEED on the clean file pages:
- * resident memory does not grow, while the pages stay in the page cache, so
- * the next process to load the file still finds them there; MADV_PAGEOUT
- * would evict them and make that load read the disk).
- * desc: free descriptors for the copies; [own0, own1): the owned
- * weights. Weights that cannot be packed, or all when memory runs out,
- * stay as they are (the usual path). */
-static void pack_weights(struct t3_model *m, struct tensor *desc, const char *own0, const char *own1)
-{
-    const int max = 7 * m->tfmr.n_layer + 1;
-    const struct tensor ***slots = malloc(sizeof *slots * (size_t)max);
-    if (!slots) return; /* unpacked: the usual path */
-    const int n = linear_weights(m, slots, max);
-    const bool copies = linear_pack_copies();
-    size_t copy = 0;
-    for (int i = 0; copies && i < n; i++) {
-        const struct tensor *t = *slots[i];
-        const char *p = t->data;
-        bool owned = p >= own0 && p < own1;
-        if (!owned && linear_pack_supported(t))
-            copy += (tensor_nbytes(t) + 63) & ~(size_t)63;
-    }
-    char *dst = NULL;
-    if (copy) {
-        size_t cap = (copy + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
-        /* transparent huge pages: the decode streams these ~174 MB (Q4_0
-         * Turbo) once per token, and with 4 KiB pages every 4 KiB costs a
-         * TLB miss. bench_e2e, Q4_0 gguf, quiet, builds alternating: T3
-         * 250 tokens 3.00 / 2.96 s with, 3.96 / 3.78 s without; a fresh
-         * process's load 0.34-0.36 s with, 0.37-0.45 s without. (An
-         * earlier measurement under load had shown no gain and a slower
-         * first load.) Advisory only. */
-        dst = m->packed = aligned_alloc(HUGE_PAGE, cap);
-#ifdef MADV_HUGEPAGE
-        if (dst) (void)madvise(dst, cap, MADV_HUGEPAGE);
-#endif
-    }
-    for (int i = 0; i < n; i++) {
-        const struct tensor **f = slots[i], *t = *f;
-        const char *p = t->data;
-        if (!linear_pack_supported(t)) continue;
-        if (p >= own0 && p < own1) {
-            /* owned weights' descriptors live in m->owned too */
-            (void)linear_pack(t, t->data, (struct tensor *)t);
-            continue;
-        }
-        if (!dst || !linear_pack(t, dst, desc)) continue;
-        *f = desc++;
-        dst += (tensor_nbytes(t) + 63) & ~(size_t)63;
-        /* the whole pages inside the source only */
-        uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095;
-        uintptr_t e = ((uintptr_t)p + tensor_nbytes(t)) & ~(uintptr_t)4095;
-        if (e > a) (void)madvise((void *)a, e - a, MADV_DONTNEED);
-    }
-    free(slots);
 }
 
 /* GPT2Model's blocks (tfmr.h.*): sizes from wpe and the tensor names. A
@@ -250,13 +140,6 @@ static cbx_status load_llama(struct t3_backbone *g, const struct weights *w, cha
     return rc;
 }
 
-/* Bytes of weight t held as wtype [out, in] (transposed: t is [in, out]). */
-static size_t held_bytes(const struct tensor *t, enum dtype wtype, bool transpose)
-{
-    int64_t out = transpose ? t->ne[1] : t->ne[0], in = transpose ? t->ne[0] : t->ne[1];
-    return dtype_row_size(wtype, in) * (size_t)out;
-}
-
 /* Whether linear weight t is used as stored, whatever wtype asks: the
  * quantised ones (a converted GGUF: convert chose their types) and, in a
  * GGUF whose GPT-2 Conv1D weights are stored [out, in], all of them. */
@@ -265,7 +148,47 @@ static bool as_stored(const struct t3_model *m, const struct tensor *t, bool tra
     return (m->tfmr.arch == T3_ARCH_GPT2 && !transpose) || dtype_traits(t->type)->quantized;
 }
 
-cbx_status t3_load(struct t3_model *m, const struct weights *w, enum dtype wtype, char *err)
+/* Every weight but the decode linears (placed by t3_load) onto m->ws, as
+ * stored. */
+static void place_rest(struct t3_model *m, cbx_status *rc, char *err)
+{
+    struct weight_set *s = m->ws;
+    struct t3_backbone *g = &m->tfmr;
+#define P(field, role) (field) = weight_place(s, (field), (role), WEIGHT_AS_STORED, 0, rc, err)
+    P(m->text_emb, WEIGHT_EMBEDDING);
+    P(m->speech_emb, WEIGHT_EMBEDDING);
+    P(m->speech_head_b, WEIGHT_PLAIN);
+    P(m->spkr_enc_w, WEIGHT_LINEAR);
+    P(m->spkr_enc_b, WEIGHT_PLAIN);
+    P(m->text_pos_emb, WEIGHT_EMBEDDING);
+    P(m->speech_pos_emb, WEIGHT_EMBEDDING);
+    P(m->emotion_adv_fc_w, WEIGHT_LINEAR);
+    P(g->wpe, WEIGHT_EMBEDDING);
+    P(g->norm_w, WEIGHT_NORM);
+    P(g->norm_b, WEIGHT_NORM);
+    for (int i = 0; i < g->n_layer; i++) {
+        if (g->gpt2) {
+            struct gpt2_layer *l = &g->gpt2[i];
+            P(l->ln_1_w, WEIGHT_NORM);
+            P(l->ln_1_b, WEIGHT_NORM);
+            P(l->c_attn_b, WEIGHT_PLAIN);
+            P(l->c_proj_b, WEIGHT_PLAIN);
+            P(l->ln_2_w, WEIGHT_NORM);
+            P(l->ln_2_b, WEIGHT_NORM);
+            P(l->c_fc_b, WEIGHT_PLAIN);
+            P(l->mlp_proj_b, WEIGHT_PLAIN);
+        } else {
+            struct llama_layer *l = &g->llama[i];
+            P(l->input_layernorm_w, WEIGHT_NORM);
+            P(l->post_attention_layernorm_w, WEIGHT_NORM);
+        }
+    }
+#undef P
+    if (g->arch == T3_ARCH_LLAMA) perceiver_place(&m->perceiver, s, rc, err);
+}
+
+cbx_status t3_load(struct t3_model *m, const struct weights *w, const struct backend *be, enum dtype wtype,
+                   char *err)
 {
     memset(m, 0, sizeof *m);
     cbx_status rc = CBX_OK;
@@ -319,17 +242,15 @@ cbx_status t3_load(struct t3_model *m, const struct weights *w, enum dtype wtype
         rc = err_setf(err, CBX_ERR_INVALID_ARG, "T3: cannot hold weights as %s", dtype_name(wtype));
         goto fail;
     }
-    /* one buffer: the linear weights converted to wtype (GPT-2 Conv1D ones
-     * transposed), their descriptors, one float row of scratch. Weights
-     * already of wtype and [out, in] are used in place as stored. */
+    /* the linear weights of the decode step converted to wtype (GPT-2
+     * Conv1D ones transposed; weights already of wtype and [out, in] used
+     * as stored), the rest as stored */
     const int max = 7 * g->n_layer + 1;
-    if (!(slots = malloc(sizeof *slots * (size_t)max))) {
+    if (!(slots = malloc(sizeof *slots * (size_t)max)) || !(m->ws = weight_set_create(be))) {
         rc = err_setf(err, CBX_ERR_NOMEM, "T3: out of memory");
         goto fail;
     }
     const int n = linear_weights(m, slots, max);
-    size_t conv_bytes = 0;
-    int64_t max_in = 0;
     for (int i = 0; i < n; i++) {
         const struct tensor *t = *slots[i];
         const bool tr = transpose && slots[i] != &m->speech_head_w;
@@ -339,36 +260,19 @@ cbx_status t3_load(struct t3_model *m, const struct weights *w, enum dtype wtype
                           dtype_name(wtype));
             goto fail;
         }
-        if (in > max_in) max_in = in;
-        if (!as_stored(m, t, transpose) && (tr || t->type != wtype))
-            conv_bytes += (held_bytes(t, wtype, tr) + 63) & ~(size_t)63;
     }
-    size_t own_bytes = conv_bytes + sizeof(struct tensor) * (size_t)n + sizeof(float) * (size_t)max_in + 64;
-    own_bytes = (own_bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE; /* the decode streams the weights */
-    if (!(m->owned = aligned_alloc(HUGE_PAGE, own_bytes))) {
-        rc = err_setf(err, CBX_ERR_NOMEM, "T3: out of memory for %zu bytes of weights", own_bytes);
-        goto fail;
-    }
-#ifdef MADV_HUGEPAGE
-    if (conv_bytes) (void)madvise(m->owned, own_bytes, MADV_HUGEPAGE);
-#endif
-    struct tensor *desc = m->owned;
-    float *row = (float *)(desc + n);
-    char *buf = (char *)(row + max_in);
-    buf += (64 - (uintptr_t)buf % 64) % 64;
-    char *const wbeg = buf;
-    for (int i = 0; i < n; i++) {
-        const bool tr = transpose && slots[i] != &m->speech_head_w;
-        if (as_stored(m, *slots[i], transpose)) continue;
-        if (tr) *slots[i] = transposed(*slots[i], wtype, &buf, &desc, row);
-        else *slots[i] = converted(*slots[i], wtype, &buf, &desc, row);
-        buf += (64 - (uintptr_t)buf % 64) % 64;
+    for (int i = 0; i < n && rc == CBX_OK; i++) {
+        const bool stored = as_stored(m, *slots[i], transpose);
+        const bool tr = !stored && transpose && slots[i] != &m->speech_head_w;
+        *slots[i] = weight_place(m->ws, *slots[i], WEIGHT_LINEAR, stored ? WEIGHT_AS_STORED : (int)wtype,
+                                 WEIGHT_DECODE | (tr ? WEIGHT_TRANSPOSE : 0), &rc, err);
     }
     free(slots);
     slots = NULL;
+    place_rest(m, &rc, err);
+    if (rc != CBX_OK) goto fail;
     g->kv_type = kv_cache_type(g->gpt2 ? g->gpt2[0].c_attn_w->type : g->llama[0].q_proj_w->type);
     m->bf16 = dtype_traits(m->speech_head_w->type)->quantized;
-    pack_weights(m, desc, wbeg, buf);
     return CBX_OK;
 fail:
     free(slots);
@@ -608,11 +512,23 @@ static cbx_status check_prompt(const struct t3_model *m, int64_t n_prompt, char 
     return CBX_OK;
 }
 
+/* Prompt speech ids enter T3 here (op_get_rows does not check them on the
+ * device): each must index the speech table. */
+static cbx_status check_prompt_ids(const struct t3_model *m, const struct t3_cond *c, char *err)
+{
+    for (int64_t i = 0; i < c->n_prompt; i++)
+        if (c->prompt_tokens[i] < 0 || c->prompt_tokens[i] >= m->hp.speech_vocab)
+            return err_setf(err, CBX_ERR_INVALID_ARG, "T3: prompt speech token %d at %lld is outside the vocabulary of %lld",
+                            c->prompt_tokens[i], (long long)i, (long long)m->hp.speech_vocab);
+    return CBX_OK;
+}
+
 cbx_status t3_prefix_build(const struct t3_model *m, const struct backend *be,
                            const struct t3_cond *c, struct t3_prefix **out, char *err)
 {
     *out = NULL;
     cbx_status rc = check_prompt(m, c->n_prompt, err);
+    if (rc == CBX_OK) rc = check_prompt_ids(m, c, err);
     if (rc != CBX_OK) return rc;
     const int n = t3_cond_len(m, c->n_prompt);
     const size_t kb = t3_backbone_kv_bytes(&m->tfmr, n), ns = (size_t)m->hp.speaker_embed_size;
@@ -858,6 +774,7 @@ cbx_status t3_seq_start(const struct t3_model *m, const struct backend *be, cons
     if (n_text < 0) return err_setf(err, CBX_ERR_INVALID_ARG, "T3: %lld text tokens", (long long)n_text);
     if (p->max_gen_len < 0) return err_setf(err, CBX_ERR_INVALID_ARG, "T3: at most %d tokens", p->max_gen_len);
     cbx_status rc = pfx ? CBX_OK : check_prompt(m, n_prompt, err);
+    if (rc == CBX_OK && !pfx) rc = check_prompt_ids(m, c, err);
     if (rc != CBX_OK) return rc;
     for (int64_t i = 0; i < n_text; i++)
         if (text[i] < 0 || text[i] >= m->hp.text_vocab)

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "core/ops.h"
+#include "core/weights.h"
 #include "io/weights.h"
 #include "t3/backbone.h"
 #include "t3/perceiver.h"
@@ -52,8 +53,7 @@ struct t3_model {
     const struct tensor *text_pos_emb, *speech_pos_emb, *emotion_adv_fc_w;
     struct perceiver perceiver;
     struct t3_backbone tfmr;
-    void *owned;      /* converted linear weights and descriptors */
-    void *packed;     /* packed copies of weights used in place (t3_load) */
+    struct weight_set *ws; /* every weight, placed on the load's backend */
     bool bf16;        /* BF16 products (arena_set_bf16) for the linears of
                        * prefills (64 rows or more: the voice prefix, long
                        * texts); set at load for quantised weights, whose
@@ -79,9 +79,12 @@ struct t3_cond {
  * are all of a GGUF's GPT-2 Conv1D weights stored [out, in]. The
  * KV cache type follows (tfmr.kv_type, kv_cache_type): Q8_0 with quantised
  * weights, F32 otherwise; a caller may set it (F16 too) before the model
- * is used. On failure the model is left empty and err names the missing
- * or odd tensor. */
-cbx_status t3_load(struct t3_model *m, const struct weights *w, enum dtype wtype, char *err);
+ * is used. Every weight is placed on backend be (core/weights.h: the
+ * decode linears flagged WEIGHT_DECODE), which must outlive the model and
+ * is the backend the model's ops run on. On failure the model is left
+ * empty and err names the missing or odd tensor. */
+cbx_status t3_load(struct t3_model *m, const struct weights *w, const struct backend *be, enum dtype wtype,
+                   char *err);
 void t3_free(struct t3_model *m); /* no-op on a zeroed model */
 
 /* Positions the conditioning takes: GPT-2 1 + n_prompt; Llama 1 + 32 + 1. */

@@ -24,6 +24,7 @@
 
 #include "core/cpu/fft_plans.h"
 #include "core/quant.h"
+#include "core/weights.h"
 
 #define BN_EPS 1e-5
 #define M_CH 32          /* FCM m_channels */
@@ -69,30 +70,14 @@ struct campplus {
     struct cp_affine transit_bn[3];
     struct cp_affine out_bn;
     struct cp_conv dense;                           /* [192, 1024] (of [192, 1024, 1]) + BN' */
-    /* memory owned by the model: folded affines, converted weights */
-    void **blocks;
-    int n_blocks, cap_blocks;
+    struct weight_set *ws; /* every weight (folded, converted or as stored),
+                            * placed on the load's backend */
 };
-
-static void *own(struct campplus *c, size_t n)
-{
-    if (c->n_blocks == c->cap_blocks) {
-        int cap = c->cap_blocks ? 2 * c->cap_blocks : 256;
-        void **b = realloc(c->blocks, (size_t)cap * sizeof *b);
-        if (!b) return NULL;
-        c->blocks = b;
-        c->cap_blocks = cap;
-    }
-    void *p = malloc(n ? n : 1);
-    if (p) c->blocks[c->n_blocks++] = p;
-    return p;
-}
 
 void campplus_free(struct campplus *c)
 {
     if (!c) return;
-    for (int i = 0; i < c->n_blocks; i++) free(c->blocks[i]);
-    free(c->blocks);
+    weight_set_free(c->ws);
     for (int b = 0; b < 3; b++) free(c->block[b]);
     free(c);
 }
@@ -118,18 +103,12 @@ static bool vec(struct loader *L, const struct tensor *t, double *dst, int64_t n
     return true;
 }
 
-/* BatchNorm `prefix` of n channels folded into *bn (affine false: no
- * weight/bias, as get_nonlinear("batchnorm_")). */
-static void bn(struct loader *L, struct cp_affine *bn, int64_t n, bool affine, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static void bn(struct loader *L, struct cp_affine *bn, int64_t n, bool affine, const char *fmt, ...)
+/* BatchNorm `prefix` of n channels folded into f[0..n) (scale) and
+ * f[n..2n) (shift) on the host (affine false: no weight/bias, as
+ * get_nonlinear("batchnorm_")). */
+static void bn_fold(struct loader *L, float *f, int64_t n, bool affine, const char *prefix)
 {
     if (L->rc != CBX_OK) return;
-    char prefix[200];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
-    va_end(ap);
     const int64_t ne[1] = {n};
     const struct tensor *g = NULL, *b = NULL, *m, *v;
     if (affine) {
@@ -140,9 +119,7 @@ static void bn(struct loader *L, struct cp_affine *bn, int64_t n, bool affine, c
     v = weights_getf(L->w, &L->rc, L->err, 1, ne, "%s.running_var", prefix);
     if (L->rc != CBX_OK) return;
     double *d = malloc((size_t)(4 * n) * sizeof *d);
-    float *f = own(L->c, (size_t)(2 * n) * sizeof *f);
-    if (!d || !f) {
-        free(d);
+    if (!d) {
         L->rc = err_setf(L->err, CBX_ERR_NOMEM, "campplus: out of memory");
         return;
     }
@@ -155,14 +132,47 @@ static void bn(struct loader *L, struct cp_affine *bn, int64_t n, bool affine, c
             f[i] = (float)s;
             f[n + i] = (float)((affine ? db[i] : 0.0) - dm[i] * s);
         }
-        bn->scale = tensor_make(TYPE_F32, 1, ne, f, NULL);
-        bn->shift = tensor_make(TYPE_F32, 1, ne, f + n, NULL);
     }
     free(d);
 }
 
-/* A conv weight: borrowed when F32/F16/BF16, else dequantised into model
- * memory (the conv ops take float weights only). */
+/* A host F32 weight of the set filled from src, placed in role, copied into
+ * *dst (a descriptor the model holds by value; the set keeps the original). */
+static void place_f32(struct loader *L, struct tensor *dst, enum weight_role role, int ndim, const int64_t *ne,
+                      const float *src, const char *name)
+{
+    struct tensor *t = weight_new(L->c->ws, TYPE_F32, ndim, ne, name, &L->rc, L->err);
+    if (!t) return;
+    memcpy(t->data, src, tensor_nbytes(t));
+    const struct tensor *p = weight_place(L->c->ws, t, role, WEIGHT_AS_STORED, 0, &L->rc, L->err);
+    if (p) *dst = *p;
+}
+
+/* BatchNorm `prefix` of n channels folded into *bn. */
+static void bn(struct loader *L, struct cp_affine *bn, int64_t n, bool affine, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void bn(struct loader *L, struct cp_affine *bn, int64_t n, bool affine, const char *fmt, ...)
+{
+    if (L->rc != CBX_OK) return;
+    char prefix[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    float *f = malloc((size_t)(2 * n) * sizeof *f);
+    if (!f) {
+        L->rc = err_setf(L->err, CBX_ERR_NOMEM, "campplus: out of memory");
+        return;
+    }
+    bn_fold(L, f, n, affine, prefix);
+    const int64_t ne[1] = {n};
+    place_f32(L, &bn->scale, WEIGHT_NORM, 1, ne, f, NULL);
+    place_f32(L, &bn->shift, WEIGHT_NORM, 1, ne, f + n, NULL);
+    free(f);
+}
+
+/* A conv1d weight, placed: as stored when F32/F16/BF16, else dequantised
+ * to F32 (the conv ops take float weights only). */
 static const struct tensor *conv_w(struct loader *L, int ndim, const int64_t *ne, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static const struct tensor *conv_w(struct loader *L, int ndim, const int64_t *ne, const char *fmt, ...)
@@ -174,20 +184,8 @@ static const struct tensor *conv_w(struct loader *L, int ndim, const int64_t *ne
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
     const struct tensor *t = weights_get(L->w, name, ndim, ne, &L->rc, L->err);
-    if (!t || t->type == TYPE_F32 || t->type == TYPE_F16 || t->type == TYPE_BF16) return t;
-    struct tensor *d = own(L->c, sizeof *d);
-    int64_t n = tensor_nelements(t), row = t->ne[t->ndim - 1];
-    float *f = own(L->c, (size_t)n * sizeof *f);
-    if (!d || !f) {
-        L->rc = err_setf(L->err, CBX_ERR_NOMEM, "campplus: out of memory");
-        return NULL;
-    }
-    size_t rs = dtype_row_size(t->type, row);
-    for (int64_t r = 0; r < n / row; r++)
-        dequantize_row(t->type, (const char *)t->data + r * rs, f + r * row, row);
-    *d = tensor_make(TYPE_F32, t->ndim, t->ne, f, NULL);
-    d->name = t->name;
-    return d;
+    const bool f = t && (t->type == TYPE_F32 || t->type == TYPE_F16 || t->type == TYPE_BF16);
+    return weight_place(L->c->ws, t, WEIGHT_CONV1D, f ? WEIGHT_AS_STORED : TYPE_F32, 0, &L->rc, L->err);
 }
 
 /* A bias [n]: must be F32 (biases are never quantised). */
@@ -199,7 +197,7 @@ static const struct tensor *bias(struct loader *L, int64_t n, const char *name)
                          dtype_name(t->type));
         return NULL;
     }
-    return t;
+    return weight_place(L->c->ws, t, WEIGHT_PLAIN, WEIGHT_AS_STORED, 0, &L->rc, L->err);
 }
 
 /* Conv weight `wname` (any stored type) with the BatchNorm `bn_prefix`
@@ -211,35 +209,41 @@ static void conv_bn(struct loader *L, struct cp_conv *out, int ndim, const int64
 {
     if (L->rc != CBX_OK) return;
     const struct tensor *t = weights_get(L->w, wname, ndim, ne, &L->rc, L->err);
-    struct cp_affine f;
-    bn(L, &f, ne[0], bn_affine, "%s", bn_prefix);
     if (L->rc != CBX_OK) return;
     int64_t n = tensor_nelements(t), row = t->ne[t->ndim - 1], cout = ne[0];
-    float *w = own(L->c, (size_t)n * sizeof *w), *b = own(L->c, (size_t)cout * sizeof *b);
-    if (!w || !b) {
+    float *f = malloc((size_t)(2 * cout) * sizeof *f), *w = malloc((size_t)n * sizeof *w);
+    if (!f || !w) {
+        free(f);
+        free(w);
         L->rc = err_setf(L->err, CBX_ERR_NOMEM, "campplus: out of memory");
         return;
     }
-    size_t rs = dtype_row_size(t->type, row);
-    for (int64_t r = 0; r < n / row; r++) /* weights are contiguous in every source */
-        dequantize_row(t->type, (const char *)t->data + r * rs, w + r * row, row);
-    const float *scale = f.scale.data, *shift = f.shift.data;
-    int64_t per = n / cout;
-    for (int64_t o = 0; o < cout; o++) {
-        for (int64_t k = 0; k < per; k++) w[o * per + k] = (float)((double)w[o * per + k] * scale[o]);
-        b[o] = shift[o];
+    bn_fold(L, f, cout, bn_affine, bn_prefix);
+    if (L->rc == CBX_OK) {
+        size_t rs = dtype_row_size(t->type, row);
+        for (int64_t r = 0; r < n / row; r++) /* weights are contiguous in every source */
+            dequantize_row(t->type, (const char *)t->data + r * rs, w + r * row, row);
+        const float *scale = f, *shift = f + cout;
+        int64_t per = n / cout;
+        for (int64_t o = 0; o < cout; o++)
+            for (int64_t k = 0; k < per; k++) w[o * per + k] = (float)((double)w[o * per + k] * scale[o]);
+        int64_t wne[4] = {ne[0], ne[1], ndim > 2 ? ne[2] : 1, ndim > 3 ? ne[3] : 1};
+        const enum weight_role role = out_ndim == 4 ? WEIGHT_CONV2D : out_ndim == 3 ? WEIGHT_CONV1D : WEIGHT_LINEAR;
+        place_f32(L, &out->w, role, out_ndim, wne, w, t->name);
+        place_f32(L, &out->b, WEIGHT_PLAIN, 1, ne, shift, NULL); /* b[o] = shift[o] */
     }
-    int64_t wne[4] = {ne[0], ne[1], ndim > 2 ? ne[2] : 1, ndim > 3 ? ne[3] : 1};
-    out->w = tensor_make(TYPE_F32, out_ndim, wne, w, NULL);
-    out->w.name = t->name;
-    out->b = tensor_make(TYPE_F32, 1, ne, b, NULL);
+    free(f);
+    free(w);
 }
 
-cbx_status campplus_load(struct campplus **out, const struct weights *w, char *err)
+cbx_status campplus_load(struct campplus **out, const struct weights *w, const struct backend *be, char *err)
 {
     *out = NULL;
     struct campplus *c = calloc(1, sizeof *c);
-    if (!c) return err_setf(err, CBX_ERR_NOMEM, "campplus: out of memory");
+    if (!c || !(c->ws = weight_set_create(be))) {
+        free(c);
+        return err_setf(err, CBX_ERR_NOMEM, "campplus: out of memory");
+    }
     struct loader L = {c, w, CBX_OK, err};
     const char *P = "speaker_encoder";
     /* head = FCM(feat_dim 80) */

@@ -21,8 +21,9 @@ struct campplus;
 /* Load from the MODEL_S3GEN component (names under "speaker_encoder.");
  * BatchNorms are folded into per-channel affines owned by *out. *out is
  * owned by the caller, free with campplus_free(); the conv weights are
- * borrowed and must outlive it. */
-cbx_status campplus_load(struct campplus **out, const struct weights *w, char *err);
+ * borrowed and must outlive it. Every weight is placed on be
+ * (core/weights.h), which must outlive *out. */
+cbx_status campplus_load(struct campplus **out, const struct weights *w, const struct backend *be, char *err);
 void campplus_free(struct campplus *c); /* no-op on NULL */
 
 /* CAMPPlus x-vector of a 16 kHz waveform in [-1, 1] (no int16 scaling):

@@ -22,6 +22,7 @@
 #include "core/arena.h"
 #include "core/backend.h"
 #include "core/ops.h"
+#include "core/weights.h"
 #include "core/window.h"
 #include "io/weights.h"
 #include "voice/mel.h"
@@ -48,6 +49,7 @@ struct s3tokenizer {
     const struct tensor *conv1_w, *conv1_b, *conv2_w, *conv2_b;
     struct s3tok_block blocks[N_LAYER];
     const struct tensor *project_down_w, *project_down_b;
+    struct weight_set *ws; /* every weight, placed on the load's backend */
 };
 
 /* A stored buffer as float32 on the host (F32/F16/BF16). */
@@ -60,11 +62,46 @@ static void buffer_f32(const struct tensor *t, float *dst, int64_t n)
     }
 }
 
-cbx_status s3tok_load(struct s3tokenizer **out, const struct weights *w, char *err)
+/* The weights s3tok_load found, placed on t->ws as stored. */
+static void place(struct s3tokenizer *t, cbx_status *rc, char *err)
+{
+#define P(field, role) (field) = weight_place(t->ws, (field), (role), WEIGHT_AS_STORED, 0, rc, err)
+    P(t->conv1_w, WEIGHT_CONV1D);
+    P(t->conv1_b, WEIGHT_PLAIN);
+    P(t->conv2_w, WEIGHT_CONV1D);
+    P(t->conv2_b, WEIGHT_PLAIN);
+    for (int i = 0; i < N_LAYER; i++) {
+        struct s3tok_block *b = &t->blocks[i];
+        P(b->attn_ln_w, WEIGHT_NORM);
+        P(b->attn_ln_b, WEIGHT_NORM);
+        P(b->query_w, WEIGHT_LINEAR);
+        P(b->query_b, WEIGHT_PLAIN);
+        P(b->key_w, WEIGHT_LINEAR);
+        P(b->value_w, WEIGHT_LINEAR);
+        P(b->value_b, WEIGHT_PLAIN);
+        P(b->out_w, WEIGHT_LINEAR);
+        P(b->out_b, WEIGHT_PLAIN);
+        P(b->fsmn_w, WEIGHT_CONV1D);
+        P(b->mlp_ln_w, WEIGHT_NORM);
+        P(b->mlp_ln_b, WEIGHT_NORM);
+        P(b->mlp0_w, WEIGHT_LINEAR);
+        P(b->mlp0_b, WEIGHT_PLAIN);
+        P(b->mlp2_w, WEIGHT_LINEAR);
+        P(b->mlp2_b, WEIGHT_PLAIN);
+    }
+    P(t->project_down_w, WEIGHT_LINEAR);
+    P(t->project_down_b, WEIGHT_PLAIN);
+#undef P
+}
+
+cbx_status s3tok_load(struct s3tokenizer **out, const struct weights *w, const struct backend *be, char *err)
 {
     *out = NULL;
     struct s3tokenizer *t = calloc(1, sizeof *t);
-    if (!t) return err_setf(err, CBX_ERR_NOMEM, "s3tokenizer: out of memory");
+    if (!t || !(t->ws = weight_set_create(be))) {
+        free(t);
+        return err_setf(err, CBX_ERR_NOMEM, "s3tokenizer: out of memory");
+    }
     cbx_status rc = CBX_OK;
     const int64_t d1[1] = {N_STATE}, dd[2] = {N_STATE, N_STATE};
     /* The two buffers are in s3gen.pt and s3gen_meanflow.safetensors but
@@ -119,8 +156,9 @@ cbx_status s3tok_load(struct s3tokenizer **out, const struct weights *w, char *e
                                     (int64_t[]){FSQ_DIM, N_STATE}, &rc, err);
     t->project_down_b = weights_get(w, "tokenizer.quantizer._codebook.project_down.bias", 1,
                                     (int64_t[]){FSQ_DIM}, &rc, err);
+    place(t, &rc, err);
     if (rc != CBX_OK) {
-        free(t);
+        s3tok_free(t);
         return rc;
     }
     *out = t;
@@ -129,6 +167,7 @@ cbx_status s3tok_load(struct s3tokenizer **out, const struct weights *w, char *e
 
 void s3tok_free(struct s3tokenizer *t)
 {
+    if (t) weight_set_free(t->ws);
     free(t);
 }
 

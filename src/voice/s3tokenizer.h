@@ -17,9 +17,10 @@ struct weights;
 struct s3tokenizer;
 
 /* Tensors under "tokenizer." of the MODEL_S3GEN component (mel filters,
- * window, encoder, quantizer). The tokenizer borrows them: w's source must
- * outlive it. *out owned by the caller, free with s3tok_free(). */
-cbx_status s3tok_load(struct s3tokenizer **out, const struct weights *w, char *err);
+ * window, encoder, quantizer), placed on be (core/weights.h). The tokenizer
+ * borrows them: w's source and be must outlive it. *out owned by the
+ * caller, free with s3tok_free(). */
+cbx_status s3tok_load(struct s3tokenizer **out, const struct weights *w, const struct backend *be, char *err);
 void s3tok_free(struct s3tokenizer *t); /* no-op on NULL */
 
 /* S3Tokenizer.log_mel_spectrogram of a 16 kHz waveform (before any max_len

@@ -288,6 +288,9 @@ struct voice_models {
     struct voice_encoder *ve;
     struct campplus *campplus;
     struct s3tokenizer *tokenizer;
+    struct backend *wbe; /* holds the weights: voice creation stays on the
+                          * cpu (one thread: placement only; the stages
+                          * compute on the caller's backend) */
 };
 
 static cbx_status load_models(enum model_variant variant, struct weights w_ve, struct weights w_s3gen,
@@ -300,9 +303,13 @@ static cbx_status load_models(enum model_variant variant, struct weights w_ve, s
     vm->w_ve = w_ve;
     vm->w_s3gen = w_s3gen;
     cbx_status rc;
-    if ((rc = ve_load(&vm->ve, &vm->w_ve, err)) != CBX_OK ||
-        (rc = campplus_load(&vm->campplus, &vm->w_s3gen, err)) != CBX_OK ||
-        (rc = s3tok_load(&vm->tokenizer, &vm->w_s3gen, err)) != CBX_OK) {
+    if (!(vm->wbe = backend_cpu_create(1))) {
+        free(vm);
+        return err_setf(err, CBX_ERR_NOMEM, "voice: out of memory");
+    }
+    if ((rc = ve_load(&vm->ve, &vm->w_ve, vm->wbe, err)) != CBX_OK ||
+        (rc = campplus_load(&vm->campplus, &vm->w_s3gen, vm->wbe, err)) != CBX_OK ||
+        (rc = s3tok_load(&vm->tokenizer, &vm->w_s3gen, vm->wbe, err)) != CBX_OK) {
         voice_models_free(vm);
         return rc;
     }
@@ -327,6 +334,7 @@ void voice_models_free(struct voice_models *vm)
     ve_free(vm->ve);
     campplus_free(vm->campplus);
     s3tok_free(vm->tokenizer);
+    backend_cpu_free(vm->wbe); /* after every weight placed on it */
     free(vm);
 }
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/weights.h"
 #include "core/window.h"
 #include "voice/mel.h"
 
@@ -30,17 +31,21 @@ struct ve_lstm_layer {
 };
 
 struct voice_encoder {
-    struct ve_lstm_layer lstm[VE_N_LAYERS]; /* borrowed from the weights */
+    struct ve_lstm_layer lstm[VE_N_LAYERS];
     const struct tensor *proj_w, *proj_b;
+    struct weight_set *ws; /* every weight, placed on the load's backend */
     float mel_basis[VE_N_MELS * (VE_N_FFT / 2 + 1)]; /* librosa.filters.mel */
     float window[VE_N_FFT];                          /* periodic Hann */
 };
 
-cbx_status ve_load(struct voice_encoder **out, const struct weights *w, char *err)
+cbx_status ve_load(struct voice_encoder **out, const struct weights *w, const struct backend *be, char *err)
 {
     *out = NULL;
     struct voice_encoder *ve = calloc(1, sizeof *ve);
-    if (!ve) return err_setf(err, CBX_ERR_NOMEM, "ve: out of memory");
+    if (!ve || !(ve->ws = weight_set_create(be))) {
+        free(ve);
+        return err_setf(err, CBX_ERR_NOMEM, "ve: out of memory");
+    }
     cbx_status rc = CBX_OK;
     const int64_t g = 4 * VE_HIDDEN;
     for (int l = 0; l < VE_N_LAYERS; l++) {
@@ -64,8 +69,19 @@ cbx_status ve_load(struct voice_encoder **out, const struct weights *w, char *er
         if (biases[i]->type != TYPE_F32)
             rc = err_setf(err, CBX_ERR_FORMAT, "ve: %s is %s, want f32",
                           biases[i]->name ? biases[i]->name : "bias", dtype_name(biases[i]->type));
+#define P(field, role) (field) = weight_place(ve->ws, (field), (role), WEIGHT_AS_STORED, 0, &rc, err)
+    for (int l = 0; l < VE_N_LAYERS; l++) {
+        struct ve_lstm_layer *L = &ve->lstm[l];
+        P(L->w_ih, WEIGHT_LINEAR);
+        P(L->w_hh, WEIGHT_LINEAR);
+        P(L->b_ih, WEIGHT_PLAIN);
+        P(L->b_hh, WEIGHT_PLAIN);
+    }
+    P(ve->proj_w, WEIGHT_LINEAR);
+    P(ve->proj_b, WEIGHT_PLAIN);
+#undef P
     if (rc != CBX_OK) {
-        free(ve);
+        ve_free(ve);
         return rc;
     }
     /* melspec.mel_basis: librosa.filters.mel(sr, n_fft, n_mels, fmin 0, fmax 8000) */
@@ -76,7 +92,11 @@ cbx_status ve_load(struct voice_encoder **out, const struct weights *w, char *er
     return CBX_OK;
 }
 
-void ve_free(struct voice_encoder *ve) { free(ve); }
+void ve_free(struct voice_encoder *ve)
+{
+    if (ve) weight_set_free(ve->ws);
+    free(ve);
+}
 
 /* ---- librosa.effects.trim ------------------------------------------------ */
 

@@ -19,10 +19,10 @@
 
 struct voice_encoder;
 
-/* Load from the MODEL_VE component (names lstm.*, proj.*). *out is owned
- * by the caller, free with ve_free(); the weights are borrowed and must
- * outlive it. */
-cbx_status ve_load(struct voice_encoder **out, const struct weights *w, char *err);
+/* Load from the MODEL_VE component (names lstm.*, proj.*), placed on be
+ * (core/weights.h). *out is owned by the caller, free with ve_free(); the
+ * weights are borrowed, and they and be must outlive it. */
+cbx_status ve_load(struct voice_encoder **out, const struct weights *w, const struct backend *be, char *err);
 void ve_free(struct voice_encoder *ve); /* no-op on NULL */
 
 /* VoiceEncoder.embeds_from_wavs([wav16], 16000): trim, mel, partials,

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/backend.h"
 #include "core/rng.h"
 #include "io/audio.h"
 #include "io/model_dir.h"
@@ -62,6 +63,16 @@ void fill_uniform(float *dst, size_t n, float lo, float hi, uint64_t seed)
     struct rng_stream s;
     rng_stream_init(&s, "test", seed);
     for (size_t i = 0; i < n; i++) dst[i] = lo + (hi - lo) * rng_uniform(&s);
+}
+
+const struct backend *test_backend(void)
+{
+    static struct backend *be;
+    if (!be && !(be = backend_cpu_create(0))) {
+        fprintf(stderr, "test: no cpu backend\n");
+        exit(1);
+    }
+    return be;
 }
 
 const char *test_data(const char *rel)
@@ -176,9 +187,9 @@ bool test_load_t3_f32_q4(const struct model *md, struct t3_model *m, struct t3_m
 {
     char err[ERR_MAX] = "";
     struct weights w = model_weights(md, MODEL_T3);
-    cbx_status rc = t3_load(m, &w, TYPE_F32, err);
+    cbx_status rc = t3_load(m, &w, test_backend(), TYPE_F32, err);
     CHECK(rc == CBX_OK, "t3_load_gpt2 f32: %s", err);
-    cbx_status rcq = t3_load(mq, &w, TYPE_Q4_0, err);
+    cbx_status rcq = t3_load(mq, &w, test_backend(), TYPE_Q4_0, err);
     CHECK(rcq == CBX_OK, "t3_load_gpt2 q4_0: %s", err);
     return rc == CBX_OK && rcq == CBX_OK;
 }

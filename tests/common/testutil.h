@@ -38,6 +38,13 @@ void fill_uniform(float *dst, size_t n, float lo, float hi, uint64_t seed);
 const char *test_data(const char *rel);
 /* A fresh empty directory under the build tree; static buffer. */
 const char *test_tmpdir(const char *tag);
+/* A process-wide cpu backend (made on the first call, never freed) that
+ * tests place model weights on when the model outlives, or is loaded
+ * before, the backend the test computes with (cpu layouts: the cpu and
+ * ref backends can both run such a model but for WEIGHT_DECODE linears,
+ * core/weights.h). */
+struct backend;
+const struct backend *test_backend(void);
 
 /* The whole file at path, NUL-terminated (not counted in *n); NULL when it
  * cannot be read. Caller frees. */

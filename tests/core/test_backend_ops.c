@@ -639,7 +639,7 @@ static struct result run(struct arena *a, const struct tcase *c)
     return r;
 }
 
-static void test_backend(const struct backend *be, struct arena *ar, const char *only)
+static void run_backend_ops(const struct backend *be, struct arena *ar, const char *only)
 {
     struct arena *ab = arena_create(be, 0);
     CHECK(ab != NULL, "%s arena", be->name);
@@ -714,7 +714,7 @@ int main(int argc, char **argv)
     if (!require_cuda) {
         struct backend *cpu = backend_cpu_create(2);
         CHECK(cpu != NULL, "cpu backend");
-        if (cpu) test_backend(cpu, ar, only);
+        if (cpu) run_backend_ops(cpu, ar, only);
         backend_cpu_free(cpu);
     }
 #ifdef CBX_HAVE_CUDA
@@ -728,7 +728,7 @@ int main(int argc, char **argv)
             CHECK(!require_cuda, "--require-cuda: a usable CUDA device (%s)",
                   n > 0 ? err : "none found");
         } else {
-            test_backend(cu, ar, only);
+            run_backend_ops(cu, ar, only);
             backend_cuda_free(cu);
         }
     }

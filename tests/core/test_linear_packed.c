@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "core/backend.h"
+#include "core/cpu/cpu_weight.h"
 #include "core/cpu/linear_kernels.h"
 #include "core/cpu_features.h"
 #include "core/quant.h"
@@ -115,7 +116,7 @@ static void packed_case(enum dtype wt, int64_t m, int64_t k, int64_t n, bool in_
     CHECK(packed, "linear_pack%s %s [%lld, %lld]", in_place ? " in place" : "", dtype_name(wt), (long long)n,
           (long long)k);
     if (!packed) goto cleanup;
-    CHECK(wpk.packed && wpk.data == wp && wpk.type == wt && wpk.ne[0] == n && wpk.ne[1] == k && !w.packed,
+    CHECK(cpu_weight_is(&wpk, CPU_WEIGHT_GEMV16) && wpk.data == wp && wpk.type == wt && wpk.ne[0] == n && wpk.ne[1] == k && !w.extra,
           "the packed descriptor: flag, data, type and shape; the plain one unflagged");
     CHECK(!linear_pack_supported(&wpk), "a packed tensor is not packed again");
     CHECK(layout_matches(wt, w0, (const uint8_t *)wp, n, k), "packed %s [%lld, %lld] bytes follow the layout",
@@ -182,7 +183,7 @@ static void test_refused(void)
     linear_pack_enable = 0;
     CHECK(!linear_pack_supported(&e), "linear_pack_enable = 0 refuses");
     linear_pack_enable = 1;
-    CHECK(!out.packed && out.data == buf, "a refused pack leaves the output descriptor alone");
+    CHECK(!out.extra && out.data == buf, "a refused pack leaves the output descriptor alone");
     free(buf);
 }
 

@@ -418,7 +418,7 @@ static bool run_t3(const struct model *m, struct backend *be, struct run *r, str
 {
     char err[ERR_MAX] = "";
     struct weights w = model_weights(m, MODEL_T3);
-    cbx_status rc = t3_load(t3, &w, TYPE_F32, err);
+    cbx_status rc = t3_load(t3, &w, test_backend(), TYPE_F32, err);
     CHECK(rc == CBX_OK, "t3_load_gpt2 from %s: %s", model_path(m), err);
     if (rc) return false;
     struct conds c;
@@ -450,8 +450,8 @@ static void compare_t3(const struct model *dir, const struct model *f32, const s
         const struct tensor *hq = model_find(q8, MODEL_T3, "speech_head.weight");
         const struct tensor *fq = model_find(q8, MODEL_T3, "tfmr.h.0.mlp.c_fc.weight");
         const struct tensor *hw = q.speech_head_w, *fw = q.tfmr.gpt2[0].c_fc_w;
-        CHECK(b.tfmr.gpt2[1].c_attn_w->data == ca->data && (hw->data == hq->data || hw->packed) &&
-                  (fw->data == fq->data || fw->packed) && fw->type == TYPE_Q8_0,
+        CHECK(b.tfmr.gpt2[1].c_attn_w->data == ca->data && (hw->data == hq->data || hw->extra) &&
+                  (fw->data == fq->data || fw->extra) && fw->type == TYPE_Q8_0,
               "GGUF Conv1D weights and head used in place or packed (no other copy, q8_0 kept)");
         CHECK(a.tfmr.gpt2[1].c_attn_w->data != model_find(dir, MODEL_T3, "tfmr.h.1.attn.c_attn.weight")->data,
               "directory Conv1D weights transposed into owned memory");

@@ -64,7 +64,7 @@ static void library(void)
     if (rc != CBX_OK) return;
     struct t3_model m;
     struct weights w = model_weights(md, MODEL_T3);
-    rc = t3_load(&m, &w, TYPE_F32, err);
+    rc = t3_load(&m, &w, test_backend(), TYPE_F32, err);
     CHECK(rc == CBX_OK, "t3_load: %s", err);
     struct npy spk, prompt, text;
     char p1[512], p2[512], p3[512];

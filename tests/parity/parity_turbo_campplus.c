@@ -44,7 +44,7 @@ int main(void)
     struct model_dir *md = test_open_model_dir(VARIANT);
     if (!md || !cpu) return test_summary();
     struct weights w = weights_from_model_dir(md, MODEL_S3GEN);
-    cbx_status rc = campplus_load(&cp, &w, err);
+    cbx_status rc = campplus_load(&cp, &w, test_backend(), err);
     CHECK(rc == CBX_OK, "campplus_load: %s", err);
     if (!test_read_audio("ref_voice_16k.wav", 16000, &wav) || !cp) goto done;
     struct npy want_fb = load("campplus_fbank"), want_emb = load("campplus_embedding");

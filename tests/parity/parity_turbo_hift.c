@@ -82,7 +82,7 @@ int main(void)
     if (!md) return test_summary();
     struct weights sw = weights_from_model_dir(md, MODEL_S3GEN);
     struct hift *h = NULL;
-    cbx_status rc = hift_load(&h, &sw, err);
+    cbx_status rc = hift_load(&h, &sw, test_backend(), err);
     CHECK(rc == CBX_OK, "hift_load: %s", err);
     if (rc != CBX_OK) return test_summary();
 
@@ -150,7 +150,7 @@ int main(void)
         struct weights lw = sw;
         lw.find = legacy_find;
         struct hift *h2 = NULL;
-        rc = hift_load(&h2, &lw, err);
+        rc = hift_load(&h2, &lw, test_backend(), err);
         CHECK(rc == CBX_OK, "hift_load (weight_g/weight_v): %s", err);
         struct tensor *got = h2 ? hift_decode(a, h2, &mel_t, &src_t) : NULL;
         CHECK(want && got, "decode with legacy names: %s", arena_errmsg(a));
@@ -162,7 +162,7 @@ int main(void)
         hidden_name = "mel2wav.resblocks.4.convs2.1.parametrizations.weight.original1";
         lw.find = hiding_find;
         h2 = NULL;
-        rc = hift_load(&h2, &lw, err);
+        rc = hift_load(&h2, &lw, test_backend(), err);
         CHECK(rc != CBX_OK && h2 == NULL && strstr(err, "resblocks.4.convs2.1"),
               "hift_load without %s: rc %d, '%s'", hidden_name, (int)rc, err);
         printf("missing tensor: %s\n", err);

@@ -204,7 +204,7 @@ static void direct(const char *dir)
         struct t3_model m;
         memset(&m, 0, sizeof m);
         struct weights w = model_weights(md, MODEL_T3);
-        if ((rc = t3_load(&m, &w, types[i], err)) != CBX_OK) {
+        if ((rc = t3_load(&m, &w, test_backend(), types[i], err)) != CBX_OK) {
             CHECK(false, "t3_load_gpt2: %s", err);
             break;
         }

@@ -77,7 +77,7 @@ int main(void)
     if (rc != CBX_OK) return test_summary();
     struct weights w = weights_from_model_dir(md, MODEL_S3GEN);
     struct s3gen s3;
-    rc = s3gen_load(&s3, &w, TYPE_F32, err);
+    rc = s3gen_load(&s3, &w, test_backend(), TYPE_F32, err);
     CHECK(rc == CBX_OK, "s3gen_load: %s", err);
     if (rc != CBX_OK) return test_summary();
 
@@ -169,7 +169,7 @@ int main(void)
      * is the default there because its error is small next to the
      * quantisation's: held to Q4_BF16_EXTRA over the F32 products' figure. */
     struct s3gen s3q;
-    rc = s3gen_load(&s3q, &w, TYPE_Q4_0, err);
+    rc = s3gen_load(&s3q, &w, test_backend(), TYPE_Q4_0, err);
     CHECK(rc == CBX_OK, "s3gen_load q4_0: %s", err);
     double dq[2] = {-1, -1};
     for (int b16 = 0; b16 < 2 && rc == CBX_OK; b16++) {

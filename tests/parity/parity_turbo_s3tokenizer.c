@@ -56,7 +56,7 @@ int main(void)
     if (!md) return test_summary();
     struct weights w = weights_from_model_dir(md, MODEL_S3GEN);
     struct s3tokenizer *tok = NULL;
-    cbx_status rc = s3tok_load(&tok, &w, err);
+    cbx_status rc = s3tok_load(&tok, &w, test_backend(), err);
     CHECK(rc == CBX_OK, "s3tok_load: %s", err);
     struct audio wav = {0};
     bool wav_ok = test_read_audio("ref_voice_16k.wav", 16000, &wav);

@@ -248,7 +248,7 @@ static void module_checks(const char *model)
     if (rc != CBX_OK) return;
     struct weights w = weights_from_model_dir(md, MODEL_S3GEN);
     struct s3gen s3;
-    rc = s3gen_load(&s3, &w, TYPE_F32, err);
+    rc = s3gen_load(&s3, &w, test_backend(), TYPE_F32, err);
     CHECK(rc == CBX_OK, "s3gen_load: %s", err);
     if (rc != CBX_OK) { model_dir_close(md); return; }
     struct npy tok = load("s3gen_input_tokens"), ptok = load("s3gen_prompt_tokens"),

@@ -32,7 +32,7 @@ int main(void)
     struct model_dir *md = test_open_model_dir(VARIANT);
     if (!md || !cpu) return test_summary();
     struct weights w = weights_from_model_dir(md, MODEL_VE);
-    cbx_status rc = ve_load(&ve, &w, err);
+    cbx_status rc = ve_load(&ve, &w, test_backend(), err);
     CHECK(rc == CBX_OK, "ve_load: %s", err);
     if (!test_read_audio("ref_voice_16k.wav", 16000, &wav) || !ve) goto done;
 

@@ -13,7 +13,8 @@
  *      a tap shift is a row offset and nothing is im2col'ed;
  *   B: W in VNNI pairs, packed once per weight tensor into
  *      wp[k][cb][cob][ci pair 16][co 16][2] (contiguous 1 KiB tiles) and
- *      kept in a process-wide cache (below).
+ *      kept with a placed weight (its cpu_weight slot, cpu_weight.h; a
+ *      weight placed without one is packed per call into the arena).
  * A task is one block of up to AB_TB output columns (of one batch item and
  * one group of out-channel blocks): it packs its input window (with the
  * conv's padding, channels zero-padded to 32) and then, for each 32
@@ -33,6 +34,7 @@
 #include "../cpu_features.h"
 #include "amx_tilecfg.h"
 #include "conv_kernels.h"
+#include "cpu_weight.h"
 
 #ifdef CONV_AMX
 #include <immintrin.h>
@@ -43,16 +45,6 @@
 
 #define AB_TB 256  /* most output columns per task (a multiple of 32) */
 #define AB_MAX_PH 16 /* most phases (transposed-conv stride) */
-#define AB_CACHE_BYTES ((size_t)512 << 20) /* packed weights kept at most */
-
-/* Packed weights of one F32 weight tensor and one phase. */
-struct ab_w {
-    const float *key;        /* the tensor's data */
-    int64_t cout, cin, K, tag; /* tag: 0 conv, else 1 + phase + 256 * stride */
-    uint64_t fp;             /* fingerprint of the values (ab_fingerprint) */
-    uint16_t *wp;            /* [K][ncb][nco][16][16][2] */
-    struct ab_w *next;
-};
 
 /* One phase (a plain conv has one): its packed W, taps, output columns,
  * x position of column 0's tap 0 (= -pad_left) and output column of the
@@ -84,42 +76,6 @@ struct ab_pack {
 };
 
 #define TGTAMX __attribute__((target("amx-tile,amx-bf16,avx2,fma,avx512f,avx512bw,avx512dq,avx512bf16")))
-
-/* The packed-weight cache: entries keyed by the weight's data pointer,
- * shape and phase, checked against a fingerprint of 1024 values spread
- * over the tensor (so a tensor freed and another allocated at the same
- * address is packed afresh; weights are constant, so a match is the same
- * weights). Entries are never freed while the process runs (a reader holds
- * no lock while it uses one) but at exit; past AB_CACHE_BYTES weights are
- * packed per call into the arena instead. */
-static pthread_mutex_t ab_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct ab_w *ab_cache;
-static size_t ab_cache_bytes;
-
-__attribute__((destructor)) static void ab_cache_free(void)
-{
-    pthread_mutex_lock(&ab_lock);
-    while (ab_cache) {
-        struct ab_w *e = ab_cache;
-        ab_cache = e->next;
-        free(e->wp);
-        free(e);
-    }
-    ab_cache_bytes = 0;
-    pthread_mutex_unlock(&ab_lock);
-}
-
-static uint64_t ab_fingerprint(const float *w, int64_t n)
-{
-    uint64_t h = 0xcbf29ce484222325u ^ (uint64_t)n;
-    int64_t m = min64(n, 1024);
-    for (int64_t i = 0; i < m; i++) {
-        uint32_t u;
-        memcpy(&u, w + (m > 1 ? i * (n - 1) / (m - 1) : 0), 4);
-        h = (h ^ u) * 0x100000001b3u;
-    }
-    return h;
-}
 
 /* the first n of 16 lanes (none for n <= 0) */
 static inline __mmask16 lanes(int64_t n) { return (__mmask16)(n <= 0 ? 0 : n >= 16 ? 0xffff : (1u << n) - 1); }
@@ -177,47 +133,49 @@ TGTAMX static void ab_pack_w(void *ctx, int64_t b0, int64_t b1, int ith)
         }
 }
 
-/* Packed weights of pk (pk->wp unset; n: elements of the tensor): from
- * the cache, else packed now (into the cache, or into a when the cache is
- * full). NULL after an allocation failure (recorded in a). */
-static const uint16_t *ab_weights(struct arena *a, struct ab_pack *pk, int64_t n)
+/* Packed weights of pk (pk->wp unset) for weight tensor wt: the panels
+ * kept with wt (cpu_weight.h), made now on the first call; or, for a
+ * weight placed without a slot, packed into a for this call. NULL after an
+ * allocation failure (recorded in a). */
+static const uint16_t *ab_weights(struct arena *a, struct ab_pack *pk, const struct tensor *wt)
 {
-    int64_t tag = pk->transposed ? 1 + pk->r + 256 * pk->u : 0;
-    uint64_t fp = ab_fingerprint(pk->w, n);
-    pthread_mutex_lock(&ab_lock);
-    struct ab_w *e = ab_cache;
-    while (e && !(e->key == pk->w && e->cout == pk->cout && e->cin == pk->cin &&
-                  e->K == pk->K && e->tag == tag && e->fp == fp))
-        e = e->next;
-    size_t nb = (size_t)(pk->K * pk->ncb * pk->nco) * 1024;
-    bool room = ab_cache_bytes + nb <= AB_CACHE_BYTES;
-    if (!e && room) ab_cache_bytes += nb; /* reserved */
-    pthread_mutex_unlock(&ab_lock);
+    const int64_t tag = pk->transposed ? 1 + pk->r + 256 * pk->u : 0;
+    const size_t nb = (size_t)(pk->K * pk->ncb * pk->nco) * 1024;
+    if (!cpu_weight_is(wt, CPU_WEIGHT_CONV)) {
+        if (!(pk->wp = arena_alloc(a, nb))) return NULL;
+        tp_parallel_for(pool(a), pk->nco, 1, ab_pack_w, pk);
+        return pk->wp;
+    }
+    struct cpu_weight *cw = wt->extra;
+    pthread_mutex_lock(&cw->lock);
+    struct cpu_conv_panels *e = cw->panels;
+    while (e && !(e->cout == pk->cout && e->cin == pk->cin && e->K == pk->K && e->tag == tag)) e = e->next;
+    pthread_mutex_unlock(&cw->lock);
     if (e) return e->wp;
 
-    struct ab_w *ne = NULL;
-    if (room) {
-        ne = malloc(sizeof *ne);
-        pk->wp = ne ? aligned_alloc(64, nb) : NULL;
-        if (!pk->wp) {
-            free(ne);
-            pthread_mutex_lock(&ab_lock);
-            ab_cache_bytes -= nb;
-            pthread_mutex_unlock(&ab_lock);
-            arena_fail(a, CBX_ERR_NOMEM, "conv: out of memory for packed weights");
-            return NULL;
-        }
-    } else if (!(pk->wp = arena_alloc(a, nb))) {
+    struct cpu_conv_panels *ne = malloc(sizeof *ne);
+    pk->wp = ne ? aligned_alloc(64, nb) : NULL;
+    if (!pk->wp) {
+        free(ne);
+        arena_fail(a, CBX_ERR_NOMEM, "conv: out of memory for packed weights");
         return NULL;
     }
     tp_parallel_for(pool(a), pk->nco, 1, ab_pack_w, pk);
-    if (ne) {
-        *ne = (struct ab_w){.key = pk->w, .cout = pk->cout, .cin = pk->cin, .K = pk->K,
-                            .tag = tag, .fp = fp, .wp = pk->wp};
-        pthread_mutex_lock(&ab_lock);
-        ne->next = ab_cache;
-        ab_cache = ne;
-        pthread_mutex_unlock(&ab_lock);
+    *ne = (struct cpu_conv_panels){.cout = pk->cout, .cin = pk->cin, .K = pk->K, .tag = tag, .wp = pk->wp};
+    pthread_mutex_lock(&cw->lock);
+    /* another thread may have packed the same panels meanwhile: keep one
+     * (entries are never freed while the weight lives, so either serves) */
+    for (e = cw->panels; e; e = e->next)
+        if (e->cout == ne->cout && e->cin == ne->cin && e->K == ne->K && e->tag == tag) break;
+    if (!e) {
+        ne->next = cw->panels;
+        cw->panels = ne;
+    }
+    pthread_mutex_unlock(&cw->lock);
+    if (e) {
+        free(ne->wp);
+        free(ne);
+        return e->wp;
     }
     return pk->wp;
 }
@@ -398,7 +356,7 @@ bool conv_conv1d_amx(struct arena *a, struct tensor *out, const struct tensor *x
     struct ab_pack pk = {.w = w, .cout = j.cout, .cin = j.cin, .K = wt->ne[2], .ncb = j.ncb,
                          .nco = j.nco};
     j.ph[0] = (struct ab_phase){.K = pk.K, .M = j.tout, .x0 = -p->pad_left};
-    if (!(j.ph[0].wp = ab_weights(a, &pk, j.cout * j.cin * pk.K))) return true;
+    if (!(j.ph[0].wp = ab_weights(a, &pk, wt))) return true;
     ab_launch(a, &j);
     return true;
 }
@@ -430,7 +388,7 @@ bool conv_convt_amx(struct arena *a, struct tensor *out, const struct tensor *x,
                              .nco = j.nco, .kfull = K, .u = u, .r = r, .transposed = true};
         j.ph[r] = (struct ab_phase){.K = kr, .M = max64(0, m1 - m0 + 1), .x0 = m0 - (kr - 1),
                                     .o0 = m0 * u + r - P};
-        if (!(j.ph[r].wp = ab_weights(a, &pk, j.cin * j.cout * K))) return true;
+        if (!(j.ph[r].wp = ab_weights(a, &pk, wt))) return true;
     }
     ab_launch(a, &j);
     return true;

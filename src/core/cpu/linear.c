@@ -24,7 +24,7 @@
  *    (x loads and the final reductions shared: 1.06-1.16x on one core,
  *    bench_kernels dotx), the remainder of a task's rows one at a time.
  *  - q4_0/q8_0 weights packed at load (linear_pack: 16 rows interleaved,
- *    see linear_kernels.h; flagged tensor.packed) take the
+ *    see linear_kernels.h; tagged CPU_WEIGHT_GEMV16 in tensor.extra, cpu_weight.h) take the
  *    packed GEMV (16 rows per call, aligned contiguous loads, vector
  *    scales: 1.2x the dotx decode on 2 cores, bench_t3) below
  *    linear_qgemm_min_rows rows, else the quantised GEMM with tiles
@@ -48,6 +48,7 @@
 #include "../threadpool.h"
 #include "blas.h"
 #include "linear_bf16.h"
+#include "cpu_weight.h"
 #include "linear_kernels.h"
 
 /* Up to this many rows the dot path wins (bench_kernels linear_rows: it
@@ -191,7 +192,7 @@ bool linear_pack_copies(void)
 bool linear_pack_supported(const struct tensor *w)
 {
     pthread_once(&pk_env_once, pk_env_read);
-    if (!linear_pack_enable || pk_env == 0 || !w || w->packed || w->ndim != 2) return false;
+    if (!linear_pack_enable || pk_env == 0 || !w || w->extra || w->ndim != 2) return false;
     if (w->type != TYPE_Q4_0 && w->type != TYPE_Q8_0) return false;
     if (cpu_level() < CPU_AVX512 || !linear_gemv16_avx512(w->type)) return false;
     /* K <= 2^24: the packer gathers at 32-bit byte offsets of 15 rows */
@@ -219,7 +220,7 @@ bool linear_pack(const struct tensor *w, void *dst, struct tensor *out)
     const char *name = w->name;
     *out = tensor_make(w->type, 2, w->ne, dst, w->be);
     out->name = name;
-    out->packed = true;
+    out->extra = (void *)&cpu_weight_gemv16;
     return true;
 }
 
@@ -602,7 +603,7 @@ static void cpu_linear(struct arena *a, struct tensor *out, const struct tensor 
      * independent (each weight row's dot with each x row; the split over
      * threads follows the weight rows alone), as one or two rows take it */
     if (arena_row_exact(a)) {
-        linear_dot(a, out, x, w, b, w->packed);
+        linear_dot(a, out, x, w, b, cpu_weight_is(w, CPU_WEIGHT_GEMV16));
         return;
     }
     if (arena_bf16(a) && m >= linear_bf16_min_rows && x->ne[x->ndim - 1] > 0 && linear_bf16_supported(w)) {
@@ -612,7 +613,7 @@ static void cpu_linear(struct arena *a, struct tensor *out, const struct tensor 
     struct linear_qgemm g;
     /* packed weights take the packed paths whatever the level now (they
      * were packed at AVX-512, which the CPU has) */
-    if (w->packed) {
+    if (cpu_weight_is(w, CPU_WEIGHT_GEMV16)) {
         if (m >= linear_qgemm_min_rows &&
             ((linear_qgemm_use_amx && linear_qgemm_amx(w->type, &g)) || linear_qgemm_avx512(w->type, &g)))
             linear_qgemm(a, out, x, w, b, &g, true);

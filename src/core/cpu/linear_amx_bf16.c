@@ -47,6 +47,7 @@
 #include <string.h>
 
 #include "../cpu_features.h"
+#include "cpu_weight.h"
 #include "linear_kernels.h"
 
 /* bench_kernels linear_bf16, q4_0 [1024, 256], 2 threads, against the
@@ -105,7 +106,7 @@ bool linear_bf16_supported(const struct tensor *w)
         break;
     case TYPE_Q4_0: case TYPE_Q8_0:
         if (k % QK) return false;
-        if (w->packed) return k % 64 == 0 && w->nb[0] == (int64_t)dtype_row_size(w->type, k);
+        if (cpu_weight_is(w, CPU_WEIGHT_GEMV16)) return k % 64 == 0 && w->nb[0] == (int64_t)dtype_row_size(w->type, k);
         break;
     default: return false;
     }
@@ -448,7 +449,7 @@ void linear_bf16_gemm(struct threadpool *tp, const struct tensor *x, const struc
     struct bjob j = {
         .x = x, .m = m, .k = k, .n = n, .kp = kp, .ks = kp / 32, .ldb = kp + XPAD, .w = w,
         .wd = w->data, .ws = w->nb[0],
-        .pk_rows = w->packed ? n / LINEAR_PK_ROWS * LINEAR_PK_ROWS : 0,
+        .pk_rows = cpu_weight_is(w, CPU_WEIGHT_GEMV16) ? n / LINEAR_PK_ROWS * LINEAR_PK_ROWS : 0,
         .bias = bias, .bias_stride = bias_stride, .y = y, .tmp_bytes = thread_bytes(kp),
     };
     char *sp = scratch;

@@ -48,7 +48,8 @@ linear_dotx4_fn linear_dotx4_avx512(enum dtype t);
  * so a record is 576 bytes (q4_0) or 1088 (q8_0), 64-byte multiples: with
  * a 64-byte aligned tensor every vector load is aligned. Rows past the
  * last full group (N % 16) stay in the ggml layout at their usual offset.
- * Such a tensor carries tensor.packed (set by linear_pack); op_linear on
+ * Such a tensor carries the CPU_WEIGHT_GEMV16 tag in tensor.extra (set by
+ * linear_pack; cpu_weight.h); op_linear on
  * the cpu backend multiplies it on the packed path at every row count;
  * nothing else may read it (ref backend, casts). */
 #define LINEAR_PK_ROWS 16
@@ -73,7 +74,7 @@ extern int linear_pack_enable;
  * CBX_PACK=1 (in place only) or 0. The copy faults in fresh pages at load
  * (176 MB for Turbo q4_0: bench_e2e load 0.38-0.42 s, once 1.02 s, against 0.21-0.40 s
  * without, at load average 3; 0.6-1.5 s of t3_load_gpt2 alone at load
- * average 11), see t3.c pack_weights. */
+ * average 11), see cpu/weights.c. */
 bool linear_pack_copies(void);
 /* Whether w (2-D, contiguous rows) can be packed here: q4_0 or q8_0, K a
  * multiple of 64, at least one full group, data 64-byte aligned, and the
@@ -81,7 +82,8 @@ bool linear_pack_copies(void);
 bool linear_pack_supported(const struct tensor *w);
 /* Write w packed into dst (tensor_nbytes(w) bytes, 64-byte aligned; dst
  * may be w->data: packed in place, a group at a time) and make *out the
- * descriptor of the result: w's type, shape and name over dst, packed
+ * descriptor of the result: w's type, shape and name over dst, tagged
+ * CPU_WEIGHT_GEMV16
  * (out may be w itself). False (nothing written) when not supported or
  * out of memory. */
 bool linear_pack(const struct tensor *w, void *dst, struct tensor *out);
