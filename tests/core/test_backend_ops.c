@@ -22,6 +22,7 @@
 #include "core/backend.h"
 #include "core/ops.h"
 #include "core/quant.h"
+#include "core/weights.h"
 #include "core/window.h"
 #include "testutil.h"
 
@@ -696,6 +697,52 @@ static void run_backend_ops(const struct backend *be, struct arena *ar, const ch
     arena_free(ab);
 }
 
+/* Weights placed on backend be (core/weights.h: the backend's
+ * prepare_weight hook: cpu repacks decode linears, cuda uploads) give the
+ * linear products of the same weights unplaced on ref, for one row
+ * (decode) and 8 rows, per weight type; the set's release path runs too. */
+static void placed_weights(const struct backend *be, struct arena *ar)
+{
+    static const enum dtype types[] = {TYPE_F32, TYPE_F16, TYPE_Q8_0, TYPE_Q4_0};
+    const bool is_cpu = strcmp(be->name, "cpu") == 0;
+    struct arena *ab = arena_create(be, 0);
+    CHECK(ab != NULL, "%s arena", be->name);
+    if (!ab) return;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const int64_t wne[2] = {96, 256};
+        arena_reset(ar);
+        struct tensor *wh = in_w(ar, types[ti], 7 + ti, 2, wne); /* host (ref) */
+        /* the placed source is a copy of its own: a decode weight's source
+         * pages may be dropped once placed (weights.h: a file mapping) */
+        struct arena *src = arena_create(backend_ref(), 0);
+        struct tensor *ws = src ? in_w(src, types[ti], 7 + ti, 2, wne) : NULL;
+        struct weight_set *set = weight_set_create(be);
+        cbx_status rc = CBX_OK;
+        char err[ERR_MAX] = "";
+        const struct tensor *wp = ws && set ? weight_place(set, ws, WEIGHT_LINEAR, WEIGHT_AS_STORED,
+                                                           WEIGHT_DECODE, &rc, err) : NULL;
+        CHECK(wp != NULL, "%s: place a %s linear weight: %s", be->name, dtype_name(types[ti]), err);
+        for (int rows = 1; wp && rows <= 8; rows += 7) {
+            const int64_t xne[2] = {rows, 256};
+            arena_reset(ab);
+            struct tensor *yw = op_linear(ar, in_f32(ar, 3, 2, xne, -1, 1), wh, NULL);
+            struct tensor *yp = op_linear(ab, in_f32(ab, 3, 2, xne, -1, 1), wp, NULL);
+            float want[8 * 96], got[8 * 96];
+            const bool ok = yw && yp && tensor_to_host(yw, want) == CBX_OK && tensor_to_host(yp, got) == CBX_OK;
+            char what[160];
+            snprintf(what, sizeof what, "%s: placed %s weight, %d row%s", be->name, dtype_name(types[ti]), rows,
+                     rows > 1 ? "s" : "");
+            CHECK(ok, "%s: ran (%s)", what, ok ? "" : arena_errmsg(yp ? ar : ab));
+            /* the cpu quantises x to Q8 against block weights */
+            const double tol = is_cpu && types[ti] != TYPE_F32 && types[ti] != TYPE_F16 ? 3e-2 : 1e-5;
+            if (ok) check_close(what, got, want, (size_t)(rows * 96), 0, tol);
+        }
+        weight_set_free(set);
+        arena_free(src);
+    }
+    arena_free(ab);
+}
+
 int main(int argc, char **argv)
 {
     bool require_cuda = false;
@@ -715,6 +762,7 @@ int main(int argc, char **argv)
         struct backend *cpu = backend_cpu_create(2);
         CHECK(cpu != NULL, "cpu backend");
         if (cpu) run_backend_ops(cpu, ar, only);
+        if (cpu && !only) placed_weights(cpu, ar);
         backend_cpu_free(cpu);
     }
 #ifdef CBX_HAVE_CUDA
@@ -729,6 +777,7 @@ int main(int argc, char **argv)
                   n > 0 ? err : "none found");
         } else {
             run_backend_ops(cu, ar, only);
+            if (!only) placed_weights(cu, ar);
             backend_cuda_free(cu);
         }
     }

@@ -272,10 +272,12 @@ static void check_variant(enum model_variant v, const char *tmp, void *scratch)
             bool here = false;
             snprintf(src, sizeof src, "%s/%s/%s", data_dir,
                      vi->tokenizer_data_dir ? vi->tokenizer_data_dir : "-", vi->tokenizer_files[i]);
-            /* English gets the synthetic tokenizer.json when the real one
-             * is not available */
+            /* the grapheme models get synthetic tokenizer files (English's
+             * tokenizer.json, multilingual's vocabulary and Cangjie table)
+             * when the real ones are not available */
             bool available = (vi->tokenizer_data_dir && access(src, R_OK) == 0) ||
-                             (v == MODEL_ENGLISH && !strcmp(vi->tokenizer_files[i], "tokenizer.json"));
+                             (v == MODEL_ENGLISH && !strcmp(vi->tokenizer_files[i], "tokenizer.json")) ||
+                             v == MODEL_MTL_V2 || v == MODEL_MTL_V3;
             CHECK(model_dir_file_path(md, vi->tokenizer_files[i], p, sizeof p, &here) &&
                       here == available,
                   "%s: tokenizer file %s present %d (available %d)", vi->name,

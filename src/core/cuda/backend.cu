@@ -100,6 +100,46 @@ static void from_host(const struct backend *be, void *dst, const void *src, size
     transfer(be, dst, src, n, cudaMemcpyHostToDevice);
 }
 
+/* ---- weights (core/weights.h) -------------------------------------------
+ * Every weight goes to device memory as it is laid out on the host (the
+ * kernels read the plain layouts, whatever the role); t->extra tags it as
+ * ours so release_weight frees it with its set. */
+static const char cuda_weight_tag = 0;
+
+static cbx_status prepare_weight(const struct backend *be, struct weight_set *s, struct tensor *t,
+                                 enum weight_role role, unsigned flags, char *err)
+{
+    (void)s, (void)role, (void)flags;
+    const struct cuda_backend *cb = (const struct cuda_backend *)be;
+    const char *name = t->name ? t->name : "a weight";
+    if (!tensor_is_contiguous(t))
+        return err_setf(err, CBX_ERR_UNSUPPORTED, "cuda: weight %s is not contiguous", name);
+    const size_t n = tensor_nbytes(t);
+    void *d = NULL;
+    cudaError_t e = cudaSetDevice(cb->device);
+    if (e == cudaSuccess) e = cudaMalloc(&d, n ? n : 1);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(d, t->data, n, cudaMemcpyHostToDevice, cb->st);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(cb->st); /* the host copy may go after this */
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        if (d) cudaFree(d);
+        return err_setf(err, e == cudaErrorMemoryAllocation ? CBX_ERR_NOMEM : CBX_ERR_INTERNAL,
+                        "cuda: placing %s (%zu bytes): %s", name, n, cudaGetErrorString(e));
+    }
+    t->data = d;
+    t->extra = (void *)&cuda_weight_tag;
+    return CBX_OK;
+}
+
+static void release_weight(const struct backend *be, struct tensor *t)
+{
+    (void)be;
+    if (t->extra != &cuda_weight_tag) return;
+    cudaFree(t->data);
+    t->data = NULL;
+    t->extra = NULL;
+}
+
 /* ---- create / free ------------------------------------------------------ */
 
 extern "C" int backend_cuda_device_count(void)
@@ -169,6 +209,8 @@ extern "C" struct backend *backend_cuda_create(int device, char *err)
     be->buf_free = dev_free;
     be->to_host = to_host;
     be->from_host = from_host;
+    be->prepare_weight = prepare_weight;
+    be->release_weight = release_weight;
     cuda_register_elementwise(&be->k);
     cuda_register_linear(&be->k);
     cuda_register_nn(&be->k);
