@@ -422,8 +422,10 @@ static void *lane_b(void *p)
 /* Run both lanes at once, each on a one-thread CPU backend (its own core,
  * single-threaded BLAS) rather than one after the other on both cores:
  * no BLAS thread hand-offs or idle waits between the many small ops of
- * these networks. The results are the same numbers (no sum is split
- * across threads either way; parity_turbo_voice_input checks it). Only
+ * these networks. The tokens and mel are the same bits; the embeddings
+ * agree to float rounding (~2e-7 relative measured), as the pool splits a
+ * large F32 product into per-thread BLAS calls whose kernels may sum in
+ * another order than one call's (parity_turbo_voice_input checks it). Only
  * when L's backend is a CPU pool of 2 or more threads; false (nothing
  * run) otherwise or when the helpers cannot start. */
 static bool lanes_parallel(struct lanes *L)

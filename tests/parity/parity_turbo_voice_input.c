@@ -188,15 +188,27 @@ int main(void)
     CHECK(st == CBX_OK && conds_finite(&ref), "24 kHz reference voice: %s", st ? err : "ok");
     if (st != CBX_OK) return test_summary();
     /* the two network lanes at once (the default on 2+ threads) give the
-     * same numbers as one stage after another */
+     * same tokens and prompt mel as one stage after another, bit for bit,
+     * and the same embeddings to float rounding: a lane runs on one
+     * thread, the serial stages on the whole pool, and the pool splits a
+     * large F32 product into per-thread BLAS calls whose kernels (OpenBLAS
+     * picks by call size) may sum in another order */
     struct voice_params ps = p;
     ps.serial = true;
     st = voice_prepare(vm, be, &a, NULL, &ps, &c, NULL, err);
     if (st == CBX_OK) {
-        bool same = same_tensors(&c, &ref);
         struct dist d = distance(&c, &ref);
         print_dist("serial vs concurrent lanes", &c, d);
-        CHECK(same, "serial stages == concurrent lanes, bit for bit");
+        double ma_s, ma_e;
+        const double rs = rel_error(c.speaker_emb, ref.speaker_emb, 256, &ma_s);
+        const double re = rel_error(c.embedding, ref.embedding, 192, &ma_e);
+        printf("  serial vs lanes: speaker_emb rel %.3e (bit-identical %s), x-vector rel %.3e (bit-identical %s)\n",
+               rs, memcmp(c.speaker_emb, ref.speaker_emb, 256 * 4) ? "no" : "yes", re,
+               memcmp(c.embedding, ref.embedding, 192 * 4) ? "no" : "yes");
+        struct conds cs = c; /* the tokens and mel alone, bit for bit */
+        cs.speaker_emb = ref.speaker_emb, cs.embedding = ref.embedding;
+        CHECK(same_tensors(&cs, &ref) && rs <= 1e-5 && re <= 1e-5,
+              "serial stages == concurrent lanes (tokens, mel bit for bit; embeddings rel %.2e, %.2e <= 1e-5)", rs, re);
         conds_free(&c);
     } else {
         CHECK(false, "serial: %s", err);
