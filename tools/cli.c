@@ -1,8 +1,10 @@
 /* cli.c - helpers shared by the subcommands: usage errors and checked
  * option values (see cli.h). */
 #include "cli.h"
+#include "hf_download.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,4 +89,24 @@ cbx_status cli_check_output(const char *path, char *err)
     if (access(dir, W_OK) != 0)
         return err_setf(err, CBX_ERR_IO, "%s: cannot write: directory %s is not writable", path, dir);
     return CBX_OK;
+}
+
+void cli_on_stop_signals(void (*fn)(int))
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = fn;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+const char *cli_prefix_dir(const char *opt, bool off, char *buf, size_t n)
+{
+    if (off) return NULL;
+    if (opt) return opt;
+    if ((opt = getenv("CHATTERBOX_PREFIX_CACHE"))) return opt;
+    if (n < 16 || hf_cache_root(buf, n - 16) != CBX_OK) return NULL;
+    strcat(buf, "/prefixes");
+    return buf;
 }

@@ -79,4 +79,12 @@ bool cli_gen_apply(const struct cli_gen *g, const char *cmd, const struct engine
                    struct engine_params *p);
 void cli_gen_free(struct cli_gen *g);
 
+/* fn for SIGINT and SIGTERM (sigaction, no flags). */
+void cli_on_stop_signals(void (*fn)(int));
+/* The voice prefix store a command uses: opt (--prefix-cache DIR), else
+ * $CHATTERBOX_PREFIX_CACHE ("" turns it off), else <cache root>/prefixes
+ * written into buf[n]; NULL when off (off: --no-prefix-cache) or when
+ * there is no cache root. */
+const char *cli_prefix_dir(const char *opt, bool off, char *buf, size_t n);
+
 #endif

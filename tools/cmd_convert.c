@@ -113,12 +113,7 @@ int cmd_convert(int argc, char **argv)
 
     if ((size_t)snprintf(tmp_path, sizeof tmp_path, "%s.tmp.%ld", dst, (long)getpid()) >= sizeof tmp_path)
         tmp_path[0] = 0;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    cli_on_stop_signals(on_signal);
     struct progress pr = {{0, 0}, -1};
     clock_gettime(CLOCK_MONOTONIC, &pr.t0);
     if (!quiet) {

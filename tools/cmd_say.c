@@ -429,12 +429,7 @@ static int say_main(int argc, char **argv, struct cli_gen *g)
     }
     if (!raw && (rc = cli_check_output(out_path, err)) != CBX_OK) goto fail;
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    cli_on_stop_signals(on_signal);
     /* a closed stdout shows up as EPIPE from fwrite, reported in one line */
     signal(SIGPIPE, SIG_IGN);
 
@@ -442,14 +437,7 @@ static int say_main(int argc, char **argv, struct cli_gen *g)
      * ("" turns it off), else <cache root>/prefixes */
     struct engine_load_params lp = engine_load_default_params();
     char pdir[4096];
-    if (!no_prefix_cache) {
-        if (!prefix_cache) prefix_cache = getenv("CHATTERBOX_PREFIX_CACHE");
-        if (!prefix_cache && hf_cache_root(pdir, sizeof pdir - 16) == CBX_OK) {
-            strcat(pdir, "/prefixes");
-            prefix_cache = pdir;
-        }
-        lp.prefix_dir = prefix_cache;
-    }
+    lp.prefix_dir = cli_prefix_dir(prefix_cache, no_prefix_cache, pdir, sizeof pdir);
     lp.t3_path = g->t3;
     if ((rc = engine_model_load(model_path, &lp, &m, err)) != CBX_OK) goto fail;
     if (interrupted) goto fail;

@@ -1396,14 +1396,8 @@ int cmd_serve(int argc, char **argv)
     /* the model */
     cbx_model_params mp = cbx_model_default_params();
     char pdir[4096];
-    if (!no_prefix_cache) {
-        if (!prefix_cache) prefix_cache = getenv("CHATTERBOX_PREFIX_CACHE");
-        if (!prefix_cache && hf_cache_root(pdir, sizeof pdir - 16) == CBX_OK) {
-            strcat(pdir, "/prefixes");
-            prefix_cache = pdir;
-        }
-        if (prefix_cache && *prefix_cache) mp.prefix_cache_dir = prefix_cache;
-    }
+    prefix_cache = cli_prefix_dir(prefix_cache, no_prefix_cache, pdir, sizeof pdir);
+    if (prefix_cache && *prefix_cache) mp.prefix_cache_dir = prefix_cache;
     char err[ERR_MAX];
     const double t0 = now();
     if (cbx_model_load(S.model_path, &mp, &S.model, err, sizeof err) != CBX_OK) {
