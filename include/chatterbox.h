@@ -111,6 +111,21 @@ CBX_API int cbx_model_sample_rate(const cbx_model *model);
  * Thread safety: any thread, concurrently. */
 CBX_API const char *cbx_model_variant(const cbx_model *model);
 
+/* What the model's T3 scheduler has done so far: concurrent
+ * cbx_synthesize calls on contexts of the same thread count decode their
+ * speech tokens together, one batched step for all (a server's batch). */
+typedef struct cbx_model_stats {
+    int64_t t3_steps;    /* batched decode steps run */
+    int64_t t3_rows;     /* rows decoded over those steps (tokens; a CFG
+                          * pair is two rows); t3_rows / t3_steps is the
+                          * mean batch */
+    int64_t t3_max_rows; /* the most rows in one step */
+} cbx_model_stats;
+
+/* Fill *stats (zeros for a model that does not synthesize). Errors:
+ * CBX_ERR_INVALID_ARG (NULL). Thread safety: any thread, concurrently. */
+CBX_API cbx_status cbx_model_get_stats(const cbx_model *model, cbx_model_stats *stats);
+
 /* ---- voice ------------------------------------------------------------ */
 
 /* A voice from path: a voice file (`chatterbox voice create`, .voice), a

@@ -949,6 +949,16 @@ static enum MHD_Result metrics(struct MHD_Connection *c, struct rq *q)
     OUT("# HELP chatterbox_jobs_total Speech jobs by outcome.\n# TYPE chatterbox_jobs_total counter\n"
         "chatterbox_jobs_total{outcome=\"ok\"} %llu\nchatterbox_jobs_total{outcome=\"cancelled\"} %llu\n"
         "chatterbox_jobs_total{outcome=\"failed\"} %llu\n", S.jobs_done, S.jobs_cancelled, S.jobs_failed);
+    cbx_model_stats ms;
+    if (cbx_model_get_stats(S.model, &ms) == CBX_OK) {
+        OUT("# HELP chatterbox_t3_steps_total Batched T3 decode steps (all running requests in one step).\n"
+            "# TYPE chatterbox_t3_steps_total counter\nchatterbox_t3_steps_total %lld\n", (long long)ms.t3_steps);
+        OUT("# HELP chatterbox_t3_tokens_total T3 rows decoded (speech tokens; a CFG pair decodes two rows).\n"
+            "# TYPE chatterbox_t3_tokens_total counter\nchatterbox_t3_tokens_total %lld\n", (long long)ms.t3_rows);
+        OUT("# HELP chatterbox_t3_batch_rows_max The most rows in one T3 step so far.\n"
+            "# TYPE chatterbox_t3_batch_rows_max gauge\nchatterbox_t3_batch_rows_max %lld\n",
+            (long long)ms.t3_max_rows);
+    }
     OUT("# HELP chatterbox_first_audio_seconds Time from accepting a speech request to its first audio.\n"
         "# TYPE chatterbox_first_audio_seconds histogram\n");
     unsigned long long cum = 0;

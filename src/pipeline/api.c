@@ -20,6 +20,7 @@
 #include "core/tensor.h"
 #include "io/model_file.h"
 #include "pipeline/engine.h"
+#include "pipeline/scheduler.h"
 #include "pipeline/vc.h"
 
 struct cbx_model {
@@ -160,6 +161,19 @@ int cbx_model_sample_rate(const cbx_model *model)
 {
     (void)model;
     return ENGINE_SAMPLE_RATE;
+}
+
+cbx_status cbx_model_get_stats(const cbx_model *model, cbx_model_stats *stats)
+{
+    if (!model || !stats) return CBX_ERR_INVALID_ARG;
+    memset(stats, 0, sizeof *stats);
+    if (!model->m) return CBX_OK;
+    struct sched_stats st;
+    engine_model_sched_stats(model->m, &st);
+    stats->t3_steps = st.steps;
+    stats->t3_rows = st.rows;
+    stats->t3_max_rows = st.max_rows;
+    return CBX_OK;
 }
 
 const char *cbx_model_variant(const cbx_model *model)

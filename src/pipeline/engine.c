@@ -181,6 +181,10 @@ enum model_variant engine_model_variant(const struct engine_model *m) { return m
 const struct t3_model *engine_model_t3(const struct engine_model *m) { return &m->t3; }
 const struct model *engine_model_file(const struct engine_model *m) { return m->file; }
 const struct s3gen *engine_model_s3gen(const struct engine_model *m) { return m->has_s3gen ? &m->s3 : NULL; }
+void engine_model_sched_stats(const struct engine_model *m, struct sched_stats *st)
+{
+    sched_get_stats(m->sched, st);
+}
 
 /* ---- working memory ------------------------------------------------------ */
 

@@ -161,6 +161,9 @@ struct model;
 struct s3gen;
 const struct model *engine_model_file(const struct engine_model *m);
 const struct s3gen *engine_model_s3gen(const struct engine_model *m);
+/* The figures of m's T3 scheduler (scheduler.h). */
+struct sched_stats;
+void engine_model_sched_stats(const struct engine_model *m, struct sched_stats *st);
 /* Wall seconds engine_model_load took. */
 double engine_model_load_seconds(const struct engine_model *m);
 /* The built-in voice (conds.pt); borrowed from m. */

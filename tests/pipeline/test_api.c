@@ -48,6 +48,8 @@ static void load_fails(const char *what_path, const char *path, cbx_status want,
 
 static void no_model(void)
 {
+    cbx_model_stats ms;
+    CHECK(cbx_model_get_stats(NULL, &ms) == CBX_ERR_INVALID_ARG, "cbx_model_get_stats(NULL) is refused");
     CHECK(!strcmp(cbx_version(), CBX_VERSION_STRING), "cbx_version %s = header %s", cbx_version(),
           CBX_VERSION_STRING);
     cbx_synth_params p = cbx_synth_default_params();

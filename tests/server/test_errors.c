@@ -354,6 +354,11 @@ int main(void)
     CHECK(n400 >= 30, "metrics count the 400s: %g", n400);
     CHECK(metric("chatterbox_requests_total{code=\"429\"} ") == 1, "metrics count the 429");
     CHECK(metric("chatterbox_first_audio_seconds_count ") >= 1, "first-audio histogram has samples");
+    const double steps = metric("chatterbox_t3_steps_total "), toks = metric("chatterbox_t3_tokens_total ");
+    const double rows_max = metric("chatterbox_t3_batch_rows_max ");
+    printf("T3 scheduler: %g steps, %g rows, at most %g rows in a step\n", steps, toks, rows_max);
+    CHECK(steps > 0 && toks >= steps && rows_max >= 1 && rows_max <= toks, "T3 batch metrics: %g steps, %g rows, max %g",
+          steps, toks, rows_max);
 
     /* SIGTERM: exit 0 */
     kill(pid, SIGTERM);
