@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""soak.py - bounded soak of `chatterbox serve` on loopback (a dev tool, not
-a ctest: minutes long). Usage:
+"""soak.py - bounded soak of `chatterbox serve` on loopback (ctest
+server_soak runs it for 20 s with 4 clients, also under the sanitizers;
+longer runs by hand). Usage:
 
     tests/server/soak.py CHATTERBOX_BINARY MODEL [CLIENTS=8] [SECONDS=60]
 
