@@ -882,15 +882,23 @@ static enum MHD_Result speech(struct MHD_Connection *c, struct rq *q)
     return res;
 }
 
-static enum MHD_Result models(struct MHD_Connection *c, struct rq *q)
+/* An OpenAI list, {"object":"list","data":[]}, with *data its array; NULL
+ * when out of memory. */
+static cJSON *list_object(cJSON **data)
 {
     cJSON *root = cJSON_CreateObject();
-    cJSON *data = root ? cJSON_AddArrayToObject(root, "data") : NULL;
-    if (!data) {
+    *data = root ? cJSON_AddArrayToObject(root, "data") : NULL;
+    if (!*data || !cJSON_AddStringToObject(root, "object", "list")) {
         cJSON_Delete(root);
-        ERR(500, "server_error", NULL, NULL, "out of memory");
+        return NULL;
     }
-    cJSON_AddStringToObject(root, "object", "list");
+    return root;
+}
+
+static enum MHD_Result models(struct MHD_Connection *c, struct rq *q)
+{
+    cJSON *data = NULL, *root = list_object(&data);
+    if (!root) ERR(500, "server_error", NULL, NULL, "out of memory");
     const char *ids[] = {S.model_id, "tts-1", "tts-1-hd", "gpt-4o-mini-tts"};
     for (size_t i = 0; i < 4; i++) {
         cJSON *m = cJSON_CreateObject();
@@ -980,13 +988,8 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
 
 static enum MHD_Result voices_list(struct MHD_Connection *c, struct rq *q)
 {
-    cJSON *root = cJSON_CreateObject();
-    cJSON *data = root ? cJSON_AddArrayToObject(root, "data") : NULL;
-    if (!data) {
-        cJSON_Delete(root);
-        ERR(500, "server_error", NULL, NULL, "out of memory");
-    }
-    cJSON_AddStringToObject(root, "object", "list");
+    cJSON *data = NULL, *root = list_object(&data);
+    if (!root) ERR(500, "server_error", NULL, NULL, "out of memory");
     char *names[1024];
     size_t nn = 0;
     if (S.voices_dir) {
@@ -1455,12 +1458,7 @@ int cmd_serve(int argc, char **argv)
         }
     }
     signal(SIGPIPE, SIG_IGN);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    cli_on_stop_signals(on_signal);
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     d = MHD_start_daemon(flags, (uint16_t)S.port, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
