@@ -83,11 +83,29 @@ typedef struct cbx_model_params {
      * differs. Borrowed: read during cbx_model_load only (the file itself
      * stays mapped by the model). NULL (the default): the model's T3. */
     const char *t3_path;
+    /* Where the weights live and the calls compute: "cpu", "cuda" (GPU 0),
+     * "cuda:N", or "auto"/NULL (the default): cuda when this library was
+     * built with it and a GPU is present, else cpu. Every context of the
+     * model computes on the same kind (a cuda context has a stream of its
+     * own; voices from audio, cbx_voice_load, are made on the CPU). An unknown name, a
+     * backend this build lacks, no GPU or a driver error make
+     * cbx_model_load fail with one line (cbx_backends lists them). */
+    const char *backend;
 } cbx_model_params;
 
 /* Defaults of every field (fields are only ever appended).
  * Thread safety: any thread, concurrently. */
 CBX_API cbx_model_params cbx_model_default_params(void);
+
+/* The backends this library has, one line each ("cpu   yes  2 threads,
+ * avx512", "cuda:0 yes  NVIDIA H200, ..."), into buf (len bytes,
+ * truncated); returns what "auto" picks here ("cpu" or "cuda"; static).
+ * Thread safety: any thread, concurrently. */
+CBX_API const char *cbx_backends(char *buf, size_t len);
+
+/* The backend the model's weights are on ("cpu" or "cuda"; static text).
+ * Thread safety: any thread, concurrently. */
+CBX_API const char *cbx_model_backend(const cbx_model *model);
 
 /* Load a model from path: a Hugging Face snapshot directory or a .gguf made
  * by `chatterbox convert`, any variant (turbo, nano, english, mtl-v2,

@@ -1,6 +1,8 @@
 /* cli.c - helpers shared by the subcommands: usage errors and checked
  * option values (see cli.h). */
 #include "cli.h"
+
+#include "core/backend.h"
 #include "hf_download.h"
 
 #include <errno.h>
@@ -109,4 +111,12 @@ const char *cli_prefix_dir(const char *opt, bool off, char *buf, size_t n)
     if (n < 16 || hf_cache_root(buf, n - 16) != CBX_OK) return NULL;
     strcat(buf, "/prefixes");
     return buf;
+}
+
+bool cli_backend_ok(const char *cmd, const char *val)
+{
+    char err[ERR_MAX];
+    if (backend_name_ok(val, err)) return true;
+    cli_usage_error(cmd, "--backend: %s", err);
+    return false;
 }

@@ -79,6 +79,15 @@ bool cli_gen_apply(const struct cli_gen *g, const char *cmd, const struct engine
                    struct engine_params *p);
 void cli_gen_free(struct cli_gen *g);
 
+/* The --help line of --backend (every command that computes). */
+#define CLI_BACKEND_HELP                                                                    \
+    "  --backend NAME            cpu, cuda, cuda:N or auto (default: cuda when built\n"  \
+    "                            and a GPU is present, else cpu; 'info --backends')\n"
+
+/* Whether val names a backend of this build (core/backend.h); else a
+ * usage error on stderr naming cmd and the names there are. */
+bool cli_backend_ok(const char *cmd, const char *val);
+
 /* fn for SIGINT and SIGTERM (sigaction, no flags). */
 void cli_on_stop_signals(void (*fn)(int));
 /* The voice prefix store a command uses: opt (--prefix-cache DIR), else

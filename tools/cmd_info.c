@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "core/backend.h"
 #include "io/model_file.h"
 
 #define GGML_MAX_NAME 64 /* ggml.h: names must be shorter than this */
@@ -18,11 +19,15 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: chatterbox info FILE|DIR [--tensors]\n"
+            "       chatterbox info --backends\n"
             "\n"
             "Describe a model: a GGUF file written by 'chatterbox convert' or a\n"
-            "Hugging Face model directory.\n"
+            "Hugging Face model directory; or list the compute backends this\n"
+            "build has and whether each can run here (--backend NAME of say,\n"
+            "serve, vc, vocode, voice and tokens).\n"
             "\n"
             "  --tensors   also list every tensor (name, type, shape)\n"
+            "  --backends  list the backends (and what 'auto' picks) and exit\n"
             "  -h, --help  this text\n");
 }
 
@@ -113,6 +118,12 @@ int cmd_model_info(int argc, char **argv)
             return 0;
         }
         if (!strcmp(o, "--tensors")) { list = true; continue; }
+        if (!strcmp(o, "--backends")) {
+            char buf[2048];
+            backend_describe(buf, sizeof buf);
+            printf("%sauto: %s\n", buf, backend_auto_name());
+            return 0;
+        }
         if (o[0] == '-') return usage_error("unknown option '%s'", o);
         if (path) return usage_error("more than one model ('%s', '%s')", path, o);
         path = o;

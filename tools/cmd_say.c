@@ -55,6 +55,7 @@ static void usage(FILE *f)
             "  --no-split                speak the whole text as one segment (as upstream)\n"
             "  --pause-ms N              silence between segments (default 100)\n"
             "  --threads N               CPU threads (default: all)\n"
+            CLI_BACKEND_HELP
             "  --stream                  audio in chunks while generating: with '-o -'\n"
             "                            each chunk is written and flushed at once\n"
             "                            (first audio after 10 speech tokens)\n"
@@ -306,6 +307,7 @@ static int say_main(int argc, char **argv, struct cli_gen *g)
                *voice_path = NULL, *out_path = NULL, *format = NULL;
     struct engine_params ep = engine_default_params();
     int threads = 0, quiet = 0, verbose = 0, lines = 0, no_prefix_cache = 0;
+    const char *backend_name = NULL; /* --backend: engine_load_params.backend */
     const char *prefix_cache = NULL;
     double v;
     for (int i = 1; i < argc; i++) {
@@ -332,7 +334,7 @@ static int say_main(int argc, char **argv, struct cli_gen *g)
             continue;
         }
         static const char *const with_value[] = {
-            "-o", "--output", "--format", "--text-file", "--model", "--voice", "--seed", "--cfm-steps", "--threads",
+            "-o", "--output", "--format", "--text-file", "--model", "--voice", "--seed", "--cfm-steps", "--threads", "--backend",
             "--pause-ms", "--stream-prompt", "--stream-first-prompt", "--precision", "--prefix-cache", "-t"};
         if (cli_gen_is_option(o)) {
             if (i + 1 >= argc) return usage_error("%s needs a value", o);
@@ -361,6 +363,7 @@ static int say_main(int argc, char **argv, struct cli_gen *g)
             else return usage_error("--precision: '%s' is not auto, f32 or bf16", val);
         }
         else if (!strcmp(o, "--pause-ms")) { if (!parse_int(o, val, 0, 60000, &ep.pause_ms)) return 2; }
+        else if (!strcmp(o, "--backend")) { if (!cli_backend_ok("say", val)) return 2; backend_name = val; }
         else if (!strcmp(o, "--threads") || !strcmp(o, "-t")) { if (!parse_num(o, val, 1, 1024, &v)) return 2; threads = (int)v; }
     }
     (void)v;
@@ -439,6 +442,7 @@ static int say_main(int argc, char **argv, struct cli_gen *g)
     char pdir[4096];
     lp.prefix_dir = cli_prefix_dir(prefix_cache, no_prefix_cache, pdir, sizeof pdir);
     lp.t3_path = g->t3;
+    lp.backend = backend_name;
     if ((rc = engine_model_load(model_path, &lp, &m, err)) != CBX_OK) goto fail;
     if (interrupted) goto fail;
     if (!cli_gen_apply(g, "say", m, &ep)) {
@@ -447,10 +451,11 @@ static int say_main(int argc, char **argv, struct cli_gen *g)
         return 2;
     }
     if (s.verbose)
-        fprintf(stderr, "say: model %s (%s) loaded in %.2f s\n", model_path,
-                variant_get(engine_model_variant(m))->name, engine_model_load_seconds(m));
-    if (!(be = backend_cpu_create(threads))) {
-        rc = err_setf(err, CBX_ERR_NOMEM, "cannot start %d threads", threads);
+        fprintf(stderr, "say: model %s (%s) loaded in %.2f s on %s\n", model_path,
+                variant_get(engine_model_variant(m))->name, engine_model_load_seconds(m),
+                engine_model_backend(m)->name);
+    if (!(be = backend_create_like(engine_model_backend(m), threads, false, err))) {
+        rc = CBX_ERR_NOMEM;
         goto fail;
     }
     if (voice_path) {
@@ -507,7 +512,7 @@ fail:
     free(s.s16);
     free(pcm);
     conds_free(&voice);
-    backend_cpu_free(be);
+    backend_free(be);
     engine_model_free(m);
     free(text);
     return status;

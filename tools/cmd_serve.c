@@ -89,6 +89,8 @@ static void usage(FILE *f)
             "  --queue N             requests waiting beyond those (default 16;\n"
             "                        more get 429 with Retry-After)\n"
             "  --threads N           CPU threads per synthesis (default: all)\n"
+            "  --backend NAME        cpu, cuda, cuda:N or auto (default: cuda when built\n"
+            "                        and a GPU is present, else cpu; 'info --backends')\n"
             "  --timeout S           per-request deadline in seconds, queueing\n"
             "                        included (default 300)\n"
             "  --max-input N         most characters of 'input' (default 4096)\n"
@@ -154,7 +156,7 @@ static const double buckets[N_BUCKETS] = {0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30}
 
 static struct server {
     /* configuration */
-    const char *model_path, *voices_dir, *api_key, *host;
+    const char *model_path, *voices_dir, *api_key, *host, *backend;
     int port, max_streams, queue_cap, threads, quiet;
     double timeout, grace;
     size_t max_input, max_body;
@@ -1345,7 +1347,7 @@ int cmd_serve(int argc, char **argv)
         if (!strcmp(o, "--quiet") || !strcmp(o, "-q")) { S.quiet = 1; continue; }
         if (!strcmp(o, "--no-prefix-cache")) { no_prefix_cache = 1; continue; }
         static const char *const with_value[] = {"--model", "--host", "--port", "--voices", "--api-key",
-                                                 "--max-streams", "--queue", "--threads", "-t", "--timeout",
+                                                 "--max-streams", "--queue", "--threads", "-t", "--backend", "--timeout",
                                                  "--max-input", "--max-body", "--grace", "--prefix-cache"};
         int known = 0;
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(o, with_value[k]);
@@ -1360,6 +1362,7 @@ int cmd_serve(int argc, char **argv)
         else if (!strcmp(o, "--max-streams")) { if (!parse_count(o, v, 1, 256, &S.max_streams)) return 2; }
         else if (!strcmp(o, "--queue")) { if (!parse_count(o, v, 0, 100000, &S.queue_cap)) return 2; }
         else if (!strcmp(o, "--threads") || !strcmp(o, "-t")) { if (!parse_count(o, v, 1, 1024, &S.threads)) return 2; }
+        else if (!strcmp(o, "--backend")) { if (!cli_backend_ok("serve", v)) return 2; S.backend = v; }
         else if (!strcmp(o, "--timeout")) { if (!cli_parse_num("serve", o, v, 0.001, 86400, &S.timeout)) return 2; }
         else if (!strcmp(o, "--grace")) { if (!cli_parse_num("serve", o, v, 0, 86400, &S.grace)) return 2; }
         else if (!strcmp(o, "--max-input")) { if (!cli_parse_num("serve", o, v, 1, 1e7, &x)) return 2; S.max_input = (size_t)x; }
@@ -1411,6 +1414,7 @@ int cmd_serve(int argc, char **argv)
     char pdir[4096];
     prefix_cache = cli_prefix_dir(prefix_cache, no_prefix_cache, pdir, sizeof pdir);
     if (prefix_cache && *prefix_cache) mp.prefix_cache_dir = prefix_cache;
+    mp.backend = S.backend;
     char err[ERR_MAX];
     const double t0 = now();
     if (cbx_model_load(S.model_path, &mp, &S.model, err, sizeof err) != CBX_OK) {
@@ -1471,8 +1475,8 @@ int cmd_serve(int argc, char **argv)
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     const int bound = di ? di->port : S.port;
-    fprintf(stderr, "serve: %s (%s) ready in %.2f s; listening on http://%s%s%s:%d (%d streams, queue %d%s%s)\n",
-            S.model_path, S.model_id, now() - t0, ai->ai_family == AF_INET6 ? "[" : "", S.host,
+    fprintf(stderr, "serve: %s (%s on %s) ready in %.2f s; listening on http://%s%s%s:%d (%d streams, queue %d%s%s)\n",
+            S.model_path, S.model_id, cbx_model_backend(S.model), now() - t0, ai->ai_family == AF_INET6 ? "[" : "", S.host,
             ai->ai_family == AF_INET6 ? "]" : "", bound, S.max_streams, S.queue_cap, S.api_key ? ", API key" : "",
             S.voices_dir ? ", voices in " : "");
     if (S.voices_dir) fprintf(stderr, "serve: voices in %s\n", S.voices_dir);

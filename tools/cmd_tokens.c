@@ -35,6 +35,7 @@ static void usage(FILE *f)
             "  --seed N                  seed of every RNG stream (default 0)\n"
             "%s"
             "  --threads N               CPU threads (default: all)\n"
+            CLI_BACKEND_HELP
             "  --quiet                   no progress on stderr\n",
             cli_gen_help);
 }
@@ -58,7 +59,7 @@ static int on_progress(void *user, const struct engine_progress *e)
 
 int cmd_tokens(int argc, char **argv)
 {
-    const char *model = NULL, *text = NULL, *voice = NULL;
+    const char *model = NULL, *text = NULL, *voice = NULL, *backend = NULL;
     struct cli_gen g;
     memset(&g, 0, sizeof g);
     uint64_t seed = 0;
@@ -75,6 +76,7 @@ int cmd_tokens(int argc, char **argv)
         else if (!strcmp(o, "--model")) model = val;
         else if (!strcmp(o, "--text")) text = val;
         else if (!strcmp(o, "--voice")) voice = val;
+        else if (!strcmp(o, "--backend")) { ok = cli_backend_ok("tokens", val); backend = val; }
         else if (!strcmp(o, "--seed")) ok = cli_parse_u64("tokens", o, val, &seed);
         else if (!strcmp(o, "--threads")) ok = cli_parse_num("tokens", o, val, 1, 1024, &threads);
         else if (cli_gen_is_option(o)) ok = cli_gen_parse(&g, "tokens", o, val);
@@ -116,6 +118,7 @@ int cmd_tokens(int argc, char **argv)
     struct engine_load_params lp = engine_load_default_params();
     lp.t3_only = true;
     lp.t3_path = g.t3;
+    lp.backend = backend;
     struct engine_params ep = engine_default_params();
     cbx_status rc = engine_model_load(model, &lp, &m, err);
     if (rc != CBX_OK) goto fail;
@@ -124,8 +127,8 @@ int cmd_tokens(int argc, char **argv)
         goto done;
     }
     ep.seed = seed;
-    if (!(be = backend_cpu_create((int)threads))) {
-        rc = err_setf(err, CBX_ERR_NOMEM, "cannot start %d threads", (int)threads);
+    if (!(be = backend_create_like(engine_model_backend(m), (int)threads, false, err))) {
+        rc = CBX_ERR_NOMEM;
         goto fail;
     }
     if (voice && (rc = engine_voice_load(m, be, voice, &voice_c, err)) != CBX_OK) goto fail;
@@ -148,7 +151,7 @@ done:
     free(out);
     conds_free(&voice_c);
     engine_model_free(m);
-    backend_cpu_free(be);
+    backend_free(be);
     cli_gen_free(&g);
     return status;
 }

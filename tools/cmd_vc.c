@@ -46,6 +46,7 @@ static void usage(FILE *f)
             "  --seed N             seed of every random stream (default 0)\n"
             "  --cfm-steps N        flow-matching Euler steps (default 10)\n"
             "  --threads N          CPU threads (default: all)\n"
+            CLI_BACKEND_HELP
             "  --quiet              no progress on stderr\n");
 }
 
@@ -82,6 +83,7 @@ int cmd_vc(int argc, char **argv)
                *out_path = NULL, *format = NULL;
     struct vc_params p = vc_default_params(NULL);
     long long v, threads = 0;
+    const char *backend = NULL; /* --backend */
     int quiet = 0;
     uint64_t seed = 0;
     if (model_path && !*model_path) model_path = NULL;
@@ -102,6 +104,7 @@ int cmd_vc(int argc, char **argv)
         else if (!strcmp(o, "--format")) format = val;
         else if (!strcmp(o, "--seed")) { if (!cli_parse_u64("vc", o, val, &seed)) return 2; }
         else if (!strcmp(o, "--cfm-steps")) { if (!cli_parse_int("vc", o, val, 1, 1000, &v)) return 2; p.n_cfm_steps = (int)v; }
+        else if (!strcmp(o, "--backend")) { if (!cli_backend_ok("vc", val)) return 2; backend = val; }
         else if (!strcmp(o, "--threads")) { if (!cli_parse_int("vc", o, val, 1, 1024, &threads)) return 2; }
         else return cli_usage_error("vc", "unknown option '%s'", o);
     }
@@ -151,10 +154,10 @@ int cmd_vc(int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN); /* a closed stdout shows up as EPIPE */
     const double t0 = now();
-    if ((rc = vc_model_load(model_path, -1, &vm, err)) != CBX_OK) goto fail;
+    if ((rc = vc_model_load(model_path, -1, backend, &vm, err)) != CBX_OK) goto fail;
     const double t_load = now() - t0;
-    if (!(be = backend_cpu_create((int)threads))) {
-        rc = err_setf(err, CBX_ERR_NOMEM, "cannot start %lld threads", threads);
+    if (!(be = backend_create_like(vc_model_backend(vm), (int)threads, false, err))) {
+        rc = CBX_ERR_NOMEM;
         goto fail;
     }
     if (voice_path && (rc = vc_voice_load(vm, be, voice_path, &target, err)) != CBX_OK) goto fail;
@@ -194,7 +197,7 @@ fail:
     free(tok);
     conds_free(&target);
     io_audio_free(&src);
-    backend_cpu_free(be);
+    backend_free(be);
     vc_model_free(vm);
     return status;
 }

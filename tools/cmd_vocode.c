@@ -37,6 +37,7 @@ static void usage(FILE *f)
             "  --seed N             seed of every RNG stream (default 0)\n"
             "  --cfm-steps N        flow-matching Euler steps (default 2 meanflow, 10 standard)\n"
             "  --threads N          CPU threads (default: all)\n"
+            CLI_BACKEND_HELP
             "  --quiet              no progress on stderr\n");
 }
 
@@ -189,6 +190,7 @@ int cmd_vocode(int argc, char **argv)
                *format = NULL;
     struct s3gen_params sp = s3gen_default_params();
     long long v, threads = 0;
+    const char *backend = NULL; /* --backend */
     int quiet = 0;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
@@ -203,6 +205,7 @@ int cmd_vocode(int argc, char **argv)
         else if (!strcmp(o, "--format")) format = val;
         else if (!strcmp(o, "--seed")) { if (!cli_parse_u64("vocode", o, val, &sp.seed)) return 2; }
         else if (!strcmp(o, "--cfm-steps")) { if (!cli_parse_int("vocode", o, val, 1, 1000, &v)) return 2; sp.n_cfm_steps = (int)v; }
+        else if (!strcmp(o, "--backend")) { if (!cli_backend_ok("vocode", val)) return 2; backend = val; }
         else if (!strcmp(o, "--threads")) { if (!cli_parse_int("vocode", o, val, 1, 1024, &threads)) return 2; }
         else {
             fprintf(stderr, "chatterbox vocode: unknown option '%s' (see --help)\n", o);
@@ -259,8 +262,8 @@ int cmd_vocode(int argc, char **argv)
         goto fail;
     }
     struct weights w = model_weights(md, MODEL_S3GEN);
-    if (!(be = backend_cpu_create((int)threads))) {
-        rc = err_setf(err, CBX_ERR_NOMEM, "cannot start %lld threads", threads);
+    if (!(be = backend_create(backend, (int)threads, false, err))) {
+        rc = CBX_ERR_NOMEM;
         goto fail;
     }
     if ((rc = s3gen_load(&s3, &w, be, TYPE_F32, err)) != CBX_OK) goto fail;
@@ -283,6 +286,6 @@ fail:
     s3gen_free(&s3);
     conds_free(&vc);
     model_close(md);
-    backend_cpu_free(be);
+    backend_free(be);
     return status;
 }

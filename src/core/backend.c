@@ -3,11 +3,14 @@
 #include "backend.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
 #include "cpu/blas.h"
+#include "cpu_features.h"
+#include "error.h"
 #include "threadpool.h"
 
 #define HUGE_PAGE ((size_t)2 << 20)
@@ -100,4 +103,116 @@ const struct backend *backend_ref(void)
     /* filled once, by the first caller (others wait); constant afterwards */
     pthread_once(&ref_once, ref_init);
     return &ref_be;
+}
+
+/* ---- choosing a backend by name ------------------------------------------ */
+
+const char *backend_auto_name(void)
+{
+#ifdef CBX_HAVE_CUDA
+    if (backend_cuda_device_count() > 0) return "cuda";
+#endif
+    return "cpu";
+}
+
+/* "cuda" or "cuda:N" -> device N (0 when absent); -1 when name is not one */
+static int cuda_device_of(const char *name)
+{
+    if (strncmp(name, "cuda", 4) != 0) return -1;
+    if (!name[4]) return 0;
+    if (name[4] != ':' || !name[5] || strlen(name + 5) > 4) return -1;
+    int d = 0;
+    for (const char *p = name + 5; *p; p++) {
+        if (*p < '0' || *p > '9') return -1;
+        d = d * 10 + (*p - '0');
+    }
+    return d;
+}
+
+bool backend_name_ok(const char *name, char *err)
+{
+    if (!name || !*name || strcmp(name, "auto") == 0 || strcmp(name, "cpu") == 0) return true;
+#ifdef CBX_HAVE_CUDA
+    if (cuda_device_of(name) >= 0) return true;
+    err_setf(err, CBX_ERR_INVALID_ARG, "unknown backend '%s' (this build has: cpu, cuda, cuda:N, auto)", name);
+#else
+    if (cuda_device_of(name) >= 0)
+        err_setf(err, CBX_ERR_UNSUPPORTED,
+                 "backend '%s': this build has no CUDA backend (build with -DCBX_CUDA=ON); it has: cpu", name);
+    else
+        err_setf(err, CBX_ERR_INVALID_ARG, "unknown backend '%s' (this build has: cpu, auto)", name);
+#endif
+    return false;
+}
+
+struct backend *backend_create(const char *name, int n_threads, bool shared, char *err)
+{
+    if (!name || !*name || strcmp(name, "auto") == 0) name = backend_auto_name();
+    if (strcmp(name, "cpu") == 0) {
+        struct backend *be = cpu_create(n_threads, shared);
+        if (!be) err_setf(err, CBX_ERR_NOMEM, "cpu backend: cannot start %d threads", n_threads);
+        return be;
+    }
+    if (!backend_name_ok(name, err)) return NULL;
+#ifdef CBX_HAVE_CUDA
+    return backend_cuda_create(cuda_device_of(name), err);
+#else
+    return NULL;
+#endif
+}
+
+struct backend *backend_create_like(const struct backend *like, int n_threads, bool shared, char *err)
+{
+    if (!like || like->host) return backend_create("cpu", n_threads, shared, err);
+#ifdef CBX_HAVE_CUDA
+    char name[32];
+    snprintf(name, sizeof name, "cuda:%d", backend_cuda_device(like));
+    return backend_create(name, n_threads, shared, err);
+#else
+    err_setf(err, CBX_ERR_INTERNAL, "backend %s: this build cannot compute with it", like->name);
+    return NULL;
+#endif
+}
+
+void backend_free(struct backend *be)
+{
+    if (!be || be == &ref_be) return;
+#ifdef CBX_HAVE_CUDA
+    if (!be->host) {
+        backend_cuda_free(be);
+        return;
+    }
+#endif
+    backend_cpu_free(be);
+}
+
+bool backend_compatible(const struct backend *be, const struct backend *other)
+{
+    if (!be || !other) return be == other || (be ? be->host : other->host);
+    if (be->host || other->host) return be->host && other->host;
+#ifdef CBX_HAVE_CUDA
+    return backend_cuda_device(be) == backend_cuda_device(other);
+#else
+    return false;
+#endif
+}
+
+void backend_describe(char *buf, size_t n)
+{
+    size_t k = 0;
+    int w = snprintf(buf, n, "cpu   yes  %d threads, %s%s\n", tp_default_threads(),
+                     cpu_level_name(cpu_level()), cpu_amx_ready() ? " + AMX" : "");
+    if (w > 0) k = (size_t)w < n ? (size_t)w : n;
+#ifdef CBX_HAVE_CUDA
+    const int nd = backend_cuda_device_count();
+    if (nd == 0 && k < n) snprintf(buf + k, n - k, "cuda  no   built, but no CUDA device or driver here\n");
+    for (int d = 0; d < nd && k < n; d++) {
+        char dn[256];
+        if (!backend_cuda_device_name(d, dn, sizeof dn)) snprintf(dn, sizeof dn, "unreadable");
+        w = snprintf(buf + k, n - k, "cuda:%d yes  %s%s\n", d, dn, d == 0 ? " (\"cuda\")" : "");
+        if (w > 0) k += (size_t)w < n - k ? (size_t)w : n - k;
+    }
+#else
+    if (k < n) snprintf(buf + k, n - k, "cuda  no   not built (cmake -DCBX_CUDA=ON)\n");
+#endif
 }

@@ -155,7 +155,42 @@ struct backend *backend_cuda_create(int device, char *err);
 void backend_cuda_free(struct backend *be);
 /* CUDA devices present (0 when none or no driver). */
 int backend_cuda_device_count(void);
+/* Device number of a cuda backend; "name, N MiB, compute capability X.Y"
+ * of device d into buf (false when d does not exist). */
+int backend_cuda_device(const struct backend *be);
+bool backend_cuda_device_name(int d, char *buf, size_t n);
 #endif
+
+/* ---- choosing a backend by name (what --backend and the C API take) ----
+ * "cpu"; "cuda" or "cuda:N" (device N, default 0; only in a build with
+ * -DCBX_CUDA=ON); "auto" or NULL: cuda when this build has it and a device
+ * is present, else cpu. n_threads: the cpu backend's workers (0 = all
+ * online CPUs; ignored by cuda); shared: over the process-wide pool of that
+ * count (backend_cpu_create_shared). NULL on failure with one line in err
+ * (ERR_MAX bytes, or NULL): an unknown name (listing the names this build
+ * has), a backend not built, no device, a driver error, out of memory.
+ * Free with backend_free. */
+struct backend *backend_create(const char *name, int n_threads, bool shared, char *err);
+/* A backend to compute with on weights placed by `like`: of its kind (cpu
+ * with n_threads workers, over the shared pool when shared; or cuda on
+ * its device, with a stream of its own). NULL with one line in err. */
+struct backend *backend_create_like(const struct backend *like, int n_threads, bool shared, char *err);
+/* Free a backend made by any *_create here (after every arena and weight
+ * set on it); no-op on NULL and on backend_ref(). */
+void backend_free(struct backend *be);
+/* Whether name is one backend_create knows in this build (a name only:
+ * no device is looked for); else false with one line in err. */
+bool backend_name_ok(const char *name, char *err);
+/* What "auto" means in this process: "cuda" or "cpu" (static text). */
+const char *backend_auto_name(void);
+/* Whether be computes with the same kind of memory and weight layout as
+ * other: weights placed by one may be used by arenas of the other (both
+ * host, or both cuda on the same device). */
+bool backend_compatible(const struct backend *be, const struct backend *other);
+/* One line per backend this build has, for `info --backends`: name,
+ * whether usable here, and what (threads and SIMD level, or the GPU);
+ * written into buf (n bytes). */
+void backend_describe(char *buf, size_t n);
 
 /* Registration of each kernel group, one function per source file pair
  * (src/core/cpu/<group>.c, src/core/ref/<group>.c). */

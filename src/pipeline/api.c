@@ -29,6 +29,7 @@ struct cbx_model {
      * variant, else on first use (under mu) */
     struct vc_model *vc;
     char *path;
+    char *backend; /* cbx_model_params.backend (owned copy) or NULL */
     int wtype;
     pthread_mutex_t mu;
 };
@@ -57,7 +58,7 @@ static void put_err(char *buf, size_t len, const char *msg)
 
 cbx_model_params cbx_model_default_params(void)
 {
-    cbx_model_params p = {NULL, NULL, NULL};
+    cbx_model_params p = {NULL, NULL, NULL, NULL};
     return p;
 }
 
@@ -72,6 +73,10 @@ cbx_status cbx_model_load(const char *path, const cbx_model_params *params, cbx_
     *model = NULL;
     if (!path || !*path) {
         put_err(errbuf, errlen, "cbx_model_load: no model path given");
+        return CBX_ERR_INVALID_ARG;
+    }
+    if (params && !backend_name_ok(params->backend, err)) {
+        put_err(errbuf, errlen, err);
         return CBX_ERR_INVALID_ARG;
     }
     struct engine_load_params lp = engine_load_default_params();
@@ -89,6 +94,7 @@ cbx_status cbx_model_load(const char *path, const cbx_model_params *params, cbx_
     if (params) {
         lp.prefix_dir = params->prefix_cache_dir;
         lp.t3_path = params->t3_path;
+        lp.backend = params->backend;
     }
     cbx_model *h = calloc(1, sizeof *h);
     if (!h) {
@@ -96,6 +102,11 @@ cbx_status cbx_model_load(const char *path, const cbx_model_params *params, cbx_
         return CBX_ERR_NOMEM;
     }
     h->wtype = lp.wtype;
+    if (lp.backend && !(h->backend = strdup(lp.backend))) {
+        free(h);
+        put_err(errbuf, errlen, "out of memory");
+        return CBX_ERR_NOMEM;
+    }
     if (!(h->path = strdup(path))) {
         free(h);
         put_err(errbuf, errlen, "out of memory");
@@ -107,7 +118,7 @@ cbx_status cbx_model_load(const char *path, const cbx_model_params *params, cbx_
         /* a variant only voice conversion serves (english); else the
          * engine's message stands */
         char vc_err[ERR_MAX] = "";
-        cbx_status vrc = vc_model_load(path, lp.wtype, &h->vc, vc_err);
+        cbx_status vrc = vc_model_load(path, lp.wtype, lp.backend, &h->vc, vc_err);
         if (vrc != CBX_ERR_UNSUPPORTED) { /* the variant VC serves: its result */
             rc = vrc;
             memcpy(err, vc_err, sizeof err);
@@ -129,6 +140,7 @@ void cbx_model_free(cbx_model *model)
     engine_model_free(model->m);
     pthread_mutex_destroy(&model->mu);
     free(model->path);
+    free(model->backend);
     free(model);
 }
 
@@ -141,9 +153,10 @@ static cbx_status model_vc(const cbx_model *cm, struct vc_model **out, char *err
     cbx_status rc = CBX_OK;
     pthread_mutex_lock(&m->mu);
     if (!m->vc && m->m && engine_model_s3gen(m->m))
-        rc = vc_model_borrow(engine_model_file(m->m), engine_model_s3gen(m->m), &m->vc, err);
+        rc = vc_model_borrow(engine_model_file(m->m), engine_model_s3gen(m->m), engine_model_backend(m->m), &m->vc,
+                             err);
     else if (!m->vc)
-        rc = vc_model_load(m->path, m->wtype, &m->vc, err);
+        rc = vc_model_load(m->path, m->wtype, m->backend, &m->vc, err);
     *out = m->vc;
     pthread_mutex_unlock(&m->mu);
     return rc;
@@ -182,6 +195,19 @@ const char *cbx_model_variant(const cbx_model *model)
                                : model->m ? variant_get(engine_model_variant(model->m))
                                           : variant_get(model_get_variant(vc_model_file(model->vc)));
     return vi ? vi->name : "unknown";
+}
+
+const char *cbx_backends(char *buf, size_t len)
+{
+    if (buf && len) backend_describe(buf, len);
+    return backend_auto_name();
+}
+
+const char *cbx_model_backend(const cbx_model *model)
+{
+    if (!model) return "unknown";
+    const struct backend *be = model->m ? engine_model_backend(model->m) : vc_model_backend(model->vc);
+    return be->host ? "cpu" : "cuda";
 }
 
 /* ---- voice ---------------------------------------------------------------- */
@@ -241,7 +267,7 @@ void cbx_context_free(cbx_context *ctx)
 {
     if (!ctx) return;
     engine_work_free(ctx->work);
-    backend_cpu_free(ctx->be);
+    backend_free(ctx->be);
     free(ctx);
 }
 
@@ -335,11 +361,16 @@ static cbx_status ctx_backend(cbx_context *ctx, int n, const char *who)
      * back at the same address) */
     engine_work_free(ctx->work);
     ctx->work = NULL;
-    backend_cpu_free(ctx->be);
+    backend_free(ctx->be);
     ctx->be = NULL;
     ctx->be_threads = -1;
-    if (!(ctx->be = backend_cpu_create_shared(n)) || !(ctx->work = engine_work_create()))
-        return err_setf(ctx->err, CBX_ERR_NOMEM, "%s: cannot start %d threads", who, n);
+    const struct cbx_model *cm = ctx->model;
+    const struct backend *wbe = cm->m ? engine_model_backend(cm->m) : vc_model_backend(cm->vc);
+    char why[ERR_MAX];
+    if (!(ctx->be = backend_create_like(wbe, n, true, why)))
+        return err_setf(ctx->err, CBX_ERR_NOMEM, "%s: %s", who, why);
+    if (!(ctx->work = engine_work_create()))
+        return err_setf(ctx->err, CBX_ERR_NOMEM, "%s: out of memory", who);
     ctx->be_threads = n;
     return CBX_OK;
 }

@@ -71,7 +71,7 @@ static double now(void)
 
 struct engine_load_params engine_load_default_params(void)
 {
-    struct engine_load_params p = {-1, 0, NULL, false, NULL, NULL};
+    struct engine_load_params p = {-1, 0, NULL, false, NULL, NULL, NULL};
     return p;
 }
 
@@ -113,11 +113,11 @@ cbx_status engine_model_load(const char *path, const struct engine_load_params *
     const double t0 = now();
     struct engine_model *m = calloc(1, sizeof *m);
     if (!m) return err_setf(err, CBX_ERR_NOMEM, "out of memory");
-    /* the weights' backend: the caller's, else a cpu one of one thread
-     * (placement only; calls compute on their own backends) */
-    if (!(m->wbe = p->be) && !(m->wbe = m->own_be = backend_cpu_create(1))) {
+    /* the weights' backend: the caller's, else one named by p->backend
+     * (cpu: one thread, placement only; calls compute on their own) */
+    if (!(m->wbe = p->be) && !(m->wbe = m->own_be = backend_create(p->backend, 1, false, err))) {
         engine_model_free(m);
-        return err_setf(err, CBX_ERR_NOMEM, "out of memory");
+        return CBX_ERR_UNSUPPORTED;
     }
     cbx_status rc = model_open(path, &m->file, err);
     if (rc != CBX_OK) goto fail;
@@ -170,7 +170,7 @@ void engine_model_free(struct engine_model *m)
     conds_free(&m->builtin);
     s3gen_free(&m->s3);
     t3_free(&m->t3);
-    backend_cpu_free(m->own_be); /* after every weight placed on it */
+    backend_free(m->own_be); /* after every weight placed on it */
     weights_file_close(m->t3_file);
     text_tokenizer_free(m->tok);
     model_close(m->file);
@@ -236,6 +236,17 @@ static bool use_bf16(const struct engine_model *m, const struct engine_params *p
     return p->precision == ENGINE_PREC_BF16;
 }
 double engine_model_load_seconds(const struct engine_model *m) { return m->t_load; }
+const struct backend *engine_model_backend(const struct engine_model *m) { return m->wbe; }
+
+/* be can compute with m's weights (same memory and layout kind) */
+static cbx_status check_backend(const struct engine_model *m, const struct backend *be, char *err)
+{
+    if (!m || !be) return err_setf(err, CBX_ERR_INVALID_ARG, "no model or backend");
+    if (!backend_compatible(be, m->wbe))
+        return err_setf(err, CBX_ERR_INVALID_ARG, "the model's weights are on backend %s; backend %s cannot use them",
+                        m->wbe->name, be->name);
+    return CBX_OK;
+}
 const struct text_tokenizer *engine_model_tokenizer(const struct engine_model *m) { return m->tok; }
 const struct conds *engine_model_voice(const struct engine_model *m)
 {
@@ -337,8 +348,8 @@ static cbx_status resolve_voice(const struct engine_model *m, const struct conds
 cbx_status engine_prepare_voice(const struct engine_model *m, const struct backend *be,
                                 const struct conds *voice, char *err)
 {
-    if (!m || !be) return err_setf(err, CBX_ERR_INVALID_ARG, "no model or backend");
-    cbx_status rc = resolve_voice(m, &voice, err);
+    cbx_status rc = check_backend(m, be, err);
+    if (rc == CBX_OK) rc = resolve_voice(m, &voice, err);
     if (rc != CBX_OK || prefix_cache_capacity(m->pc) == 0) return rc;
     struct prefix_cache_ent *e = NULL;
     double t = 0;
@@ -789,9 +800,10 @@ cbx_status engine_tokens(const struct engine_model *m, const struct backend *be,
 {
     *tokens = NULL;
     *n = 0;
-    if (!m || !be || !p) return err_setf(err, CBX_ERR_INVALID_ARG, "no model, backend or parameters");
+    if (!p) return err_setf(err, CBX_ERR_INVALID_ARG, "no parameters");
     if (!text && !p->text_ids) return err_setf(err, CBX_ERR_INVALID_ARG, "no text given");
-    cbx_status rc = resolve_voice(m, &voice, err);
+    cbx_status rc = check_backend(m, be, err);
+    if (rc == CBX_OK) rc = resolve_voice(m, &voice, err);
     if (rc != CBX_OK) return rc;
     struct conds tmp;
     voice = with_exaggeration(m, voice, p, &tmp);
@@ -821,7 +833,8 @@ cbx_status engine_synthesize(const struct engine_model *m, const struct backend 
     memset(st, 0, sizeof *st);
     if (pcm) *pcm = NULL;
     if (n) *n = 0;
-    if (!m || !be) return err_setf(err, CBX_ERR_INVALID_ARG, "no model or backend");
+    cbx_status brc = check_backend(m, be, err);
+    if (brc != CBX_OK) return brc;
     if (!m->has_s3gen) return err_setf(err, CBX_ERR_INVALID_ARG, "the model was loaded without S3Gen (t3_only)");
     struct engine_params dp = engine_model_default_params(m);
     if (!p) p = &dp;

@@ -137,7 +137,12 @@ struct engine_load_params {
                                * at load, core/weights.h); it must outlive
                                * the model, and the backends the calls
                                * compute with must be of its kind. NULL: a
-                               * cpu backend the model makes and owns */
+                               * backend the model makes and owns, named by
+                               * `backend` */
+    const char *backend;      /* when be is NULL: "cpu", "cuda", "cuda:N"
+                               * or "auto"/NULL (cuda when built and a
+                               * device is present, else cpu;
+                               * core/backend.h backend_create) */
 };
 struct engine_load_params engine_load_default_params(void);
 
@@ -164,6 +169,8 @@ const struct s3gen *engine_model_s3gen(const struct engine_model *m);
 /* The figures of m's T3 scheduler (scheduler.h). */
 struct sched_stats;
 void engine_model_sched_stats(const struct engine_model *m, struct sched_stats *st);
+/* The backend holding m's weights (engine_load_params). */
+const struct backend *engine_model_backend(const struct engine_model *m);
 /* Wall seconds engine_model_load took. */
 double engine_model_load_seconds(const struct engine_model *m);
 /* The built-in voice (conds.pt); borrowed from m. */

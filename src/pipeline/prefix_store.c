@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "chatterbox.h"
+#include "core/backend.h"
 #include "core/build_id.h"
 #include "core/cpu_features.h"
 #include "io/atomic_file.h"
@@ -76,13 +77,21 @@ static void hash_tensor(struct sha256 *s, const char *what, const struct tensor 
     hash_u64(s, t->extra != NULL); /* a backend layout (was: the packed flag) */
     const size_t nb = tensor_nbytes(t), span = 1024, spans = 4;
     if (!t->data) return;
+    /* device weights: the spans are copied to the host first, and the
+     * backend is part of the key (its kernels computed the prefix) */
+    const bool dev = t->be && !t->be->host;
+    if (dev) sha256_update(s, t->be->name, strlen(t->be->name) + 1);
+    char buf[1024 * 4];
     if (nb <= span * spans) {
-        sha256_update(s, t->data, nb);
+        if (dev) t->be->to_host(t->be, buf, t->data, nb);
+        sha256_update(s, dev ? buf : t->data, nb);
         return;
     }
     for (size_t i = 0; i < spans; i++) {
         size_t off = (nb - span) / (spans - 1) * i;
-        sha256_update(s, (const char *)t->data + off, span);
+        const char *p = (const char *)t->data + off;
+        if (dev) t->be->to_host(t->be, buf, p, span);
+        sha256_update(s, dev ? buf : p, span);
     }
 }
 

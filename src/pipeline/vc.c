@@ -23,8 +23,9 @@ struct vc_model {
     struct conds builtin;        /* conds.pt "gen" (and "t3", unused) */
     bool has_builtin;
     char builtin_err[ERR_MAX];   /* why there is no built-in voice */
-    struct backend *wbe;         /* holds own_s3's and tok's weights (a cpu
-                                  * backend of one thread: placement only) */
+    const struct backend *wbe;   /* holds own_s3's and tok's weights */
+    struct backend *own_be;      /* wbe when vc_model_load made it (cpu: one
+                                  * thread, placement only) */
 };
 
 /* The variant check and the parts made over file and s3 (either call). */
@@ -40,7 +41,6 @@ static cbx_status vc_model_init(struct vc_model *vm, const char *name, char *err
         return err_setf(err, CBX_ERR_FORMAT, "%s: the S3Gen weights are meanflow (Turbo/Nano), want the "
                         "standard english S3Gen", name);
     struct weights w = model_weights(vm->file, MODEL_S3GEN);
-    if (!vm->wbe && !(vm->wbe = backend_cpu_create(1))) return err_setf(err, CBX_ERR_NOMEM, "out of memory");
     cbx_status rc = s3tok_load(&vm->tok, &w, vm->wbe, err);
     if (rc != CBX_OK) return rc;
     /* a model without a built-in voice still converts to given voices */
@@ -54,7 +54,8 @@ static cbx_status vc_model_init(struct vc_model *vm, const char *name, char *err
 }
 
 /* ChatterboxVC.from_local */
-cbx_status vc_model_load(const char *path, int wtype, struct vc_model **out, char *err)
+cbx_status vc_model_load(const char *path, int wtype, const char *backend, struct vc_model **out,
+                         char *err)
 {
     *out = NULL;
     if (!path || !*path) return err_setf(err, CBX_ERR_INVALID_ARG, "no model path given");
@@ -63,6 +64,10 @@ cbx_status vc_model_load(const char *path, int wtype, struct vc_model **out, cha
     cbx_status rc = model_open(path, &vm->own_file, err);
     if (rc != CBX_OK) goto fail;
     vm->file = vm->own_file;
+    if (!(vm->wbe = vm->own_be = backend_create(backend, 1, false, err))) {
+        rc = CBX_ERR_UNSUPPORTED;
+        goto fail;
+    }
     enum model_variant v = model_get_variant(vm->file);
     if (v != MODEL_ENGLISH) { /* refused before S3Gen is loaded */
         rc = vc_model_init(vm, path, err);
@@ -70,10 +75,6 @@ cbx_status vc_model_load(const char *path, int wtype, struct vc_model **out, cha
     }
     struct weights w = model_weights(vm->file, MODEL_S3GEN);
     const int wt = wtype >= 0 ? wtype : model_stored_wtype(vm->file);
-    if (!(vm->wbe = backend_cpu_create(1))) {
-        rc = err_setf(err, CBX_ERR_NOMEM, "out of memory");
-        goto fail;
-    }
     if ((rc = s3gen_load(&vm->own_s3, &w, vm->wbe, (enum dtype)wt, err)) != CBX_OK) goto fail;
     vm->s3 = &vm->own_s3;
     if ((rc = vc_model_init(vm, path, err)) != CBX_OK) goto fail;
@@ -84,15 +85,16 @@ fail:
     return rc;
 }
 
-cbx_status vc_model_borrow(const struct model *file, const struct s3gen *s3, struct vc_model **out,
-                           char *err)
+cbx_status vc_model_borrow(const struct model *file, const struct s3gen *s3, const struct backend *be,
+                           struct vc_model **out, char *err)
 {
     *out = NULL;
-    if (!file) return err_setf(err, CBX_ERR_INVALID_ARG, "no model given");
+    if (!file || !be) return err_setf(err, CBX_ERR_INVALID_ARG, "no model or backend given");
     struct vc_model *vm = calloc(1, sizeof *vm);
     if (!vm) return err_setf(err, CBX_ERR_NOMEM, "out of memory");
     vm->file = file;
     vm->s3 = s3;
+    vm->wbe = be;
     cbx_status rc = vc_model_init(vm, "the model", err);
     if (rc != CBX_OK) {
         vc_model_free(vm);
@@ -108,12 +110,13 @@ void vc_model_free(struct vc_model *vm)
     conds_free(&vm->builtin);
     s3tok_free(vm->tok);
     s3gen_free(&vm->own_s3);
-    backend_cpu_free(vm->wbe); /* after every weight placed on it */
+    backend_free(vm->own_be); /* after every weight placed on it */
     model_close(vm->own_file);
     free(vm);
 }
 
 const struct model *vc_model_file(const struct vc_model *vm) { return vm->file; }
+const struct backend *vc_model_backend(const struct vc_model *vm) { return vm->wbe; }
 
 const struct conds *vc_model_voice(const struct vc_model *vm) { return vm->has_builtin ? &vm->builtin : NULL; }
 
@@ -212,6 +215,9 @@ cbx_status vc_convert(const struct vc_model *vm, const struct backend *be, const
                             "voice (%s)", vm->builtin_err);
         target = &vm->builtin;
     }
+    if (!backend_compatible(be, vm->wbe))
+        return err_setf(err, CBX_ERR_INVALID_ARG, "the model's weights are on backend %s; backend %s cannot use them",
+                        vm->wbe->name, be ? be->name : "(none)");
     cbx_status rc = vc_check_target(target, "target voice", err);
     if (rc != CBX_OK) return rc;
     struct vc_params dp = vc_default_params(vm);

@@ -50,16 +50,24 @@ struct vc_model; /* opaque: model file, S3Gen, S3Tokenizer, built-in voice */
  * tokenizer included) and the built-in voice when conds.pt has one.
  * wtype: enum dtype of S3Gen's estimator weights, < 0 as stored. Another
  * variant is refused (CBX_ERR_UNSUPPORTED) naming it. *out owned by the
- * caller, free with vc_model_free(); on failure NULL and err says why. */
-cbx_status vc_model_load(const char *path, int wtype, struct vc_model **out, char *err);
+ * caller, free with vc_model_free(); on failure NULL and err says why.
+ * backend: where the weights go, as engine_load_params.backend ("cpu",
+ * "cuda", "auto" or NULL). */
+cbx_status vc_model_load(const char *path, int wtype, const char *backend, struct vc_model **out,
+                         char *err);
 /* The same over a model file and an S3Gen loaded elsewhere (a text-to-
  * speech engine's: engine_model_file, engine_model_s3gen), so a program
  * that speaks and converts holds S3Gen once. Both are borrowed and must
- * outlive *out; only the S3Tokenizer and the built-in voice are made. The
+ * outlive *out; only the S3Tokenizer and the built-in voice are made, on
+ * be (the backend holding s3's weights, engine_model_backend). The
  * variant rules are vc_model_load's. */
 struct s3gen;
-cbx_status vc_model_borrow(const struct model *file, const struct s3gen *s3, struct vc_model **out,
-                           char *err);
+struct backend;
+cbx_status vc_model_borrow(const struct model *file, const struct s3gen *s3, const struct backend *be,
+                           struct vc_model **out, char *err);
+/* The backend holding vm's weights: vc_convert computes on one of its kind
+ * (core/backend.h backend_compatible). */
+const struct backend *vc_model_backend(const struct vc_model *vm);
 void vc_model_free(struct vc_model *vm); /* no-op on NULL */
 
 /* The opened model file (variant, weights); borrowed from vm. */

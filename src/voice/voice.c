@@ -468,6 +468,9 @@ cbx_status voice_prepare(const struct voice_models *vm, const struct backend *be
                          struct voice_report *rep, char *err)
 {
     memset(out, 0, sizeof *out);
+    if (!be || !be->host)
+        return err_setf(err, CBX_ERR_INVALID_ARG, "voice: voices are made on the cpu backend, not %s",
+                        be ? be->name : "(none)");
     struct voice_report r;
     memset(&r, 0, sizeof r);
     r.loudness_lufs = NAN;
@@ -696,7 +699,9 @@ static cbx_status load_any(const char *path, const struct model_dir *md, const s
     struct backend *own = NULL;
     cbx_status rc = md ? voice_models_load(md, &vm, err) : voice_models_load_model(m, &vm, err);
     if (rc != CBX_OK) return rc;
-    if (!be && !(be = own = backend_cpu_create(0))) {
+    /* the voice networks' weights are on the cpu: a device backend's
+     * caller gets the voice made there */
+    if ((!be || !be->host) && !(be = own = backend_cpu_create(0))) {
         voice_models_free(vm);
         return err_setf(err, CBX_ERR_NOMEM, "voice: cannot start the CPU backend");
     }

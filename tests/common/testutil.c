@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/backend.h"
+#include "core/ops.h"
 #include "core/rng.h"
 #include "io/audio.h"
 #include "io/model_dir.h"
@@ -65,12 +66,30 @@ void fill_uniform(float *dst, size_t n, float lo, float hi, uint64_t seed)
     for (size_t i = 0; i < n; i++) dst[i] = lo + (hi - lo) * rng_uniform(&s);
 }
 
+const char *test_backend_name(void)
+{
+    const char *n = getenv("CBX_TEST_BACKEND");
+    return n && *n ? n : "cpu";
+}
+
 const struct backend *test_backend(void)
 {
     static struct backend *be;
-    if (!be && !(be = backend_cpu_create(0))) {
-        fprintf(stderr, "test: no cpu backend\n");
-        exit(1);
+    char err[ERR_MAX];
+    if (!be && !(be = backend_create(test_backend_name(), 0, false, err))) {
+        fprintf(stderr, "test: %s\n", err);
+        exit(2);
+    }
+    return be;
+}
+
+struct backend *test_compute_backend(int n_threads)
+{
+    char err[ERR_MAX];
+    struct backend *be = backend_create_like(test_backend(), n_threads, false, err);
+    if (!be) {
+        fprintf(stderr, "test: %s\n", err);
+        exit(2);
     }
     return be;
 }
@@ -200,6 +219,21 @@ bool test_read_audio(const char *name, int rate, struct audio *a)
     cbx_status rc = io_audio_read(test_data(name), a, err);
     CHECK(rc == CBX_OK && a->sample_rate == rate, "read %s: %s", name, err);
     return rc == CBX_OK && a->sample_rate == rate;
+}
+
+void *test_host_bytes(const struct tensor *t)
+{
+    const size_t n = tensor_nbytes(t);
+    void *h = malloc(n ? n : 1);
+    if (!h) return NULL;
+    if (!t->be || t->be->host) memcpy(h, t->data, n);
+    else t->be->to_host(t->be, h, t->data, n);
+    return h;
+}
+
+struct tensor *test_upload(struct arena *a, const struct tensor *h)
+{
+    return op_from_host(a, h->type, h->ndim, h->ne, h->data);
 }
 
 float *test_host_copy(struct arena *a, const struct tensor *t)

@@ -38,13 +38,21 @@ void fill_uniform(float *dst, size_t n, float lo, float hi, uint64_t seed);
 const char *test_data(const char *rel);
 /* A fresh empty directory under the build tree; static buffer. */
 const char *test_tmpdir(const char *tag);
-/* A process-wide cpu backend (made on the first call, never freed) that
- * tests place model weights on when the model outlives, or is loaded
- * before, the backend the test computes with (cpu layouts: the cpu and
- * ref backends can both run such a model but for WEIGHT_DECODE linears,
- * core/weights.h). */
+/* The backend the model-level tests run on: $CBX_TEST_BACKEND ("cpu",
+ * the default; "cuda" on the GPU machine: ctest -L parity there runs
+ * every parity test on the GPU). */
+const char *test_backend_name(void);
+/* A process-wide backend of that name (made on the first call, never
+ * freed) that tests place model weights on when the model outlives, or
+ * is loaded before, the backend the test computes with (cpu layouts: the
+ * cpu and ref backends can both run such a model but for WEIGHT_DECODE
+ * linears, core/weights.h). Exits with status 2 when it cannot be made. */
 struct backend;
 const struct backend *test_backend(void);
+/* A backend to compute with on test_backend()'s weights (cpu: n_threads,
+ * 0 = all; cuda: a stream of its own). Exits with status 2 on failure.
+ * Free with backend_free. */
+struct backend *test_compute_backend(int n_threads);
 
 /* The whole file at path, NUL-terminated (not counted in *n); NULL when it
  * cannot be read. Caller frees. */
@@ -111,6 +119,13 @@ float *test_tensor_values(const char *what, const struct tensor *got, int64_t n)
  * failed: prints the arena's message) or on failure. Counts no check. */
 struct arena;
 float *test_host_copy(struct arena *a, const struct tensor *t);
+/* The bytes of contiguous t (tensor_nbytes) copied to the host through its
+ * backend (malloc'd; NULL on failure). */
+void *test_host_bytes(const struct tensor *t);
+/* Host tensor h (contiguous; a fixture, io_npy_tensor) on arena a's
+ * backend: a copy made with op_from_host, or NULL (a failure recorded in
+ * a). Model code takes inputs on the backend it computes with. */
+struct tensor *test_upload(struct arena *a, const struct tensor *h);
 
 int test_summary(void);
 

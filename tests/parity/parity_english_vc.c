@@ -100,10 +100,10 @@ int main(int argc, char **argv)
     char err[ERR_MAX] = "";
     const double t0 = test_now();
     struct vc_model *vm = NULL;
-    cbx_status rc = vc_model_load(test_model_dir(VARIANT), -1, &vm, err);
+    cbx_status rc = vc_model_load(test_model_dir(VARIANT), -1, test_backend_name(), &vm, err);
     CHECK(rc == CBX_OK, "vc_model_load %s: %s", test_model_dir(VARIANT), err);
     if (rc != CBX_OK) return test_summary();
-    struct backend *be = backend_cpu_create(0);
+    struct backend *be = test_compute_backend(0);
     struct npy tok = load("vc_source_tokens"), tok24 = load("vc_source24_tokens"),
                bemb = load("vc_builtin_embedding"), btok = load("vc_builtin_prompt_tokens"),
                bwav = load("vc_builtin_wav"), ctok = load("vc_clip_prompt_tokens"),
@@ -242,7 +242,7 @@ done:
     io_npy_free(&cmel);
     io_npy_free(&cemb);
     io_npy_free(&cwav);
-    backend_cpu_free(be);
+    backend_free(be);
     vc_model_free(vm);
     return test_summary();
 }

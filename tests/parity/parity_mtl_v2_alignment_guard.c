@@ -78,7 +78,7 @@ static void library(void)
         return;
     }
     const struct t3_cond cond = {spk.data, prompt.data, numel(&prompt), 0.5f};
-    struct backend *cpu = backend_cpu_create(0);
+    struct backend *cpu = test_compute_backend(0);
     struct t3_gen_params p = t3_gen_default_params(&m);
     p.s.top_k = 1;
     p.s.repetition_penalty = 0.8; /* < 1 favours tokens already seen */
@@ -119,7 +119,7 @@ static void library(void)
     }
     free(off);
     free(on);
-    backend_cpu_free(cpu);
+    backend_free(cpu);
     io_npy_free(&spk);
     io_npy_free(&prompt);
     io_npy_free(&text);

@@ -88,7 +88,7 @@ int main(void)
 
     struct npy mel = load("s3gen_mel"), f0 = load("s3gen_hift_f0"),
                src = load("s3gen_hift_source"), wav = load("s3gen_wav");
-    struct backend *cpu = backend_cpu_create(0);
+    struct backend *cpu = test_compute_backend(0);
     struct arena *a = arena_create(cpu, 0);
     struct tensor mel_t = io_npy_tensor(&mel), f0_t = io_npy_tensor(&f0), src_t = io_npy_tensor(&src);
     int64_t T = mel.ne[2];
@@ -96,17 +96,17 @@ int main(void)
            (long long)(T * HIFT_SAMPLES_PER_FRAME));
 
     /* ConvRNNF0Predictor from the fixture mel */
-    struct tensor *g = hift_f0(a, h, &mel_t);
+    struct tensor *g = hift_f0(a, h, test_upload(a, &mel_t));
     CHECK(g != NULL, "hift_f0: %s", arena_errmsg(a));
     compare("parity_" VARIANT "_hift_f0 (from s3gen_mel)", g, &f0, false, 1e-4);
 
     /* f0_upsamp + SourceModuleHnNSF from the fixture f0, seed 42 */
-    g = hift_source(a, h, &f0_t, 42);
+    g = hift_source(a, h, test_upload(a, &f0_t), 42);
     CHECK(g != NULL, "hift_source: %s", arena_errmsg(a));
     compare("parity_" VARIANT "_hift_source (from s3gen_hift_f0)", g, &src, false, 1e-4);
 
     /* decode from the fixture mel and source; trim_fade applied here */
-    g = hift_decode(a, h, &mel_t, &src_t);
+    g = hift_decode(a, h, test_upload(a, &mel_t), test_upload(a, &src_t));
     CHECK(g != NULL, "hift_decode: %s", arena_errmsg(a));
     compare("parity_" VARIANT "_hift_decode (faded, vs s3gen_wav)", g, &wav, true, 1e-4);
     arena_reset(a);
@@ -115,10 +115,10 @@ int main(void)
      * second call so the arena's blocks are already mapped (as in a
      * pipeline that reuses its arena) */
     struct tensor *s = NULL, *f = NULL;
-    g = hift_inference(a, h, &mel_t, 42, &s, &f);
+    g = hift_inference(a, h, test_upload(a, &mel_t), 42, &s, &f);
     arena_reset(a);
     double t0 = test_now(), c0 = test_cpu_seconds();
-    g = hift_inference(a, h, &mel_t, 42, &s, &f);
+    g = hift_inference(a, h, test_upload(a, &mel_t), 42, &s, &f);
     double dt = test_now() - t0, dc = test_cpu_seconds() - c0;
     printf("hift_inference: caller arena peak %.1f MiB\n", (double)arena_peak(a) / (1 << 20));
     CHECK(g != NULL, "hift_inference: %s", arena_errmsg(a));
@@ -133,11 +133,11 @@ int main(void)
     {
         arena_reset(a);
         double c1 = test_cpu_seconds();
-        struct tensor *ff = hift_f0(a, h, &mel_t);
+        struct tensor *ff = hift_f0(a, h, test_upload(a, &mel_t));
         double c2 = test_cpu_seconds();
         struct tensor *ss = hift_source(a, h, ff, 42);
         double c3 = test_cpu_seconds();
-        CHECK(hift_decode(a, h, &mel_t, ss) != NULL, "timed decode: %s", arena_errmsg(a));
+        CHECK(hift_decode(a, h, test_upload(a, &mel_t), ss) != NULL, "timed decode: %s", arena_errmsg(a));
         double c4 = test_cpu_seconds();
         printf("hift stages (cpu s): f0 %.3f, source %.3f, decode %.3f\n", c2 - c1, c3 - c2, c4 - c3);
     }
@@ -145,18 +145,20 @@ int main(void)
     /* legacy weight_g / weight_v names load to the same weights */
     {
         arena_reset(a);
-        struct tensor *want = hift_decode(a, h, &mel_t, &src_t);
+        struct tensor *want = hift_decode(a, h, test_upload(a, &mel_t), test_upload(a, &src_t));
         base_w = &sw;
         struct weights lw = sw;
         lw.find = legacy_find;
         struct hift *h2 = NULL;
         rc = hift_load(&h2, &lw, test_backend(), err);
         CHECK(rc == CBX_OK, "hift_load (weight_g/weight_v): %s", err);
-        struct tensor *got = h2 ? hift_decode(a, h2, &mel_t, &src_t) : NULL;
+        struct tensor *got = h2 ? hift_decode(a, h2, test_upload(a, &mel_t), test_upload(a, &src_t)) : NULL;
         CHECK(want && got, "decode with legacy names: %s", arena_errmsg(a));
-        if (want && got)
-            check_close("hift_decode, weight_g/weight_v spelling", got->data, want->data,
-                        (size_t)tensor_nelements(want), 0, 0);
+        float *gh = want && got ? test_host_copy(a, got) : NULL, *wh = gh ? test_host_copy(a, want) : NULL;
+        if (gh && wh)
+            check_close("hift_decode, weight_g/weight_v spelling", gh, wh, (size_t)tensor_nelements(want), 0, 0);
+        free(gh);
+        free(wh);
         hift_free(h2);
         /* a missing tensor is reported by name */
         hidden_name = "mel2wav.resblocks.4.convs2.1.parametrizations.weight.original1";
@@ -171,12 +173,12 @@ int main(void)
     /* a mel of the wrong shape is refused with a message, not a crash */
     arena_reset(a);
     struct tensor bad = src_t;
-    CHECK(hift_decode(a, h, &bad, &src_t) == NULL && arena_status(a) != CBX_OK,
+    CHECK(hift_decode(a, h, test_upload(a, &bad), test_upload(a, &src_t)) == NULL && arena_status(a) != CBX_OK,
           "hift_decode accepts a [1, 1, S] mel");
     arena_reset(a);
 
     arena_free(a);
-    backend_cpu_free(cpu);
+    backend_free(cpu);
     hift_free(h);
     io_npy_free(&mel);
     io_npy_free(&f0);

@@ -79,11 +79,12 @@ static void run(const char *dir, int wtype, const char *tag, long want_value_byt
     char sdir[4096];
     snprintf(sdir, sizeof sdir, "%s", store);
     struct engine_load_params lp = engine_load_default_params();
+    lp.backend = test_backend_name();
     lp.wtype = wtype;
     lp.voice_cache = -1; /* every call looks in the store */
     lp.prefix_dir = sdir;
     struct engine_model *m = NULL, *m2 = NULL;
-    struct backend *be = backend_cpu_create(0);
+    struct backend *be = test_compute_backend(0);
     cbx_status rc = engine_model_load(dir, &lp, &m, err);
     CHECK(rc == CBX_OK, "load %s: %s", dir, err);
     if (rc != CBX_OK) return;
@@ -141,7 +142,7 @@ done:
     free(o.pcm);
     engine_model_free(m2);
     engine_model_free(m);
-    backend_cpu_free(be);
+    backend_free(be);
     snprintf(bad, sizeof bad, "rm -rf '%s'", sdir); /* ~0.1 GB */
     CHECK(system(bad) == 0, "remove %s", sdir);
 }
@@ -162,9 +163,10 @@ static void trim(const char *dir)
         utimensat(AT_FDCWD, path, ts, 0);
     }
     struct engine_load_params lp = engine_load_default_params();
+    lp.backend = test_backend_name();
     lp.prefix_dir = sdir;
     struct engine_model *m = NULL;
-    struct backend *be = backend_cpu_create(0);
+    struct backend *be = test_compute_backend(0);
     if (engine_model_load(dir, &lp, &m, err) == CBX_OK) {
         struct out o = {0};
         if (say(m, be, NULL, &o)) CHECK(o.st.prefix_saved, "saved");
@@ -182,7 +184,7 @@ static void trim(const char *dir)
         CHECK(false, "load: %s", err);
     }
     engine_model_free(m);
-    backend_cpu_free(be);
+    backend_free(be);
 }
 
 /* t3_prefix_build -> save -> load: the same values, bit for bit */
@@ -191,7 +193,7 @@ static void direct(const char *dir)
     char err[ERR_MAX] = "";
     struct model *md = test_open_model(dir);
     if (!md) return;
-    struct backend *be = backend_cpu_create(0);
+    struct backend *be = test_compute_backend(0);
     struct conds v = {0};
     cbx_status rc = conds_from_model(md, &v, err);
     CHECK(rc == CBX_OK, "built-in voice: %s", err);
@@ -240,7 +242,7 @@ static void direct(const char *dir)
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", sdir);
     CHECK(system(cmd) == 0, "remove %s", sdir);
     conds_free(&v);
-    backend_cpu_free(be);
+    backend_free(be);
     model_close(md);
 }
 

@@ -31,9 +31,9 @@ int main(void)
     CHECK(rc == CBX_OK, "read s3gen_prompt_mel.npy: %s", err);
     if (rc != CBX_OK) return test_summary();
     int64_t n = wav.n < 240000 ? wav.n : 240000; /* ref_wav[:DEC_COND_LEN] (10 s) */
-    struct backend *cpu = backend_cpu_create(2);
+    struct backend *cpu = test_compute_backend(2);
     const struct backend *bes[2] = {cpu, backend_ref()};
-    const char *names[2] = {"cpu", "ref"};
+    const char *names[2] = {cpu->name, "ref"};
     for (int i = 0; i < 2; i++) {
         float *mel = NULL;
         int64_t T = 0;
@@ -58,7 +58,7 @@ int main(void)
         }
         free(mel);
     }
-    backend_cpu_free(cpu);
+    backend_free(cpu);
     io_npy_free(&want);
     io_audio_free(&wav);
     return test_summary();

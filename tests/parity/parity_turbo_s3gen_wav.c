@@ -85,7 +85,7 @@ int main(void)
                pmel = load("s3gen_prompt_mel"), emb = load("campplus_embedding"),
                mel = load("s3gen_mel"), wav = load("s3gen_wav");
     struct s3gen_ref ref = {ptok.data, test_numel(&ptok), pmel.data, pmel.ne[1], emb.data};
-    struct backend *cpu = backend_cpu_create(0);
+    struct backend *cpu = test_compute_backend(0);
     struct arena *a = arena_create(cpu, 0);
     struct s3gen_params p = s3gen_default_params();
     p.seed = 42;
@@ -198,7 +198,7 @@ int main(void)
     CHECK(rc == CBX_ERR_INVALID_ARG && pcm == NULL, "bad embedding accepted");
 
     arena_free(a);
-    backend_cpu_free(cpu);
+    backend_free(cpu);
     s3gen_free(&s3);
     model_dir_close(md);
     io_npy_free(&tok);

@@ -61,7 +61,7 @@ int main(void)
     struct audio wav = {0};
     bool wav_ok = test_read_audio("ref_voice_16k.wav", 16000, &wav);
     if (rc != CBX_OK || !wav_ok) return test_summary();
-    struct backend *cpu = backend_cpu_create(2);
+    struct backend *cpu = test_compute_backend(2);
     struct npy want_mel = load("s3tok_logmel_prompt"), want_prompt = load("s3gen_prompt_tokens"),
                want_t3 = load("t3_cond_prompt_tokens"), prompt_mel = load("s3gen_prompt_mel");
     int64_t n10 = wav.n < 160000 ? wav.n : 160000; /* ref16[:10 s] */
@@ -198,7 +198,7 @@ int main(void)
     io_npy_free(&want_t3);
     io_npy_free(&want_prompt);
     io_npy_free(&want_mel);
-    backend_cpu_free(cpu);
+    backend_free(cpu);
     io_audio_free(&wav);
     s3tok_free(tok);
     model_dir_close(md);

@@ -266,7 +266,7 @@ static void module_checks(const char *model)
     /* the first 2 s of the prompt (50 tokens, 100 frames) keep the many
      * flow runs affordable; the reference uses the same */
     struct s3gen_ref ref = {ptok.data, np, pmel.data, 2 * np, emb.data};
-    struct backend *cpu = backend_cpu_create(0);
+    struct backend *cpu = test_compute_backend(0);
     struct arena *a = arena_create(cpu, 0);
 
     /* the whole utterance, as S3Gen.inference */
@@ -455,7 +455,7 @@ done:
     io_npy_free(&pmel);
     io_npy_free(&emb);
     arena_free(a);
-    backend_cpu_free(cpu);
+    backend_free(cpu);
     s3gen_free(&s3);
     model_dir_close(md);
 }

@@ -57,7 +57,7 @@ int main(void)
 
     struct npy spk = load("ve_embedding"), prompt = load("t3_cond_prompt_tokens"), text = load("text_tokens");
     struct t3_cond cond = {spk.data, prompt.data, test_numel(&prompt), 0.0f};
-    struct backend *cpu = backend_cpu_create(0);
+    struct backend *cpu = test_compute_backend(0);
     struct t3_workspace *ws = t3_workspace_create(cpu);
     CHECK(cpu && ws, "backend / workspace");
 
@@ -82,14 +82,15 @@ int main(void)
         }
         printf("step 0 (after the prefill): max |dlogit| F16 vs F32 cache %.3g; BF16 vs quantised-dot prefill "
                "%.3g; Q4_0 vs F32 weights %.3g\n", d0, d0b, d0w);
-        /* the BF16 products exist only with AMX-BF16; elsewhere the flag
-         * must change nothing */
-        if (linear_bf16_available())
+        /* the BF16 products exist only with AMX-BF16 on the cpu backend;
+         * elsewhere the flag must change nothing (cuda: F32 weights) */
+        const bool bf16 = cpu->host && linear_bf16_available();
+        if (bf16)
             CHECK(d0b > 0 && d0b <= MAX_BF16_SHARE * d0w, "BF16 prefill moves the logits by %.3g (Q4_0: %.3g)", d0b,
                   d0w);
         else
             CHECK(d0b == 0, "no AMX-BF16 on this CPU, yet the BF16 flag moves the logits by %.3g", d0b);
-        printf("BF16 prefill products: %s\n", linear_bf16_available() ? "AMX-BF16 (checked above)"
+        printf("BF16 prefill products: %s\n", bf16 ? "AMX-BF16 (checked above)"
                                                                       : "not available on this CPU (flag inert: checked)");
     }
     if (ok) {
@@ -131,7 +132,7 @@ int main(void)
     free(rq.logits);
     t3_workspace_free(ws);
     io_npy_free(&spk); io_npy_free(&prompt); io_npy_free(&text);
-    backend_cpu_free(cpu);
+    backend_free(cpu);
     t3_free(&mq);
     t3_free(&m);
     model_close(md);

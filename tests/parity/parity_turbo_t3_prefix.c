@@ -154,7 +154,7 @@ int main(void)
     struct npy spk = load("ve_embedding"), prompt = load("t3_cond_prompt_tokens"), text = load("text_tokens");
     struct npy want_gt = load("t3_greedy_tokens"), want_st = load("t3_sampled_tokens");
     struct t3_cond cond = {spk.data, prompt.data, test_numel(&prompt), 0.0f};
-    struct backend *cpu = backend_cpu_create(0);
+    struct backend *cpu = test_compute_backend(0);
 
     /* one prefix per model, shared by every text */
     struct t3_prefix *pfx = NULL, *pfxq = NULL;
@@ -206,7 +206,7 @@ int main(void)
     io_npy_free(&spk); io_npy_free(&prompt); io_npy_free(&text);
     io_npy_free(&want_gt); io_npy_free(&want_st);
     gpt2_bpe_free(tok);
-    backend_cpu_free(cpu);
+    backend_free(cpu);
     t3_free(&mq);
     t3_free(&m);
     model_close(md);

@@ -71,11 +71,12 @@ int main(void)
     snprintf(dir, sizeof dir, "%s/models/turbo", CBX_BINARY_DIR);
     struct engine_model *m = NULL, *m0 = NULL;
     struct engine_load_params lp = engine_load_default_params();
+    lp.backend = test_backend_name();
     lp.voice_cache = 1;
     cbx_status rc = engine_model_load(dir, &lp, &m, err);
     CHECK(rc == CBX_OK, "load %s: %s", dir, err);
     if (rc != CBX_OK) return test_summary();
-    struct backend *be = backend_cpu_create(0);
+    struct backend *be = test_compute_backend(0);
     const struct conds *builtin = engine_model_voice(m);
     CHECK(builtin != NULL, "built-in voice");
     if (!builtin) return test_summary();
@@ -153,6 +154,6 @@ int main(void)
     free(pt);
     engine_model_free(m0);
     engine_model_free(m);
-    backend_cpu_free(be);
+    backend_free(be);
     return test_summary();
 }

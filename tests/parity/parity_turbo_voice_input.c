@@ -171,7 +171,7 @@ int main(void)
     struct audio a = {0};
     struct model_dir *md = NULL;
     struct voice_models *vm = NULL;
-    struct backend *be = backend_cpu_create(0);
+    struct backend *be = backend_cpu_create(0); /* voices are made on the cpu */
     cbx_status st = be ? io_audio_read(test_data("ref_voice_24k.wav"), &a, err) : CBX_ERR_NOMEM;
     if (st == CBX_OK) st = model_dir_open(MODEL, &md, err);
     if (st == CBX_OK) st = voice_models_load(md, &vm, err);
@@ -371,6 +371,6 @@ int main(void)
     voice_models_free(vm);
     model_dir_close(md);
     io_audio_free(&a);
-    backend_cpu_free(be);
+    backend_free(be);
     return test_summary();
 }

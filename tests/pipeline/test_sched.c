@@ -106,7 +106,9 @@ int main(void)
     char dir[4096], err[ERR_MAX] = "";
     snprintf(dir, sizeof dir, "%s/models/turbo", CBX_BINARY_DIR);
     struct engine_model *m = NULL;
-    cbx_status rc = engine_model_load(dir, NULL, &m, err);
+    struct engine_load_params lp = engine_load_default_params();
+    lp.backend = "cpu"; /* the scheduler batches on shared cpu pools */
+    cbx_status rc = engine_model_load(dir, &lp, &m, err);
     CHECK(rc == CBX_OK, "load %s: %s", dir, err);
     if (rc != CBX_OK) return test_summary();
     const int nt = test_n_threads();

@@ -45,6 +45,7 @@ static void run_model(const char *dir, int wtype, const char *label)
 {
     char err[ERR_MAX] = "";
     struct engine_load_params lp = engine_load_default_params();
+    lp.backend = "cpu"; /* the batched step is the cpu scheduler's */
     lp.t3_only = true;
     lp.wtype = wtype;
     struct engine_model *em = NULL;

@@ -127,6 +127,7 @@ static cbx_status prepare_weight(const struct backend *be, struct weight_set *s,
                         "cuda: placing %s (%zu bytes): %s", name, n, cudaGetErrorString(e));
     }
     t->data = d;
+    t->be = be;
     t->extra = (void *)&cuda_weight_tag;
     return CBX_OK;
 }
@@ -217,6 +218,23 @@ extern "C" struct backend *backend_cuda_create(int device, char *err)
     cuda_register_conv(&be->k);
     cuda_register_spectral(&be->k);
     return be;
+}
+
+extern "C" int backend_cuda_device(const struct backend *be)
+{
+    return ((const struct cuda_backend *)be)->device;
+}
+
+extern "C" bool backend_cuda_device_name(int d, char *buf, size_t n)
+{
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, d) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    snprintf(buf, n, "%s, %zu MiB, compute capability %d.%d", prop.name,
+             (size_t)(prop.totalGlobalMem >> 20), prop.major, prop.minor);
+    return true;
 }
 
 extern "C" void backend_cuda_free(struct backend *be)

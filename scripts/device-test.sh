@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# device-test.sh - on the GPU machine: build with the CUDA backend and run
+# tests and benchmarks there, every model-level test on the GPU.
+#
+#   bash scripts/device-test.sh build            # configure + build build-dev/
+#   bash scripts/device-test.sh test [LABELS]    # ctest -L LABELS (default
+#                                                # "cuda|parity") with
+#                                                # CBX_TEST_BACKEND=cuda
+#   bash scripts/device-test.sh bench            # bench_e2e on the GPU (Turbo,
+#                                                # synthetic weights) and on cpu
+#
+# The libraries come from scripts/device-deps.sh (pack them here first:
+# `bash scripts/device-deps.sh pack`, then carry .device-deps). Logs go to
+# $OUT when set (the device tool's folder that comes back), else build-dev/.
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$here"
+out="${OUT:-$here/build-dev}"
+mkdir -p "$out"
+# shellcheck source=/dev/null
+source scripts/device-deps.sh env >/dev/null || exit 1
+jobs="$(nproc)"
+
+build() {
+    cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release -DCBX_CUDA=ON > "$out/configure.log" 2>&1 ||
+        { tail -30 "$out/configure.log"; return 1; }
+    make -C build-dev -j"$jobs" > "$out/build.log" 2>&1 || { grep -E "error|Error" "$out/build.log" | head -30; return 1; }
+    echo "device-test: built ($(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null))"
+    ./build-dev/chatterbox info --backends
+}
+
+run_tests() {
+    local labels="${1:-cuda|parity}"
+    (cd build-dev && CBX_TEST_BACKEND=cuda ctest -L "$labels" -j"${CTEST_J:-4}" --timeout 500 \
+        --output-on-failure > "$out/ctest.log" 2>&1)
+    local rc=$?
+    grep -E "Test +#|tests passed|tests failed|Total Test" "$out/ctest.log" | tail -60
+    # the measured errors of the parity tests, for the issue note
+    grep -hE "max (abs|rel)|rel err|tokens .*identical|[0-9]+/[0-9]+ tokens|cuda" "$out/ctest.log" | sort | uniq | head -80 > "$out/errors.txt"
+    return $rc
+}
+
+bench() {
+    local m=build-dev/models/turbo
+    [ -d "$m" ] || ./build-dev/chatterbox synth turbo -o "$m" --quiet || return 1
+    for b in cuda cpu; do
+        ./build-dev/bench/bench_e2e --model "$m" --backend "$b" --reps "${REPS:-2}" --filter f32 \
+            >> "$out/bench.json" 2>> "$out/bench.txt"
+    done
+    cat "$out/bench.txt"
+}
+
+case "${1:-}" in
+build) build ;;
+test) build && run_tests "${2:-}" ;;
+bench) build && bench ;;
+*) echo "usage: device-test.sh build|test [LABELS]|bench" >&2; exit 2 ;;
+esac
