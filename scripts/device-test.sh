@@ -6,6 +6,7 @@
 #   bash scripts/device-test.sh test [LABELS]    # ctest -L LABELS (default
 #                                                # "cuda|parity") with
 #                                                # CBX_TEST_BACKEND=cuda
+#   bash scripts/device-test.sh test-re REGEX    # ctest -R REGEX likewise
 #   bash scripts/device-test.sh bench            # bench_e2e on the GPU (Turbo,
 #                                                # synthetic weights) and on cpu
 #
@@ -30,21 +31,22 @@ build() {
 }
 
 run_tests() {
-    local labels="${1:-cuda|parity}"
-    (cd build-dev && CBX_TEST_BACKEND=cuda ctest -L "$labels" -j"${CTEST_J:-4}" --timeout 500 \
+    local sel=(-L "${1:-cuda|parity}")
+    [ -n "${2:-}" ] && sel=(-R "$2")
+    (cd build-dev && CBX_TEST_BACKEND=cuda ctest -V "${sel[@]}" -j"${CTEST_J:-4}" --timeout 500 \
         --output-on-failure > "$out/ctest.log" 2>&1)
     local rc=$?
     grep -E "Test +#|tests passed|tests failed|Total Test" "$out/ctest.log" | tail -60
     # the measured errors of the parity tests, for the issue note
-    grep -hE "max (abs|rel)|rel err|tokens .*identical|[0-9]+/[0-9]+ tokens|cuda" "$out/ctest.log" | sort | uniq | head -80 > "$out/errors.txt"
+    grep -hE "max_abs=|min_cos=|tokens|identical|rel(ative)? err" "$out/ctest.log" > "$out/errors.txt"
     return $rc
 }
 
 bench() {
     local m=build-dev/models/turbo
     [ -d "$m" ] || ./build-dev/chatterbox synth turbo -o "$m" --quiet || return 1
-    for b in cuda cpu; do
-        ./build-dev/bench/bench_e2e --model "$m" --backend "$b" --reps "${REPS:-2}" --filter f32 \
+    for b in ${BACKENDS:-cuda cpu}; do
+        ./build-dev/bench/bench_e2e --model "$m" --backend "$b" --reps "${REPS:-2}" --filter "${FILTER:-f32}" \
             >> "$out/bench.json" 2>> "$out/bench.txt"
     done
     cat "$out/bench.txt"
@@ -53,6 +55,7 @@ bench() {
 case "${1:-}" in
 build) build ;;
 test) build && run_tests "${2:-}" ;;
+test-re) build && run_tests "" "${2:?a ctest -R pattern}" ;;
 bench) build && bench ;;
-*) echo "usage: device-test.sh build|test [LABELS]|bench" >&2; exit 2 ;;
+*) echo "usage: device-test.sh build|test [LABELS]|test-re REGEX|bench" >&2; exit 2 ;;
 esac
