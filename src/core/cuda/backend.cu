@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda_common.h"
 
@@ -29,12 +30,72 @@ bool cublas_ok(struct arena *a, cublasStatus_t s, const char *what)
     return false;
 }
 
+/* ---- profile (CBX_CUDA_PROFILE=1) ---------------------------------------
+ * Every kernel step is followed by a stream synchronisation; the wall time
+ * since the previous one (the op layer's host work, the launch and the
+ * kernel) is charged to the step's name. Compared with an unprofiled run
+ * of the same work, it says which kernels matter and how much of a step is
+ * host time. Printed to stderr when the backend is freed. */
+#define PROF_MAX 64
+struct cuda_prof {
+    struct timespec last;
+    int n;
+    struct { const char *what; double s; long calls; } e[PROF_MAX];
+};
+
+static double ts_diff(const struct timespec *a, const struct timespec *b)
+{
+    return (double)(b->tv_sec - a->tv_sec) + 1e-9 * (double)(b->tv_nsec - a->tv_nsec);
+}
+
+static void prof_charge(struct cuda_prof *p, const char *what)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const double dt = ts_diff(&p->last, &now);
+    p->last = now;
+    int i = 0;
+    while (i < p->n && strcmp(p->e[i].what, what) != 0) i++;
+    if (i == p->n) {
+        if (p->n == PROF_MAX) return;
+        p->e[p->n++].what = what;
+        p->e[i].s = 0;
+        p->e[i].calls = 0;
+    }
+    p->e[i].s += dt;
+    p->e[i].calls++;
+}
+
+static void prof_print(const struct cuda_prof *p)
+{
+    double tot = 0;
+    for (int i = 0; i < p->n; i++) tot += p->e[i].s;
+    fprintf(stderr, "cuda profile: %.3f s over %d kernel steps (synchronised after each)\n", tot, p->n);
+    bool done[PROF_MAX] = {false};
+    for (int k = 0; k < p->n; k++) {
+        int b = -1;
+        for (int i = 0; i < p->n; i++)
+            if (!done[i] && (b < 0 || p->e[i].s > p->e[b].s)) b = i;
+        done[b] = true;
+        fprintf(stderr, "  %-28s %9.2f ms %8ld calls %8.1f us/call %5.1f%%\n", p->e[b].what, 1e3 * p->e[b].s,
+                p->e[b].calls, 1e6 * p->e[b].s / (double)p->e[b].calls, tot > 0 ? 100 * p->e[b].s / tot : 0.0);
+    }
+}
+
 bool cu_launched(struct arena *a, const char *what)
 {
     if (!cu_ok(a, cudaGetLastError(), what)) return false;
     const struct cuda_backend *cb = cuda_of(a);
-    if (cb->sync_check) return cu_ok(a, cudaStreamSynchronize(cb->st), what);
+    if (cb->sync_check) {
+        if (!cu_ok(a, cudaStreamSynchronize(cb->st), what)) return false;
+        if (cb->prof) prof_charge(cb->prof, what);
+    }
     return true;
+}
+
+bool cublas_launched(struct arena *a, cublasStatus_t s, const char *what)
+{
+    return cublas_ok(a, s, what) && cu_launched(a, what);
 }
 
 void *cu_upload(struct arena *a, const void *host, size_t n)
@@ -82,7 +143,10 @@ static void transfer(const struct backend *be, void *dst, const void *src, size_
     const struct cuda_backend *cb = (const struct cuda_backend *)be;
     cudaError_t e = cudaMemcpyAsync(dst, src, n, kind, cb->st);
     if (e == cudaSuccess) e = cudaStreamSynchronize(cb->st);
-    if (e == cudaSuccess) return;
+    if (e == cudaSuccess) {
+        if (cb->prof) prof_charge(cb->prof, kind == cudaMemcpyDeviceToHost ? "(to host)" : "(from host)");
+        return;
+    }
     fprintf(stderr, "cuda: %s of %zu bytes failed: %s\n",
             kind == cudaMemcpyDeviceToHost ? "device->host copy" : "host->device copy", n,
             cudaGetErrorString(e));
@@ -202,6 +266,10 @@ extern "C" struct backend *backend_cuda_create(int device, char *err)
         return NULL;
     }
     cb->sync_check = env_on("CBX_CUDA_SYNC");
+    if (env_on("CBX_CUDA_PROFILE") && (cb->prof = (struct cuda_prof *)calloc(1, sizeof *cb->prof))) {
+        cb->sync_check = true;
+        clock_gettime(CLOCK_MONOTONIC, &cb->prof->last);
+    }
     snprintf(cb->name, sizeof cb->name, "cuda");
     struct backend *be = &cb->be;
     be->name = cb->name;
@@ -242,6 +310,10 @@ extern "C" void backend_cuda_free(struct backend *be)
     if (!be) return;
     struct cuda_backend *cb = (struct cuda_backend *)be;
     cudaStreamSynchronize(cb->st);
+    if (cb->prof) {
+        if (cb->prof->n) prof_print(cb->prof);
+        free(cb->prof);
+    }
     cublasDestroy(cb->blas);
     cudaStreamDestroy(cb->st);
     free(cb);

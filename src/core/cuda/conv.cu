@@ -97,7 +97,7 @@ static void cuda_conv1d(struct arena *a, struct tensor *out, const struct tensor
                 (int)p->pad_mode);
             if (!cu_launched(a, "conv1d im2col")) return;
             float *o = (float *)out->data + bi * cout * tout + t0;
-            if (!cublas_ok(a, cublasSgemmStridedBatched(
+            if (!cublas_launched(a, cublasSgemmStridedBatched(
                                   cb->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)c, (int)cout_g, (int)R,
                                   &one, col, (int)c, R * c, wf, (int)R, cout_g * R, &zero, o,
                                   (int)tout, cout_g * tout, (int)G),
@@ -153,7 +153,7 @@ static void cuda_conv_transpose1d(struct arena *a, struct tensor *out, const str
     struct cuda_backend *cb = cuda_of(a);
     const float one = 1.0f, zero = 0.0f;
     for (int64_t bi = 0; bi < B; bi++) {
-        if (!cublas_ok(a, cublasSgemmStridedBatched(cb->blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)T,
+        if (!cublas_launched(a, cublasSgemmStridedBatched(cb->blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)T,
                                                     (int)R2, (int)cin_g, &one, xc + bi * cin * T,
                                                     (int)T, cin_g * T, wf, (int)R2, cin_g * R2,
                                                     &zero, Y, (int)T, R2 * T, (int)G),

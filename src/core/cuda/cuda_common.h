@@ -35,6 +35,8 @@ struct cuda_backend {
     bool tf32;       /* CBX_CUDA_TF32=1: TF32 tensor-core F32 GEMMs */
     bool sync_check; /* CBX_CUDA_SYNC=1: synchronise after every kernel */
     char name[64];
+    struct cuda_prof *prof; /* CBX_CUDA_PROFILE=1 (implies sync_check): wall
+                             * time per kernel step, printed at free */
 };
 
 static inline struct cuda_backend *cuda_of(struct arena *a)
@@ -49,6 +51,8 @@ bool cu_ok(struct arena *a, cudaError_t e, const char *what);
 bool cublas_ok(struct arena *a, cublasStatus_t s, const char *what);
 /* After a launch: the launch error, and with sync_check the kernel's. */
 bool cu_launched(struct arena *a, const char *what);
+/* cublas_ok for a GEMM call, counted by the profiler like a launch. */
+bool cublas_launched(struct arena *a, cublasStatus_t s, const char *what);
 /* n bytes of device scratch in the arena holding a copy of host[n]. */
 void *cu_upload(struct arena *a, const void *host, size_t n);
 /* Device -> host copy of n bytes, synchronous. */

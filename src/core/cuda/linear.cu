@@ -118,7 +118,7 @@ static bool sgemm(struct arena *a, cublasOperation_t ta, cublasOperation_t tb, i
         return false;
     }
     const float one = 1.0f;
-    return cublas_ok(a, cublasSgemm(cuda_of(a)->blas, ta, tb, (int)m, (int)n, (int)k, &one, A,
+    return cublas_launched(a, cublasSgemm(cuda_of(a)->blas, ta, tb, (int)m, (int)n, (int)k, &one, A,
                                     (int)lda, B, (int)ldb, &beta, C, (int)ldc),
                      "sgemm");
 }
@@ -174,7 +174,7 @@ void cuda_linear_rows(struct arena *a, float *y, int64_t ldy, const float *x, in
             arena_fail(a, CBX_ERR_UNSUPPORTED, "linear: GEMM sizes exceed 32 bits");
             return;
         }
-        if (!cublas_ok(a, cublasGemmEx(cuda_of(a)->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)M,
+        if (!cublas_launched(a, cublasGemmEx(cuda_of(a)->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)M,
                                        (int)K, &one, wh, dt, (int)K, xh, dt, (int)K, &zero, y,
                                        CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F,
                                        CUBLAS_GEMM_DEFAULT),
@@ -303,7 +303,7 @@ static void cuda_matmul(struct arena *a, struct tensor *out, const struct tensor
         return;
     }
     const float one = 1.0f, zero = 0.0f;
-    cublas_ok(a, cublasSgemmBatched(cuda_of(a)->blas, opy, opx, (int)N, (int)M, (int)K, &one,
+    cublas_launched(a, cublasSgemmBatched(cuda_of(a)->blas, opy, opx, (int)N, (int)M, (int)K, &one,
                                     dptr, (int)ldy, dptr + nbatch, (int)ldx, &zero,
                                     (float *const *)(dptr + 2 * nbatch), (int)N, (int)nbatch),
               "sgemm batched");
