@@ -46,9 +46,12 @@ bench() {
     local m=build-dev/models/turbo
     [ -d "$m" ] || ./build-dev/chatterbox synth turbo -o "$m" --quiet || return 1
     for b in ${BACKENDS:-cuda cpu}; do
-        ./build-dev/bench/bench_e2e --model "$m" --backend "$b" --reps "${REPS:-2}" --filter "${FILTER:-f32}" \
+        ./build-dev/bench/bench_e2e --model "$m" --backend "$b" --reps "${REPS:-2}" --filter "${FILTER-f32}" \
             >> "$out/bench.json" 2>> "$out/bench.txt"
     done
+    # where a step's time goes (each kernel synchronised: slower overall)
+    CBX_CUDA_PROFILE=1 ./build-dev/bench/bench_e2e --model "$m" --backend cuda --reps 1 --filter "${FILTER:-f32}" \
+        > /dev/null 2> "$out/profile.txt"
     cat "$out/bench.txt"
 }
 
