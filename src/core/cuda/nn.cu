@@ -376,6 +376,113 @@ __global__ static void k_attention(float *out, struct tv q, struct tv k, struct 
     }
 }
 
+/* Prefill over query tiles: a block takes AT_QT query rows of one head and
+ * walks the keys in tiles of AT_KT held in shared memory, so each key row
+ * is read once per AT_QT queries (k_attention reads it once per query).
+ * Scores of the block's rows stay in shared memory (AT_QT x Tk floats);
+ * per row the numerics are k_attention's: the same sequential float dot,
+ * exp in double from the row max, double sums (here also for P.V). */
+#define AT_QT 16
+#define AT_KT 32
+#define AT_THREADS 256
+#define AT_MAX_D 128
+#define AT_OUT_PER_THREAD (AT_QT * AT_MAX_D / AT_THREADS)
+#define AT_MAX_SMEM ((size_t)200 << 10) /* Hopper allows 227 KiB a block */
+
+static size_t attn_tile_smem(int64_t D, int64_t Tk)
+{
+    size_t f = (size_t)(AT_QT * D + AT_KT * (D + 1) + AT_QT * Tk);
+    f += f & 1; /* 8-byte aligned doubles after */
+    return f * 4 + AT_QT * 8;
+}
+
+__global__ static void k_attn_tile(float *out, struct tv q, struct tv k, struct tv v,
+                                   struct tv bias, bool has_bias, float scale, bool causal)
+{
+    extern __shared__ float smem[];
+    const int64_t i0 = (int64_t)blockIdx.x * AT_QT, h = blockIdx.y, b = blockIdx.z;
+    const int64_t Hq = q.ne[1], Tq = q.ne[2], D = q.ne[3], Tk = k.ne[2];
+    const int64_t hk = h / (Hq / k.ne[1]);
+    const int nq = Tq - i0 < AT_QT ? (int)(Tq - i0) : AT_QT;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarp = AT_THREADS / 32;
+    float *qs = smem;                      /* [AT_QT][D] */
+    float *ts = qs + AT_QT * D;            /* [AT_KT][D + 1]: a key or value tile */
+    float *sc = ts + AT_KT * (D + 1);      /* [AT_QT][Tk] */
+    size_t f = (size_t)(AT_QT * D + AT_KT * (D + 1) + AT_QT * Tk);
+    double *rsum = (double *)(smem + f + (f & 1)); /* [AT_QT] */
+    for (int64_t idx = threadIdx.x; idx < (int64_t)nq * D; idx += AT_THREADS) {
+        const int64_t r = idx / D, d = idx % D;
+        qs[idx] = *(const float *)(q.p + b * q.nb[0] + h * q.nb[1] + (i0 + r) * q.nb[2] + d * q.nb[3]);
+    }
+    /* scores: warp w takes rows w, w + 8; lane = key of the tile */
+    for (int64_t j0 = 0; j0 < Tk; j0 += AT_KT) {
+        __syncthreads();
+        for (int64_t idx = threadIdx.x; idx < AT_KT * D; idx += AT_THREADS) {
+            const int64_t jj = idx / D, d = idx % D;
+            ts[jj * (D + 1) + d] = j0 + jj < Tk ? kv_ld(k, b, hk, j0 + jj, d) : 0.0f;
+        }
+        __syncthreads();
+        const int64_t j = j0 + lane;
+        if (j >= Tk) continue;
+        for (int r = warp; r < nq; r += nwarp) {
+            const int64_t i = i0 + r, last = causal ? Tk - Tq + i : Tk - 1;
+            float sj = -INFINITY;
+            if (j <= last) {
+                float dot = 0;
+                for (int64_t d = 0; d < D; d++) dot += qs[r * D + d] * ts[lane * (D + 1) + d];
+                sj = dot * scale;
+                if (has_bias)
+                    sj += *(const float *)(bias.p + b * bias.nb[0] + h * bias.nb[1] + i * bias.nb[2] +
+                                           j * bias.nb[3]);
+            }
+            sc[r * Tk + j] = sj;
+        }
+    }
+    __syncthreads();
+    /* softmax numerators per row (a warp per row); rsum 0: the row sees no key */
+    for (int r = warp; r < nq; r += nwarp) {
+        float *row = sc + r * Tk;
+        float m = -INFINITY;
+        for (int64_t j = lane; j < Tk; j += 32) m = fmaxf(m, row[j]);
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        double acc = 0;
+        for (int64_t j = lane; j < Tk; j += 32) {
+            const float e = m == -INFINITY ? 0.0f : (float)exp((double)row[j] - m);
+            row[j] = e;
+            acc += e;
+        }
+        for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (lane == 0) rsum[r] = acc;
+    }
+    /* P.V: thread t owns outputs t, t + AT_THREADS, ... of the [nq][D] tile */
+    double acc[AT_OUT_PER_THREAD];
+    for (int u = 0; u < AT_OUT_PER_THREAD; u++) acc[u] = 0;
+    for (int64_t j0 = 0; j0 < Tk; j0 += AT_KT) {
+        __syncthreads();
+        for (int64_t idx = threadIdx.x; idx < AT_KT * D; idx += AT_THREADS) {
+            const int64_t jj = idx / D, d = idx % D;
+            ts[jj * (D + 1) + d] = j0 + jj < Tk ? kv_ld(v, b, hk, j0 + jj, d) : 0.0f;
+        }
+        __syncthreads();
+        const int64_t n = Tk - j0 < AT_KT ? Tk - j0 : AT_KT;
+        for (int u = 0; u < AT_OUT_PER_THREAD; u++) {
+            const int64_t o = threadIdx.x + (int64_t)u * AT_THREADS;
+            if (o >= (int64_t)nq * D) break;
+            const int64_t r = o / D, d = o % D;
+            const float *pr = sc + r * Tk + j0;
+            float part = 0;
+            for (int64_t jj = 0; jj < n; jj++) part += pr[jj] * ts[jj * (D + 1) + d];
+            acc[u] += part;
+        }
+    }
+    for (int u = 0; u < AT_OUT_PER_THREAD; u++) {
+        const int64_t o = threadIdx.x + (int64_t)u * AT_THREADS;
+        if (o >= (int64_t)nq * D) break;
+        const int64_t r = o / D, d = o % D;
+        out[((b * Hq + h) * Tq + i0 + r) * D + d] = rsum[r] > 0 ? (float)(acc[u] / rsum[r]) : 0.0f;
+    }
+}
+
 /* Decode (Tq 1, no probability export) over many keys: the keys are split
  * into ATT_SPLIT_KEYS-sized chunks, one block each, so a step with few
  * heads still fills the GPU. A block leaves its chunk's max m, exp-sum l
@@ -400,16 +507,22 @@ __global__ static void k_attn_split(float *pm, double *pl, float *po, struct tv 
     const char *qr = q.p + b * q.nb[0] + h * q.nb[1];
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) qs[d] = *(const float *)(qr + d * q.nb[3]);
     __syncthreads();
-    float m = -INFINITY;
-    for (int64_t jj = threadIdx.x; jj < n; jj += blockDim.x) {
+    /* scores: one warp per key, lanes over D (coalesced key rows) */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarp = blockDim.x >> 5;
+    for (int64_t jj = warp; jj < n; jj += nwarp) {
         const int64_t j = j0 + jj;
         float dot = 0;
-        for (int64_t d = 0; d < D; d++) dot += qs[d] * kv_ld(k, b, hk, j, d);
-        float sj = dot * scale;
-        if (has_bias) sj += *(const float *)(bias.p + b * bias.nb[0] + h * bias.nb[1] + j * bias.nb[3]);
-        s[jj] = sj;
-        m = fmaxf(m, sj);
+        for (int64_t d = lane; d < D; d += 32) dot += qs[d] * kv_ld(k, b, hk, j, d);
+        for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+        if (lane == 0) {
+            float sj = dot * scale;
+            if (has_bias) sj += *(const float *)(bias.p + b * bias.nb[0] + h * bias.nb[1] + j * bias.nb[3]);
+            s[jj] = sj;
+        }
     }
+    __syncthreads();
+    float m = -INFINITY;
+    for (int64_t jj = threadIdx.x; jj < n; jj += blockDim.x) m = fmaxf(m, s[jj]);
     m = block_max(m, red);
     float *o = po + row * D;
     if (m == -INFINITY) {
@@ -494,6 +607,20 @@ static void cuda_attention(struct arena *a, struct tensor *out, const struct ten
         if (!cu_launched(a, "attention (split keys)")) return;
         k_attn_combine<<<(unsigned)rows, 64, 0, st>>>((float *)out->data, pm, pl, po, nsplit, D);
         cu_launched(a, "attention (combine)");
+        return;
+    }
+    /* many queries: the tiled kernel when a tile's scores fit in shared memory */
+    const size_t tsm = attn_tile_smem(D, Tk);
+    if (Tq >= 4 && D <= AT_MAX_D && tsm <= AT_MAX_SMEM && !(pr && pr->n > 0)) {
+        if (tsm > 48 * 1024 &&
+            !cu_ok(a, cudaFuncSetAttribute(k_attn_tile, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tsm),
+                   "attention shared memory"))
+            return;
+        struct tv bv = bias ? tv_of(bias) : tv_of(q);
+        dim3 grid((unsigned)((Tq + AT_QT - 1) / AT_QT), (unsigned)Hq, (unsigned)B);
+        k_attn_tile<<<grid, AT_THREADS, tsm, st>>>((float *)out->data, tv_of(q), tv_of(k), tv_of(v), bv,
+                                                   bias != NULL, p->scale, p->causal);
+        cu_launched(a, "attention (tiled)");
         return;
     }
     float *gscores = NULL;
