@@ -507,22 +507,16 @@ __global__ static void k_attn_split(float *pm, double *pl, float *po, struct tv 
     const char *qr = q.p + b * q.nb[0] + h * q.nb[1];
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) qs[d] = *(const float *)(qr + d * q.nb[3]);
     __syncthreads();
-    /* scores: one warp per key, lanes over D (coalesced key rows) */
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarp = blockDim.x >> 5;
-    for (int64_t jj = warp; jj < n; jj += nwarp) {
+    float m = -INFINITY;
+    for (int64_t jj = threadIdx.x; jj < n; jj += blockDim.x) {
         const int64_t j = j0 + jj;
         float dot = 0;
-        for (int64_t d = lane; d < D; d += 32) dot += qs[d] * kv_ld(k, b, hk, j, d);
-        for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-        if (lane == 0) {
-            float sj = dot * scale;
-            if (has_bias) sj += *(const float *)(bias.p + b * bias.nb[0] + h * bias.nb[1] + j * bias.nb[3]);
-            s[jj] = sj;
-        }
+        for (int64_t d = 0; d < D; d++) dot += qs[d] * kv_ld(k, b, hk, j, d);
+        float sj = dot * scale;
+        if (has_bias) sj += *(const float *)(bias.p + b * bias.nb[0] + h * bias.nb[1] + j * bias.nb[3]);
+        s[jj] = sj;
+        m = fmaxf(m, sj);
     }
-    __syncthreads();
-    float m = -INFINITY;
-    for (int64_t jj = threadIdx.x; jj < n; jj += blockDim.x) m = fmaxf(m, s[jj]);
     m = block_max(m, red);
     float *o = po + row * D;
     if (m == -INFINITY) {
