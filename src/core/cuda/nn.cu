@@ -396,6 +396,20 @@ static size_t attn_tile_smem(int64_t D, int64_t Tk)
     return f * 4 + AT_QT * 8;
 }
 
+/* keys (or values) j0 .. j0 + AT_KT of head hk into ts[AT_KT][D + 1]
+ * (zeros past Tk), between barriers: the block's previous use of ts is
+ * over before, the tile complete after */
+__device__ static void load_tile(float *ts, const struct tv &t, int64_t b, int64_t hk, int64_t j0, int64_t Tk,
+                                 int64_t D)
+{
+    __syncthreads();
+    for (int64_t idx = threadIdx.x; idx < AT_KT * D; idx += AT_THREADS) {
+        const int64_t jj = idx / D, d = idx % D;
+        ts[jj * (D + 1) + d] = j0 + jj < Tk ? kv_ld(t, b, hk, j0 + jj, d) : 0.0f;
+    }
+    __syncthreads();
+}
+
 __global__ static void k_attn_tile(float *out, struct tv q, struct tv k, struct tv v,
                                    struct tv bias, bool has_bias, float scale, bool causal)
 {
@@ -416,12 +430,7 @@ __global__ static void k_attn_tile(float *out, struct tv q, struct tv k, struct 
     }
     /* scores: warp w takes rows w, w + 8; lane = key of the tile */
     for (int64_t j0 = 0; j0 < Tk; j0 += AT_KT) {
-        __syncthreads();
-        for (int64_t idx = threadIdx.x; idx < AT_KT * D; idx += AT_THREADS) {
-            const int64_t jj = idx / D, d = idx % D;
-            ts[jj * (D + 1) + d] = j0 + jj < Tk ? kv_ld(k, b, hk, j0 + jj, d) : 0.0f;
-        }
-        __syncthreads();
+        load_tile(ts, k, b, hk, j0, Tk, D);
         const int64_t j = j0 + lane;
         if (j >= Tk) continue;
         for (int r = warp; r < nq; r += nwarp) {
@@ -458,12 +467,7 @@ __global__ static void k_attn_tile(float *out, struct tv q, struct tv k, struct 
     double acc[AT_OUT_PER_THREAD];
     for (int u = 0; u < AT_OUT_PER_THREAD; u++) acc[u] = 0;
     for (int64_t j0 = 0; j0 < Tk; j0 += AT_KT) {
-        __syncthreads();
-        for (int64_t idx = threadIdx.x; idx < AT_KT * D; idx += AT_THREADS) {
-            const int64_t jj = idx / D, d = idx % D;
-            ts[jj * (D + 1) + d] = j0 + jj < Tk ? kv_ld(v, b, hk, j0 + jj, d) : 0.0f;
-        }
-        __syncthreads();
+        load_tile(ts, v, b, hk, j0, Tk, D);
         const int64_t n = Tk - j0 < AT_KT ? Tk - j0 : AT_KT;
         for (int u = 0; u < AT_OUT_PER_THREAD; u++) {
             const int64_t o = threadIdx.x + (int64_t)u * AT_THREADS;
