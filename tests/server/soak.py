@@ -11,8 +11,11 @@ end, streamed requests cut off after the first bytes (cancellation), SSE,
 malformed JSON, unknown voices, oversized bodies, bad methods. Every answer
 must be a well-formed HTTP response with an expected status (200, 400,
 404, 405, 413, 429). At the end: the server's RSS growth between the first
-and the second half of the run, then SIGTERM and its exit status (0; under
-ASan, a leak or error report makes it non-zero). Exit 0 when all held.
+and the second half of the run (end against the first half's highest),
+which must stay under RSS_GROWTH_MIB (128;
+512 under the sanitizers, whose quarantine holds freed memory a while),
+then SIGTERM and its exit status (0; under ASan, a leak or error report
+makes it non-zero). Exit 0 when all held.
 """
 import http.client
 import json
@@ -113,21 +116,30 @@ def client(seed):
             time.sleep(rnd.random())
 
 
-rss0 = None
 ths = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
 for t in ths:
     t.start()
-time.sleep(SECONDS / 2)
-rss_mid = rss()
+# the first half's highest RSS (sampled): working memory reaches its
+# plateau there; the second half must not climb past it (a leak would)
+rss_mid, t_half = 0, time.time() + SECONDS / 2
+while time.time() < t_half:
+    rss_mid = max(rss_mid, rss())
+    time.sleep(0.25)
 for t in ths:
     t.join()
 rss_end = rss()
+with open(f"/proc/{srv.pid}/maps") as f:
+    sanitized = "libasan" in f.read()
+RSS_GROWTH_MIB = 512 if sanitized else 128
+if rss_end - rss_mid > RSS_GROWTH_MIB * 1024:
+    bad.append(f"RSS grew by {(rss_end - rss_mid) / 1024:.1f} MiB in the second half "
+               f"(bound {RSS_GROWTH_MIB} MiB{', sanitizers' if sanitized else ''})")
 srv.terminate()
 rc = srv.wait(timeout=120)
 time.sleep(0.3)
 print("requests:", ", ".join(f"{k}/{s}={n}" for (k, s), n in sorted(counts.items(), key=str)))
-print(f"RSS {rss_mid / 1024:.1f} MiB at half time, {rss_end / 1024:.1f} MiB at the end "
-      f"({(rss_end - rss_mid) / 1024:+.1f} MiB)")
+print(f"RSS {rss_mid / 1024:.1f} MiB at most in the first half, {rss_end / 1024:.1f} MiB at the end "
+      f"({(rss_end - rss_mid) / 1024:+.1f} MiB, bound +{RSS_GROWTH_MIB} MiB)")
 print(f"exit status {rc}")
 for b in bad[:20]:
     print("BAD", b)
