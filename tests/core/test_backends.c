@@ -181,5 +181,35 @@ int main(void)
     free(y_full); free(y_cpu); free(y_ref);
     backend_cpu_free(cpu);
     free(qbuf); free(pool);
+
+    /* backends by name (--backend, cbx_model_params.backend) */
+    char err[ERR_MAX] = "";
+    static const char *const bad[] = {"tpu", "cuda:", "cuda:x", "cuda:-1", "cuda:123456", "CPU", "cuda0"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = 0;
+        CHECK(!backend_name_ok(bad[i], err) && backend_create(bad[i], 1, false, err) == NULL && err[0],
+              "backend '%s' refused with a message: '%s'", bad[i], err);
+    }
+    printf("backend 'tpu': %s\n", (backend_name_ok("tpu", err), err));
+    static const char *const good[] = {NULL, "", "auto", "cpu"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        struct backend *b = backend_create(good[i], 1, true, err);
+        CHECK(backend_name_ok(good[i], err) && b && b->host == !strcmp(backend_auto_name(), "cpu"),
+              "backend '%s': %s", good[i] ? good[i] : "(null)", b ? b->name : err);
+        struct backend *like = b ? backend_create_like(b, 1, false, err) : NULL;
+        CHECK(like && backend_compatible(like, b), "a backend like '%s'", b ? b->name : "?");
+        backend_free(like);
+        backend_free(b);
+    }
+    CHECK(backend_compatible(backend_ref(), test_backend()) == test_backend()->host, "ref and host backends");
+    backend_free((struct backend *)backend_ref()); /* a no-op */
+    char desc[1024];
+    backend_describe(desc, sizeof desc);
+    printf("%s", desc);
+    CHECK(strncmp(desc, "cpu   yes", 9) == 0 && strstr(desc, "\ncuda"), "backend_describe lists cpu and cuda");
+#ifndef CBX_HAVE_CUDA
+    CHECK(backend_create("cuda", 1, false, err) == NULL && strstr(err, "-DCBX_CUDA=ON"),
+          "cuda without the CUDA build: '%s'", err);
+#endif
     return test_summary();
 }
