@@ -6,10 +6,12 @@
  *
  *   bench_serve --model M [--clients 1,2,4,8] [--requests 2]
  *               [--max-tokens 100] [--threads N] [--url HOST:PORT]
+ *               [--backend cpu|cuda|auto]
  *
  * Without --url it starts `chatterbox serve` itself (the binary beside
  * the bench directory, or --bin) with --max-streams = the largest client
- * count, on a free port, and stops it with SIGTERM at the end. Requests
+ * count and --backend (default auto), on a free port, and stops it with
+ * SIGTERM at the end. Requests
  * are HTTP/1.0, so the body is the raw PCM until the server closes.
  * First audio: from sending the request to the first body byte (the
  * server sends its headers only with the first audio). JSON lines on
@@ -127,6 +129,7 @@ int main(int argc, char **argv)
     const char *clients_s = bench_take_opt_or(&argc, argv, "--clients", "1,2,4,8");
     const char *url = bench_take_opt(&argc, argv, "--url");
     const char *bin = bench_take_opt(&argc, argv, "--bin");
+    const char *backend = bench_take_opt_or(&argc, argv, "--backend", "auto");
     max_tokens = atoi(bench_take_opt_or(&argc, argv, "--max-tokens", "100"));
     n_requests = atoi(bench_take_opt_or(&argc, argv, "--requests", "2"));
     struct bench_opts o;
@@ -178,7 +181,7 @@ int main(int argc, char **argv)
             dup2(pp[1], 2);
             close(pp[0]);
             execl(exe, exe, "serve", "--model", model, "--port", "0", "--max-streams", streams, "--queue", "64",
-                  "--threads", threads, "--quiet", (char *)NULL);
+                  "--threads", threads, "--backend", backend, "--quiet", (char *)NULL);
             _exit(127);
         }
         close(pp[1]);

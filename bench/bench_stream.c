@@ -6,7 +6,10 @@
  *
  *   bench_stream --model DIR|GGUF [--tokens N] [--first-tokens K] [--chunk-tokens C] [--stream-prompt P]
  *                [--first-prompt F]
- *                [--threads N] [--reps N] [--filter q4_0]
+ *                [--threads N] [--reps N] [--filter q4_0] [--backend cpu|cuda]
+ *
+ * --backend: where weights and computation go (default cpu); a record's
+ * type is then "<type>@<backend>" for any backend but cpu.
  *
  * Workload: a fixed sentence with the built-in voice, seed 0, upstream
  * sampling defaults, at most N speech tokens (default 250 = 10 s); the
@@ -140,6 +143,7 @@ static int run_type(const char *path, int wtype, int N, int K, int C, int P, int
     struct engine_load_params lp = engine_load_default_params();
     lp.wtype = wtype;
     lp.prefix_dir = store;
+    lp.backend = be->host ? "cpu" : be->name;
     if (engine_model_load(path, &lp, &m, err) != CBX_OK) goto done;
     struct engine_params p = engine_default_params();
     p.split = false;
@@ -208,6 +212,7 @@ done:
 int main(int argc, char **argv)
 {
     const char *model = bench_take_model(&argc, argv), *v;
+    const char *bname = bench_take_opt_or(&argc, argv, "--backend", "cpu");
     int N = (v = bench_take_opt(&argc, argv, "--tokens")) ? atoi(v) : 250;
     int K = (v = bench_take_opt(&argc, argv, "--first-tokens")) ? atoi(v) : 0;
     int C = (v = bench_take_opt(&argc, argv, "--chunk-tokens")) ? atoi(v) : 0;
@@ -220,16 +225,22 @@ int main(int argc, char **argv)
         return 2;
     }
     const int gguf = bench_model_is_gguf("bench_stream", model);
-    struct backend *be = gguf < 0 ? NULL : backend_cpu_create(opt.threads);
-    if (!be) return 1;
+    char berr[ERR_MAX] = "";
+    struct backend *be = gguf < 0 ? NULL : backend_create(bname, opt.threads, false, berr);
+    if (!be) {
+        if (gguf >= 0) fprintf(stderr, "bench_stream: %s\n", berr);
+        return 1;
+    }
     static const int types[] = {TYPE_F32, TYPE_Q8_0, TYPE_Q4_0};
     for (size_t i = 0; i < (gguf ? 1 : sizeof types / sizeof types[0]); i++) {
         const int wt = gguf ? -1 : types[i];
-        const char *name = gguf ? "gguf" : dtype_name((enum dtype)wt);
-        if (!gguf && !bench_selected(&opt, name)) continue;
+        const char *tname = gguf ? "gguf" : dtype_name((enum dtype)wt);
+        if (!gguf && !bench_selected(&opt, tname)) continue;
+        char name[64];
+        snprintf(name, sizeof name, be->host ? "%s" : "%s@%s", tname, be->name);
         struct result r = {0};
         if (!run_type(model, wt, N, K, C, P, FP, &opt, be, &r)) {
-            backend_cpu_free(be);
+            backend_free(be);
             return 1;
         }
         bench_emit1("stream_first_audio", name, N, &opt, "s", r.warm.first, "whole_utterance", r.whole);
@@ -256,6 +267,6 @@ int main(int argc, char **argv)
                 "%.2f s (RTF %.3f)\n",
                 name, (long long)r.speech, r.audio, r.chunks, r.total, r.rtf, r.whole, r.whole_rtf);
     }
-    backend_cpu_free(be);
+    backend_free(be);
     return 0;
 }

@@ -9,6 +9,8 @@
 #   bash scripts/device-test.sh test-re REGEX    # ctest -R REGEX likewise
 #   bash scripts/device-test.sh bench            # bench_e2e on the GPU (Turbo,
 #                                                # synthetic weights) and on cpu
+#   bash scripts/device-test.sh bench-gpu        # e2e (every type), streaming
+#                                                # and the server on the GPU
 #
 # The libraries come from scripts/device-deps.sh (pack them here first:
 # `bash scripts/device-deps.sh pack`, then carry .device-deps). Logs go to
@@ -55,10 +57,24 @@ bench() {
     cat "$out/bench.txt"
 }
 
+# the GPU figures of the CUDA issue in one call: bench_e2e for every weight
+# type, streaming first audio, the server at 1..64 streaming clients
+bench_gpu() {
+    local m=build-dev/models/turbo
+    [ -d "$m" ] || ./build-dev/chatterbox synth turbo -o "$m" --quiet || return 1
+    ./build-dev/bench/bench_e2e --model "$m" --backend cuda --reps "${REPS:-2}" >> "$out/bench.json" 2>> "$out/bench.txt"
+    ./build-dev/bench/bench_stream --model "$m" --backend cuda --reps "${REPS:-2}" --filter f32 \
+        >> "$out/bench.json" 2>> "$out/bench.txt"
+    ./build-dev/bench/bench_serve --model "$m" --backend cuda --clients "${CLIENTS:-1,4,16,64}" --threads 4 \
+        >> "$out/bench.json" 2>> "$out/bench.txt"
+    cat "$out/bench.txt"
+}
+
 case "${1:-}" in
 build) build ;;
 test) build && run_tests "${2:-}" ;;
 test-re) build && run_tests "" "${2:?a ctest -R pattern}" ;;
 bench) build && bench ;;
-*) echo "usage: device-test.sh build|test [LABELS]|test-re REGEX|bench" >&2; exit 2 ;;
+bench-gpu) build && bench_gpu ;;
+*) echo "usage: device-test.sh build|test [LABELS]|test-re REGEX|bench|bench-gpu" >&2; exit 2 ;;
 esac
