@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "scalar.h"
+
 static const struct dtype_traits traits_f32 = {"f32", 1, 4, false};
 static const struct dtype_traits traits_f16 = {"f16", 1, 2, false};
 static const struct dtype_traits traits_bf16 = {"bf16", 1, 2, false};
@@ -145,66 +147,9 @@ const char *tensor_shape_str(const struct tensor *t, char *buf, size_t n)
     return buf;
 }
 
-/* Half precision, bit-exact round to nearest even (as numpy/torch). */
-float fp16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else { /* subnormal: normalise */
-            int e = -1;
-            do { e++; man <<= 1; } while (!(man & 0x400));
-            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else {
-        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-uint16_t f32_to_fp16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000;
-    uint32_t ax = x & 0x7fffffffu;
-    if (ax >= 0x7f800000u) /* inf or nan */
-        return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
-    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* overflow */
-    if (ax < 0x38800000u) { /* result is subnormal or zero */
-        if (ax < 0x33000000u) return (uint16_t)sign;
-        uint32_t e = ax >> 23, man = (ax & 0x7fffff) | 0x800000;
-        uint32_t shift = 126 - e; /* value = man * 2^(e-150); unit 2^-24 */
-        uint32_t r = man >> shift, rem = man & ((1u << shift) - 1);
-        uint32_t half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (r & 1))) r++;
-        return (uint16_t)(sign | r);
-    }
-    uint32_t r = ((ax >> 13) - (112u << 10));
-    uint32_t rem = ax & 0x1fff;
-    if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++;
-    return (uint16_t)(sign | r);
-}
-
-float bf16_to_f32(uint16_t h)
-{
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-uint16_t f32_to_bf16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);
-    x += 0x7fff + ((x >> 16) & 1);
-    return (uint16_t)(x >> 16);
-}
+/* Half precision and bfloat16, bit-exact round to nearest even (as
+ * numpy/torch): core/scalar.h, shared with the CUDA kernels. */
+float fp16_to_f32(uint16_t h) { return scalar_fp16_to_f32(h); }
+uint16_t f32_to_fp16(float f) { return scalar_f32_to_fp16(f); }
+float bf16_to_f32(uint16_t h) { return scalar_bf16_to_f32(h); }
+uint16_t f32_to_bf16(float f) { return scalar_f32_to_bf16(f); }

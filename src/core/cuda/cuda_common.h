@@ -22,6 +22,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "../scalar.h"
+
 extern "C" {
 #include "../backend.h"
 #include "../quant.h"
@@ -109,62 +111,7 @@ static inline unsigned cu_blocks(int64_t n, int threads)
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);  \
          i += (int64_t)gridDim.x * blockDim.x)
 
-/* ---- scalar conversions, bit-exact with tensor.c ----------------------- */
-
-__device__ static inline float d_fp16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else {
-            int e = -1;
-            do { e++; man <<= 1; } while (!(man & 0x400));
-            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else {
-        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    }
-    return __uint_as_float(bits);
-}
-
-__device__ static inline uint16_t d_f32_to_fp16(float f)
-{
-    uint32_t x = __float_as_uint(f);
-    uint32_t sign = (x >> 16) & 0x8000;
-    uint32_t ax = x & 0x7fffffffu;
-    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
-    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);
-    if (ax < 0x38800000u) {
-        if (ax < 0x33000000u) return (uint16_t)sign;
-        uint32_t e = ax >> 23, man = (ax & 0x7fffff) | 0x800000;
-        uint32_t shift = 126 - e;
-        uint32_t r = man >> shift, rem = man & ((1u << shift) - 1);
-        uint32_t half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (r & 1))) r++;
-        return (uint16_t)(sign | r);
-    }
-    uint32_t r = ((ax >> 13) - (112u << 10));
-    uint32_t rem = ax & 0x1fff;
-    if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++;
-    return (uint16_t)(sign | r);
-}
-
-__device__ static inline float d_bf16_to_f32(uint16_t h)
-{
-    return __uint_as_float((uint32_t)h << 16);
-}
-
-__device__ static inline uint16_t d_f32_to_bf16(float f)
-{
-    uint32_t x = __float_as_uint(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);
-    x += 0x7fff + ((x >> 16) & 1);
-    return (uint16_t)(x >> 16);
-}
+/* ---- element loads (conversions: core/scalar.h, shared with tensor.c) -- */
 
 __device__ static inline uint16_t d_ld16(const char *p)
 {
@@ -175,8 +122,8 @@ __device__ static inline uint16_t d_ld16(const char *p)
 __device__ static inline float d_ldf(int type, const char *p)
 {
     switch (type) {
-    case TYPE_F16: return d_fp16_to_f32(*(const uint16_t *)p);
-    case TYPE_BF16: return d_bf16_to_f32(*(const uint16_t *)p);
+    case TYPE_F16: return scalar_fp16_to_f32(*(const uint16_t *)p);
+    case TYPE_BF16: return scalar_bf16_to_f32(*(const uint16_t *)p);
     default: return *(const float *)p;
     }
 }
@@ -185,7 +132,7 @@ __device__ static inline float d_ldf(int type, const char *p)
  * quant.c's dequantize_row computes it. Blocks are only 2-byte aligned. */
 __device__ static inline float d_block_elem(int type, const char *blk, int j)
 {
-    const float d = d_fp16_to_f32(d_ld16(blk));
+    const float d = scalar_fp16_to_f32(d_ld16(blk));
     const int h = j >= QK / 2, jj = j - h * (QK / 2);
     switch (type) {
     case TYPE_Q8_0: return d * (float)(int8_t)blk[2 + j];
@@ -194,7 +141,7 @@ __device__ static inline float d_block_elem(int type, const char *blk, int j)
         return d * (float)((h ? q >> 4 : q & 0x0f) - 8);
     }
     case TYPE_Q4_1: {
-        const float m = d_fp16_to_f32(d_ld16(blk + 2));
+        const float m = scalar_fp16_to_f32(d_ld16(blk + 2));
         uint8_t q = (uint8_t)blk[4 + jj];
         return d * (float)(h ? q >> 4 : q & 0x0f) + m;
     }
@@ -208,7 +155,7 @@ __device__ static inline float d_block_elem(int type, const char *blk, int j)
         int v = h ? ((q >> 4) | ((int)(qh >> (jj + 12)) & 0x10))
                   : ((q & 0x0f) | ((int)((qh >> jj) << 4) & 0x10));
         if (!q51) return d * (float)(v - 16);
-        return d * (float)v + d_fp16_to_f32(d_ld16(blk + 2));
+        return d * (float)v + scalar_fp16_to_f32(d_ld16(blk + 2));
     }
     default: return 0.0f;
     }

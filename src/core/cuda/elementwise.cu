@@ -37,8 +37,8 @@ __device__ static inline double d_ldd(int t, const char *p)
     switch (t) {
     case TYPE_F32: return *(const float *)p;
     case TYPE_F64: return *(const double *)p;
-    case TYPE_F16: return d_fp16_to_f32(*(const uint16_t *)p);
-    case TYPE_BF16: return d_bf16_to_f32(*(const uint16_t *)p);
+    case TYPE_F16: return scalar_fp16_to_f32(*(const uint16_t *)p);
+    case TYPE_BF16: return scalar_bf16_to_f32(*(const uint16_t *)p);
     default: return (double)d_ldi(t, p);
     }
 }
@@ -60,8 +60,8 @@ __device__ static inline void d_std(int t, char *p, double v)
     switch (t) {
     case TYPE_F32: *(float *)p = (float)v; return;
     case TYPE_F64: *(double *)p = v; return;
-    case TYPE_F16: *(uint16_t *)p = d_f32_to_fp16((float)v); return;
-    case TYPE_BF16: *(uint16_t *)p = d_f32_to_bf16((float)v); return;
+    case TYPE_F16: *(uint16_t *)p = scalar_f32_to_fp16((float)v); return;
+    case TYPE_BF16: *(uint16_t *)p = scalar_f32_to_bf16((float)v); return;
     case TYPE_BOOL: *(uint8_t *)p = v != 0; return;
     default: break;
     }
@@ -137,7 +137,7 @@ __global__ static void k_cpy_blocks(struct tv o, struct tv x, int64_t rows, int6
             for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(v[j]));
             const float d = amax / 127;
             const float id = d ? 1.0f / d : 0.0f;
-            uint16_t dh = d_f32_to_fp16(d);
+            uint16_t dh = scalar_f32_to_fp16(d);
             blk[0] = (char)(dh & 0xff);
             blk[1] = (char)(dh >> 8);
             for (int j = 0; j < QK; j++) blk[2 + j] = (char)(int8_t)roundf(v[j] * id);
@@ -150,7 +150,7 @@ __global__ static void k_cpy_blocks(struct tv o, struct tv x, int64_t rows, int6
                 }
             const float d = mx / -8;
             const float id = d ? 1.0f / d : 0.0f;
-            uint16_t dh = d_f32_to_fp16(d);
+            uint16_t dh = scalar_f32_to_fp16(d);
             blk[0] = (char)(dh & 0xff);
             blk[1] = (char)(dh >> 8);
             for (int j = 0; j < QK / 2; j++) {
@@ -273,41 +273,11 @@ static void cuda_binary(struct arena *a, struct tensor *out, const struct tensor
 
 /* ---- unary ------------------------------------------------------------------ */
 
-__device__ static float unary1(int op, float x, float p0, float p1)
-{
-    const double d = x;
-    switch (op) {
-    case UN_GELU: return (float)(0.5 * d * (1.0 + erf(d / sqrt(2.0))));
-    case UN_GELU_TANH: {
-        const double k = sqrt(2.0 / M_PI);
-        return (float)(0.5 * d * (1.0 + tanh(k * (d + 0.044715 * d * d * d))));
-    }
-    case UN_SILU: return (float)(d / (1.0 + exp(-d)));
-    case UN_MISH: return (float)(d * tanh(log1p(exp(d))));
-    case UN_ELU: return x > 0 ? x : (float)(p0 * expm1(d));
-    case UN_LEAKY_RELU: return x > 0 ? x : x * p0;
-    case UN_RELU: return x > 0 ? x : 0.0f;
-    case UN_TANH: return (float)tanh(d);
-    case UN_SIGMOID: return (float)(1.0 / (1.0 + exp(-d)));
-    case UN_SOFTPLUS: return x > 20.0f ? x : (float)log1p(exp(d));
-    case UN_EXP: return (float)exp(d);
-    case UN_LOG: return (float)log(d);
-    case UN_SIN: return (float)sin(d);
-    case UN_COS: return (float)cos(d);
-    case UN_ABS: return fabsf(x);
-    case UN_SQRT: return (float)sqrt(d);
-    case UN_SQR: return x * x;
-    case UN_NEG: return -x;
-    case UN_SCALE: return p0 * x + p1;
-    case UN_CLAMP: return x < p0 ? p0 : (x > p1 ? p1 : x);
-    }
-    return 0;
-}
 
 __global__ static void k_unary(float *o, struct tv x, int64_t n, int op, float p0, float p1,
                                bool xc)
 {
-    CU_FOR(i, n) o[i] = unary1(op, *(const float *)(x.p + (xc ? i * 4 : tv_off(x, i))), p0, p1);
+    CU_FOR(i, n) o[i] = scalar_unary(op, *(const float *)(x.p + (xc ? i * 4 : tv_off(x, i))), p0, p1);
 }
 
 static void cuda_unary(struct arena *a, struct tensor *out, const struct tensor *x,

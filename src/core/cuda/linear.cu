@@ -48,8 +48,8 @@ __global__ static void k_gemv(float *y, int64_t ldy, const float *x, int M, int6
         for (int64_t i = 2 * lane; i + 1 < K; i += 64) {
             const uint32_t u = *(const uint32_t *)(row + i * 2);
             const uint16_t h0 = (uint16_t)(u & 0xffff), h1 = (uint16_t)(u >> 16);
-            const float w0 = type == TYPE_F16 ? d_fp16_to_f32(h0) : d_bf16_to_f32(h0);
-            const float w1 = type == TYPE_F16 ? d_fp16_to_f32(h1) : d_bf16_to_f32(h1);
+            const float w0 = type == TYPE_F16 ? scalar_fp16_to_f32(h0) : scalar_bf16_to_f32(h0);
+            const float w1 = type == TYPE_F16 ? scalar_fp16_to_f32(h1) : scalar_bf16_to_f32(h1);
             for (int r = 0; r < M; r++) acc[r] += w0 * x[r * K + i] + w1 * x[r * K + i + 1];
         }
         if ((K & 1) && lane == 0) {
@@ -93,7 +93,7 @@ __global__ static void k_to_half(uint16_t *dst, const char *src, int64_t rows, i
             dst[e] = *(const uint16_t *)p;
         } else {
             const float v = d_ldf(src_type, p);
-            dst[e] = dst_type == TYPE_F16 ? d_f32_to_fp16(v) : d_f32_to_bf16(v);
+            dst[e] = dst_type == TYPE_F16 ? scalar_f32_to_fp16(v) : scalar_f32_to_bf16(v);
         }
     }
 }

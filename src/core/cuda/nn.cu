@@ -294,7 +294,7 @@ __device__ static inline float kv_ld(const struct tv &t, int64_t b, int64_t h, i
     const char *r = t.p + b * t.nb[0] + h * t.nb[1] + j * t.nb[2];
     if (t.type == TYPE_Q8_0) return d_block_elem(TYPE_Q8_0, r + (d / QK) * 34, (int)(d % QK));
     const char *p = r + d * t.nb[3];
-    return t.type == TYPE_F16 ? d_fp16_to_f32(*(const uint16_t *)p) : *(const float *)p;
+    return t.type == TYPE_F16 ? scalar_fp16_to_f32(*(const uint16_t *)p) : *(const float *)p;
 }
 
 struct attn_export {
@@ -658,22 +658,6 @@ static void cuda_attention(struct arena *a, struct tensor *out, const struct ten
 
 /* ---- rotary ---------------------------------------------------------------------------------- */
 
-/* ref/nn.c's inv_freq_hf, float32 step for step (host code, same libm) */
-static float inv_freq_hf(const struct rope_params *p, int i)
-{
-    float e = (float)(2 * i) / (float)p->n_dims;
-    float f = 1.0f / powf(p->theta, e);
-    if (p->factor == 0) return f;
-    float old = (float)p->original_max_pos;
-    float low_wavelen = (float)((double)p->original_max_pos / p->low_freq_factor);
-    float high_wavelen = (float)((double)p->original_max_pos / p->high_freq_factor);
-    float wavelen = (float)(2 * M_PI) / f;
-    if (wavelen > low_wavelen) return f / p->factor;
-    if (wavelen < high_wavelen) return f;
-    float smooth = (old / wavelen - p->low_freq_factor) /
-                   (float)((double)p->high_freq_factor - p->low_freq_factor);
-    return (1 - smooth) * f / p->factor + smooth * f;
-}
 
 __global__ static void k_rope(float *out, struct tv x, const char *pos, int64_t pos_nb,
                               const float *invf, int n_dims, int64_t n)
@@ -705,7 +689,7 @@ static void cuda_rope(struct arena *a, struct tensor *out, const struct tensor *
     const int half = p->n_dims / 2;
     float *h = (float *)arena_alloc_host(a, (size_t)half * 4);
     if (!h) return;
-    for (int i = 0; i < half; i++) h[i] = inv_freq_hf(p, i);
+    for (int i = 0; i < half; i++) h[i] = scalar_rope_inv_freq(p, i);
     const float *invf = (const float *)cu_upload(a, h, (size_t)half * 4);
     if (!invf) return;
     k_rope<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, cuda_of(a)->st>>>(

@@ -14,6 +14,7 @@
 #include "../backend.h"
 #include "../elem.h"
 #include "../quant.h"
+#include "../scalar.h"
 
 static void ref_cpy(struct arena *a, struct tensor *out, const struct tensor *x)
 {
@@ -112,38 +113,6 @@ static void ref_binary(struct arena *a, struct tensor *out, const struct tensor 
                 }
 }
 
-/* torch's formulas (aten/src/ATen/native/cpu/Activation.cpp and
- * UnaryOpsKernel.cpp); transcendental ones in double. */
-static float unary1(enum unop op, float x, float p0, float p1)
-{
-    const double d = x;
-    switch (op) {
-    case UN_GELU: return (float)(0.5 * d * (1.0 + erf(d / sqrt(2.0))));
-    case UN_GELU_TANH: {
-        const double k = sqrt(2.0 / M_PI);
-        return (float)(0.5 * d * (1.0 + tanh(k * (d + 0.044715 * d * d * d))));
-    }
-    case UN_SILU: return (float)(d / (1.0 + exp(-d)));
-    case UN_MISH: return (float)(d * tanh(log1p(exp(d))));
-    case UN_ELU: return x > 0 ? x : (float)(p0 * expm1(d));
-    case UN_LEAKY_RELU: return x > 0 ? x : x * p0;
-    case UN_RELU: return x > 0 ? x : 0.0f;
-    case UN_TANH: return (float)tanh(d);
-    case UN_SIGMOID: return (float)(1.0 / (1.0 + exp(-d)));
-    case UN_SOFTPLUS: return x > 20.0f ? x : (float)log1p(exp(d));
-    case UN_EXP: return (float)exp(d);
-    case UN_LOG: return (float)log(d);
-    case UN_SIN: return (float)sin(d);
-    case UN_COS: return (float)cos(d);
-    case UN_ABS: return fabsf(x);
-    case UN_SQRT: return (float)sqrt(d);
-    case UN_SQR: return x * x;
-    case UN_NEG: return -x;
-    case UN_SCALE: return p0 * x + p1;
-    case UN_CLAMP: return x < p0 ? p0 : (x > p1 ? p1 : x); /* NaN passes, as torch */
-    }
-    return 0;
-}
 
 static void ref_unary(struct arena *a, struct tensor *out, const struct tensor *x,
                       enum unop op, float p0, float p1)
@@ -156,7 +125,7 @@ static void ref_unary(struct arena *a, struct tensor *out, const struct tensor *
         for (int64_t i1 = 0; i1 < ne[1]; i1++)
             for (int64_t i2 = 0; i2 < ne[2]; i2++)
                 for (int64_t i3 = 0; i3 < ne[3]; i3++)
-                    *at(out, ob, i0, i1, i2, i3) = unary1(op, *at(x, xb, i0, i1, i2, i3), p0, p1);
+                    *at(out, ob, i0, i1, i2, i3) = scalar_unary((int)op, *at(x, xb, i0, i1, i2, i3), p0, p1);
 }
 
 /* HiFT Snake (alpha_logscale=False), in torch's float order:

@@ -10,6 +10,7 @@
 
 #include "../backend.h"
 #include "../quant.h"
+#include "../scalar.h"
 
 /* element i of a per-channel parameter vector (F32/F16/BF16) */
 static float pget(const struct tensor *v, int64_t i)
@@ -247,24 +248,6 @@ static void ref_attention(struct arena *a, struct tensor *out, const struct tens
         }
 }
 
-/* HF inv_freq in float32: 1 / base ** (arange(0, dim, 2).float() / dim),
- * then _compute_llama3_parameters when p->factor != 0, each step in
- * float32 as torch evaluates it (python scalars cast to float32). */
-static float inv_freq_hf(const struct rope_params *p, int i)
-{
-    float e = (float)(2 * i) / (float)p->n_dims;
-    float f = 1.0f / powf(p->theta, e);
-    if (p->factor == 0) return f;
-    float old = (float)p->original_max_pos;
-    float low_wavelen = (float)((double)p->original_max_pos / p->low_freq_factor);
-    float high_wavelen = (float)((double)p->original_max_pos / p->high_freq_factor);
-    float wavelen = (float)(2 * M_PI) / f;
-    if (wavelen > low_wavelen) return f / p->factor;
-    if (wavelen < high_wavelen) return f;
-    float smooth = (old / wavelen - p->low_freq_factor) /
-                   (float)((double)p->high_freq_factor - p->low_freq_factor);
-    return (1 - smooth) * f / p->factor + smooth * f;
-}
 
 static void ref_rope(struct arena *a, struct tensor *out, const struct tensor *x,
                      const struct tensor *pos, const struct rope_params *p)
@@ -279,7 +262,7 @@ static void ref_rope(struct arena *a, struct tensor *out, const struct tensor *x
                 float ps = (float)*(const int32_t *)((const char *)pos->data + t * pos->nb[0]);
                 float *yr = y + ((b * H + h) * T + t) * D;
                 for (int i = 0; i < half; i++) {
-                    float ang = ps * inv_freq_hf(p, i); /* float32, as HF */
+                    float ang = ps * scalar_rope_inv_freq(p, i); /* float32, as HF */
                     float c = (float)cos((double)ang), s = (float)sin((double)ang);
                     float x0 = at4(x, b, h, t, i), x1 = at4(x, b, h, t, i + half);
                     /* q * cos + rotate_half(q) * sin */
