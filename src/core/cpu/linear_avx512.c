@@ -458,26 +458,36 @@ bool linear_qgemm_avx512(enum dtype t, struct linear_qgemm *g)
 
 #define PK_PREFETCH 3072 /* bytes ahead (bench: 2048..8192 alike, 512 worse) */
 
-TGT static void gemv16_q4_0(const uint8_t *pw, const struct linear_xq *x, int64_t nb, float *out)
+/* the group kernel of both types (q4: two nibbles a byte, offset 8; else
+ * one signed byte, offset 128), specialised by the two callers below */
+TGT static inline __attribute__((always_inline)) void gemv16(const uint8_t *pw, const struct linear_xq *x,
+                                                               int64_t nb, float *out, const bool q4)
 {
+    const size_t pair = q4 ? LINEAR_PK_PAIR_Q4_0 : LINEAR_PK_PAIR_Q8_0, half = q4 ? 256 : 512;
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     const int32_t *xq = (const int32_t *)x->qs;
     __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, corr = acc0;
-    for (int64_t b = 0; b < nb; b += 2, pw += LINEAR_PK_PAIR_Q4_0) {
-        for (int l = 0; l < LINEAR_PK_PAIR_Q4_0 / 64; l++)
-            _mm_prefetch((const char *)pw + PK_PREFETCH + 64 * l, _MM_HINT_T0);
+    for (int64_t b = 0; b < nb; b += 2, pw += pair) {
+        for (size_t l = 0; l < pair / 64; l++) _mm_prefetch((const char *)pw + PK_PREFETCH + 64 * l, _MM_HINT_T0);
         __m512i sc = _mm512_load_si512(pw);
         __m512 d[2] = {_mm512_cvtph_ps(_mm512_castsi512_si256(sc)),
                        _mm512_cvtph_ps(_mm512_extracti64x4_epi64(sc, 1))};
         for (int h = 0; h < 2; h++) {
-            const uint8_t *q = pw + 64 + 256 * h;
+            const uint8_t *q = pw + 64 + half * h;
             const int32_t *xb = xq + 8 * (b + h);
             __m512i s0 = _mm512_setzero_si512(), s1 = s0;
-            for (int t = 0; t < 4; t++) { /* low nibbles: elements 4t..; high: 16 + 4t.. */
-                __m512i v = _mm512_load_si512(q + 64 * t);
-                s0 = _mm512_dpbusd_epi32(s0, _mm512_and_si512(v, m4), _mm512_set1_epi32(xb[t]));
-                s1 = _mm512_dpbusd_epi32(s1, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
-                                         _mm512_set1_epi32(xb[4 + t]));
+            for (int t = 0; t < 4; t++) { /* q4: low nibbles elements 4t.., high 16 + 4t.. */
+                __m512i lo, hi;
+                if (q4) {
+                    const __m512i v = _mm512_load_si512(q + 64 * t);
+                    lo = _mm512_and_si512(v, m4);
+                    hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                } else {
+                    lo = _mm512_load_si512(q + 64 * t);
+                    hi = _mm512_load_si512(q + 256 + 64 * t);
+                }
+                s0 = _mm512_dpbusd_epi32(s0, lo, _mm512_set1_epi32(xb[t]));
+                s1 = _mm512_dpbusd_epi32(s1, hi, _mm512_set1_epi32(xb[4 + t]));
             }
             __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
             __m512 s = _mm512_mul_ps(d[h], _mm512_set1_ps(x->d[b + h]));
@@ -486,36 +496,17 @@ TGT static void gemv16_q4_0(const uint8_t *pw, const struct linear_xq *x, int64_
             corr = _mm512_fmadd_ps(d[h], _mm512_set1_ps(x->ds[b + h]), corr);
         }
     }
-    _mm512_storeu_ps(out, _mm512_fnmadd_ps(corr, _mm512_set1_ps(8.0f), _mm512_add_ps(acc0, acc1)));
+    _mm512_storeu_ps(out, _mm512_fnmadd_ps(corr, _mm512_set1_ps(q4 ? 8.0f : 128.0f), _mm512_add_ps(acc0, acc1)));
+}
+
+TGT static void gemv16_q4_0(const uint8_t *pw, const struct linear_xq *x, int64_t nb, float *out)
+{
+    gemv16(pw, x, nb, out, true);
 }
 
 TGT static void gemv16_q8_0(const uint8_t *pw, const struct linear_xq *x, int64_t nb, float *out)
 {
-    const int32_t *xq = (const int32_t *)x->qs;
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, corr = acc0;
-    for (int64_t b = 0; b < nb; b += 2, pw += LINEAR_PK_PAIR_Q8_0) {
-        for (int l = 0; l < LINEAR_PK_PAIR_Q8_0 / 64; l++)
-            _mm_prefetch((const char *)pw + PK_PREFETCH + 64 * l, _MM_HINT_T0);
-        __m512i sc = _mm512_load_si512(pw);
-        __m512 d[2] = {_mm512_cvtph_ps(_mm512_castsi512_si256(sc)),
-                       _mm512_cvtph_ps(_mm512_extracti64x4_epi64(sc, 1))};
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *q = pw + 64 + 512 * h;
-            const int32_t *xb = xq + 8 * (b + h);
-            __m512i s0 = _mm512_setzero_si512(), s1 = s0;
-            for (int t = 0; t < 4; t++) {
-                s0 = _mm512_dpbusd_epi32(s0, _mm512_load_si512(q + 64 * t), _mm512_set1_epi32(xb[t]));
-                s1 = _mm512_dpbusd_epi32(s1, _mm512_load_si512(q + 256 + 64 * t),
-                                         _mm512_set1_epi32(xb[4 + t]));
-            }
-            __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
-            __m512 s = _mm512_mul_ps(d[h], _mm512_set1_ps(x->d[b + h]));
-            if (h) acc1 = _mm512_fmadd_ps(f, s, acc1);
-            else acc0 = _mm512_fmadd_ps(f, s, acc0);
-            corr = _mm512_fmadd_ps(d[h], _mm512_set1_ps(x->ds[b + h]), corr);
-        }
-    }
-    _mm512_storeu_ps(out, _mm512_fnmadd_ps(corr, _mm512_set1_ps(128.0f), _mm512_add_ps(acc0, acc1)));
+    gemv16(pw, x, nb, out, false);
 }
 
 linear_gemv16_fn linear_gemv16_avx512(enum dtype t)
