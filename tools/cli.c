@@ -116,7 +116,7 @@ const char *cli_prefix_dir(const char *opt, bool off, char *buf, size_t n)
 bool cli_backend_ok(const char *cmd, const char *val)
 {
     char err[ERR_MAX];
-    if (backend_name_ok(val, err)) return true;
+    if (backend_check_name(val, err) == CBX_OK) return true;
     cli_usage_error(cmd, "--backend: %s", err);
     return false;
 }

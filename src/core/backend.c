@@ -129,20 +129,20 @@ static int cuda_device_of(const char *name)
     return d;
 }
 
-bool backend_name_ok(const char *name, char *err)
+cbx_status backend_check_name(const char *name, char *err)
 {
-    if (!name || !*name || strcmp(name, "auto") == 0 || strcmp(name, "cpu") == 0) return true;
+    if (!name || !*name || strcmp(name, "auto") == 0 || strcmp(name, "cpu") == 0) return CBX_OK;
 #ifdef CBX_HAVE_CUDA
-    if (cuda_device_of(name) >= 0) return true;
-    err_setf(err, CBX_ERR_INVALID_ARG, "unknown backend '%s' (this build has: cpu, cuda, cuda:N, auto)", name);
+    if (cuda_device_of(name) >= 0) return CBX_OK;
+    return err_setf(err, CBX_ERR_INVALID_ARG, "unknown backend '%s' (this build has: cpu, cuda, cuda:N, auto)",
+                    name);
 #else
     if (cuda_device_of(name) >= 0)
-        err_setf(err, CBX_ERR_UNSUPPORTED,
-                 "backend '%s': this build has no CUDA backend (build with -DCBX_CUDA=ON); it has: cpu", name);
-    else
-        err_setf(err, CBX_ERR_INVALID_ARG, "unknown backend '%s' (this build has: cpu, auto)", name);
+        return err_setf(err, CBX_ERR_UNSUPPORTED,
+                        "backend '%s': this build has no CUDA backend (build with -DCBX_CUDA=ON); it has: cpu",
+                        name);
+    return err_setf(err, CBX_ERR_INVALID_ARG, "unknown backend '%s' (this build has: cpu, auto)", name);
 #endif
-    return false;
 }
 
 struct backend *backend_create(const char *name, int n_threads, bool shared, char *err)
@@ -153,7 +153,7 @@ struct backend *backend_create(const char *name, int n_threads, bool shared, cha
         if (!be) err_setf(err, CBX_ERR_NOMEM, "cpu backend: cannot start %d threads", n_threads);
         return be;
     }
-    if (!backend_name_ok(name, err)) return NULL;
+    if (backend_check_name(name, err) != CBX_OK) return NULL;
 #ifdef CBX_HAVE_CUDA
     return backend_cuda_create(cuda_device_of(name), err);
 #else

@@ -178,9 +178,11 @@ struct backend *backend_create_like(const struct backend *like, int n_threads, b
 /* Free a backend made by any *_create here (after every arena and weight
  * set on it); no-op on NULL and on backend_ref(). */
 void backend_free(struct backend *be);
-/* Whether name is one backend_create knows in this build (a name only:
- * no device is looked for); else false with one line in err. */
-bool backend_name_ok(const char *name, char *err);
+/* CBX_OK when name is one backend_create knows in this build (a name
+ * only: no device is looked for); else one line in err and
+ * CBX_ERR_INVALID_ARG (no such backend) or CBX_ERR_UNSUPPORTED (a backend
+ * this build lacks: cuda without -DCBX_CUDA=ON). */
+cbx_status backend_check_name(const char *name, char *err);
 /* What "auto" means in this process: "cuda" or "cpu" (static text). */
 const char *backend_auto_name(void);
 /* Whether be computes with the same kind of memory and weight layout as

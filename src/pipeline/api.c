@@ -75,9 +75,10 @@ cbx_status cbx_model_load(const char *path, const cbx_model_params *params, cbx_
         put_err(errbuf, errlen, "cbx_model_load: no model path given");
         return CBX_ERR_INVALID_ARG;
     }
-    if (params && !backend_name_ok(params->backend, err)) {
+    cbx_status brc = params ? backend_check_name(params->backend, err) : CBX_OK;
+    if (brc != CBX_OK) {
         put_err(errbuf, errlen, err);
-        return CBX_ERR_INVALID_ARG;
+        return brc;
     }
     struct engine_load_params lp = engine_load_default_params();
     if (params && params->weight_type) {

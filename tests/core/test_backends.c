@@ -187,14 +187,14 @@ int main(void)
     static const char *const bad[] = {"tpu", "cuda:", "cuda:x", "cuda:-1", "cuda:123456", "CPU", "cuda0"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err[0] = 0;
-        CHECK(!backend_name_ok(bad[i], err) && backend_create(bad[i], 1, false, err) == NULL && err[0],
+        CHECK(backend_check_name(bad[i], err) == CBX_ERR_INVALID_ARG && backend_create(bad[i], 1, false, err) == NULL && err[0],
               "backend '%s' refused with a message: '%s'", bad[i], err);
     }
-    printf("backend 'tpu': %s\n", (backend_name_ok("tpu", err), err));
+    printf("backend 'tpu': %s\n", (backend_check_name("tpu", err), err));
     static const char *const good[] = {NULL, "", "auto", "cpu"};
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         struct backend *b = backend_create(good[i], 1, true, err);
-        CHECK(backend_name_ok(good[i], err) && b && b->host == !strcmp(backend_auto_name(), "cpu"),
+        CHECK(backend_check_name(good[i], err) == CBX_OK && b && b->host == !strcmp(backend_auto_name(), "cpu"),
               "backend '%s': %s", good[i] ? good[i] : "(null)", b ? b->name : err);
         struct backend *like = b ? backend_create_like(b, 1, false, err) : NULL;
         CHECK(like && backend_compatible(like, b), "a backend like '%s'", b ? b->name : "?");
@@ -208,8 +208,8 @@ int main(void)
     printf("%s", desc);
     CHECK(strncmp(desc, "cpu   yes", 9) == 0 && strstr(desc, "\ncuda"), "backend_describe lists cpu and cuda");
 #ifndef CBX_HAVE_CUDA
-    CHECK(backend_create("cuda", 1, false, err) == NULL && strstr(err, "-DCBX_CUDA=ON"),
-          "cuda without the CUDA build: '%s'", err);
+    CHECK(backend_check_name("cuda:1", err) == CBX_ERR_UNSUPPORTED && backend_create("cuda", 1, false, err) == NULL &&
+          strstr(err, "-DCBX_CUDA=ON"), "cuda without the CUDA build: '%s'", err);
 #endif
     return test_summary();
 }
