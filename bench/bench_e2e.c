@@ -105,7 +105,7 @@ static int on_step(void *user, int step, int32_t token, const float *logits, int
 /* One type: load (timed through the engine, as `say` loads), then the
  * workload on directly loaded T3/S3Gen. */
 static int run_type(const char *path, int wtype, int N, const struct bench_opts *o, struct backend *be,
-                    const char *bname, struct result *res)
+                    struct result *res)
 {
     char err[ERR_MAX] = "";
     double *tl = calloc((size_t)o->reps, sizeof(double)), *t3t = calloc((size_t)o->reps, sizeof(double)),
@@ -130,7 +130,7 @@ static int run_type(const char *path, int wtype, int N, const struct bench_opts 
     reset_hwm();
     struct engine_load_params lp = engine_load_default_params();
     lp.wtype = wtype;
-    lp.backend = bname;
+    lp.backend = be->host ? "cpu" : be->name;
     for (int r = 0; r < o->reps; r++) {
         struct engine_model *em = NULL;
         double t0 = bench_now();
@@ -265,7 +265,7 @@ done:
 int main(int argc, char **argv)
 {
     const char *model = bench_take_model(&argc, argv), *v;
-    const char *bname = bench_take_opt_or(&argc, argv, "--backend", "cpu");
+    const char *bname = bench_take_opt(&argc, argv, "--backend");
     int N = (v = bench_take_opt(&argc, argv, "--tokens")) ? atoi(v) : 250;
     struct bench_opts opt;
     if (!bench_parse(argc, argv, &opt, 1)) return 2;
@@ -274,13 +274,8 @@ int main(int argc, char **argv)
         return 2;
     }
     const int gguf = bench_model_is_gguf("bench_e2e", model);
-    char berr[ERR_MAX] = "";
-    struct backend *be = gguf < 0 ? NULL : backend_create(bname, opt.threads, false, berr);
-    if (!be) {
-        if (gguf >= 0) fprintf(stderr, "bench_e2e: %s\n", berr);
-        return 1;
-    }
-    const bool on_cpu = be->host;
+    struct backend *be = gguf < 0 ? NULL : bench_backend("bench_e2e", bname, opt.threads);
+    if (!be) return 1;
     static const int types[] = {TYPE_F32, TYPE_Q8_0, TYPE_Q4_0};
     struct result f32 = {0};
     int have_f32 = 0;
@@ -289,9 +284,9 @@ int main(int argc, char **argv)
         const char *tname = gguf ? "gguf" : dtype_name((enum dtype)wt);
         if (!gguf && !bench_selected(&opt, tname)) continue;
         char name[64];
-        snprintf(name, sizeof name, on_cpu ? "%s" : "%s@%s", tname, be->name);
+        bench_type_on(be, tname, name, sizeof name);
         struct result r = {0};
-        if (!run_type(model, wt, N, &opt, be, bname, &r)) return 1;
+        if (!run_type(model, wt, N, &opt, be, &r)) return 1;
         if (wt == TYPE_F32) { f32 = r; have_f32 = 1; }
         const char *base = have_f32 && wt != TYPE_F32 ? "f32" : NULL;
         bench_emit1("e2e_load", name, N, &opt, "s", r.load, base, f32.load);

@@ -212,7 +212,7 @@ done:
 int main(int argc, char **argv)
 {
     const char *model = bench_take_model(&argc, argv), *v;
-    const char *bname = bench_take_opt_or(&argc, argv, "--backend", "cpu");
+    const char *bname = bench_take_opt(&argc, argv, "--backend");
     int N = (v = bench_take_opt(&argc, argv, "--tokens")) ? atoi(v) : 250;
     int K = (v = bench_take_opt(&argc, argv, "--first-tokens")) ? atoi(v) : 0;
     int C = (v = bench_take_opt(&argc, argv, "--chunk-tokens")) ? atoi(v) : 0;
@@ -225,19 +225,15 @@ int main(int argc, char **argv)
         return 2;
     }
     const int gguf = bench_model_is_gguf("bench_stream", model);
-    char berr[ERR_MAX] = "";
-    struct backend *be = gguf < 0 ? NULL : backend_create(bname, opt.threads, false, berr);
-    if (!be) {
-        if (gguf >= 0) fprintf(stderr, "bench_stream: %s\n", berr);
-        return 1;
-    }
+    struct backend *be = gguf < 0 ? NULL : bench_backend("bench_stream", bname, opt.threads);
+    if (!be) return 1;
     static const int types[] = {TYPE_F32, TYPE_Q8_0, TYPE_Q4_0};
     for (size_t i = 0; i < (gguf ? 1 : sizeof types / sizeof types[0]); i++) {
         const int wt = gguf ? -1 : types[i];
         const char *tname = gguf ? "gguf" : dtype_name((enum dtype)wt);
         if (!gguf && !bench_selected(&opt, tname)) continue;
         char name[64];
-        snprintf(name, sizeof name, be->host ? "%s" : "%s@%s", tname, be->name);
+        bench_type_on(be, tname, name, sizeof name);
         struct result r = {0};
         if (!run_type(model, wt, N, K, C, P, FP, &opt, be, &r)) {
             backend_free(be);

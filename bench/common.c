@@ -1,6 +1,8 @@
 /* common.c - shared helpers of the benchmark programs (see common.h). */
 #include "common.h"
 
+#include "core/backend.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,4 +239,19 @@ struct weights bench_synth_weights(const struct bench_synth *w, const char *what
 {
     struct weights s = {synth_find, w, 0, what};
     return s;
+}
+
+struct backend *bench_backend(const char *prog, const char *name, int threads)
+{
+    if (!name) name = "cpu";
+    char err[ERR_MAX] = "";
+    struct backend *be = backend_create(name, threads, false, err);
+    if (!be) fprintf(stderr, "%s: %s\n", prog, err);
+    return be;
+}
+
+const char *bench_type_on(const struct backend *be, const char *type, char *buf, size_t n)
+{
+    snprintf(buf, n, be->host ? "%s" : "%s@%s", type, be->name);
+    return buf;
 }

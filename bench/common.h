@@ -31,6 +31,13 @@ const char *bench_take_model(int *argc, char **argv);
 /* 1 when path opens as a .gguf model, 0 as a directory; -1 after one line
  * on stderr naming prog and why it cannot be opened. */
 int bench_model_is_gguf(const char *prog, const char *path);
+/* The end-to-end benchmarks' backend: name (their --backend, taken out of
+ * argv before bench_parse; NULL: cpu) made with threads; NULL after one
+ * line on stderr naming prog. Free with backend_free. */
+struct backend;
+struct backend *bench_backend(const char *prog, const char *name, int threads);
+/* A record's type: type on the cpu, "type@backend" on any other. */
+const char *bench_type_on(const struct backend *be, const char *type, char *buf, size_t n);
 
 double bench_now(void); /* monotonic seconds */
 

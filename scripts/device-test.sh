@@ -44,9 +44,16 @@ run_tests() {
     return $rc
 }
 
-bench() {
+# the synthetic Turbo checkpoint the benches run on (ctest's, else made)
+turbo_model() {
     local m=build-dev/models/turbo
     [ -d "$m" ] || ./build-dev/chatterbox synth turbo -o "$m" --quiet || return 1
+    echo "$m"
+}
+
+bench() {
+    local m
+    m="$(turbo_model)" || return 1
     for b in ${BACKENDS:-cuda cpu}; do
         ./build-dev/bench/bench_e2e --model "$m" --backend "$b" --reps "${REPS:-2}" --filter "${FILTER-f32}" \
             >> "$out/bench.json" 2>> "$out/bench.txt"
@@ -60,8 +67,8 @@ bench() {
 # the GPU figures of the CUDA issue in one call: bench_e2e for every weight
 # type, streaming first audio, the server at 1..64 streaming clients
 bench_gpu() {
-    local m=build-dev/models/turbo
-    [ -d "$m" ] || ./build-dev/chatterbox synth turbo -o "$m" --quiet || return 1
+    local m
+    m="$(turbo_model)" || return 1
     ./build-dev/bench/bench_e2e --model "$m" --backend cuda --reps "${REPS:-2}" >> "$out/bench.json" 2>> "$out/bench.txt"
     ./build-dev/bench/bench_stream --model "$m" --backend cuda --reps "${REPS:-2}" --filter f32 \
         >> "$out/bench.json" 2>> "$out/bench.txt"

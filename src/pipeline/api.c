@@ -109,6 +109,7 @@ cbx_status cbx_model_load(const char *path, const cbx_model_params *params, cbx_
         return CBX_ERR_NOMEM;
     }
     if (!(h->path = strdup(path))) {
+        free(h->backend);
         free(h);
         put_err(errbuf, errlen, "out of memory");
         return CBX_ERR_NOMEM;
