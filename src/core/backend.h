@@ -22,10 +22,16 @@
 #include "weights.h"
 
 struct threadpool;
+struct backend_graph;
 
 struct kernels {
     /* ops_shape.c / ops_elementwise.c */
     void (*cpy)(struct arena *a, struct tensor *out, const struct tensor *x);
+    /* cpy into out moved by at[0] * nb bytes, skipped unless 0 <= at[0]
+     * <= max (op_copy_into_at). Device backends only: on host backends
+     * the op reads at and calls cpy. */
+    void (*cpy_at)(struct arena *a, struct tensor *out, const struct tensor *x,
+                   const struct tensor *at, int64_t nb, int64_t max);
     void (*fill)(struct arena *a, struct tensor *out, float v);
     void (*binary)(struct arena *a, struct tensor *out, const struct tensor *x,
                    const struct tensor *y, enum binop op);
@@ -112,6 +118,22 @@ struct backend {
     cbx_status (*prepare_weight)(const struct backend *be, struct weight_set *s, struct tensor *t,
                                  enum weight_role role, unsigned flags, char *err);
     void (*release_weight)(const struct backend *be, struct tensor *t);
+    /* Graphs: a recorded sequence of kernels, replayed (NULL hooks: the
+     * backend has none, e.g. the host backends, or they are switched off).
+     * Between graph_begin and graph_end the kernels that ops on this
+     * backend's arenas launch (on the calling thread) are recorded instead
+     * of run; graph_end hands back the recording and graph_run replays it:
+     * the same kernels on the same memory, reading the values there at
+     * replay time (so a step's index operands, op_copy_into_at and
+     * attn_params.kv_len, move it). The arenas the recording used must not
+     * change until it is freed. Recording fails, with one line in err and
+     * no graph, when a kernel needs the host in between (a download, a
+     * synchronisation, an allocation); the caller then computes without a
+     * graph. */
+    cbx_status (*graph_begin)(const struct backend *be, char *err);
+    cbx_status (*graph_end)(const struct backend *be, struct backend_graph **g, char *err);
+    cbx_status (*graph_run)(const struct backend *be, struct backend_graph *g, char *err);
+    void (*graph_free)(const struct backend *be, struct backend_graph *g);
     struct kernels k;
 };
 
@@ -125,6 +147,11 @@ struct backend {
                    #kname, be_->name);                                         \
         return NULL;                                                           \
     }
+
+/* For the op layer: an index operand (op_copy_into_at, attn_params.kv_len)
+ * is one I32 element; on a host backend its value goes to *v, on a device
+ * backend the kernel reads it. false with the arena failed otherwise. */
+bool op_index_operand(struct arena *a, const char *op, const struct tensor *t, int32_t *v);
 
 static inline void *backend_buf_alloc(const struct backend *be, size_t n)
 {

@@ -58,6 +58,14 @@ struct tensor *op_merge_heads(struct arena *a, const struct tensor *o);
 struct tensor *op_cast(struct arena *a, const struct tensor *x, enum dtype type);
 /* Copy src into dst (same shape, any strides), e.g. into a KV-cache view. */
 cbx_status op_copy_into(struct arena *a, struct tensor *dst, const struct tensor *src);
+/* op_copy_into at a position held in a tensor: src into dst's slice
+ * [at, at + src->ne[dim]) along dim, at the one I32 value of `at`, a
+ * tensor on the arena's backend (so that a recorded step, backend.h's
+ * graphs, moves with it and not with the host). Callers validate the
+ * value where it enters (0 <= at <= dst->ne[dim] - src->ne[dim]): a host
+ * backend fails the arena on one outside, a device kernel skips the copy. */
+cbx_status op_copy_into_at(struct arena *a, struct tensor *dst, const struct tensor *src, int dim,
+                           const struct tensor *at);
 /* Concatenate along dim; all other dims equal. */
 struct tensor *op_concat(struct arena *a, const struct tensor *x,
                          const struct tensor *y, int dim);
@@ -194,6 +202,11 @@ struct attn_params {
     float scale;  /* usually 1/sqrt(D) */
     bool causal;  /* query i (absolute position Tk-Tq+i) sees keys <= it */
     const struct attn_probs *probs; /* NULL (default): nothing exported */
+    /* NULL (default), or a one-element I32 tensor on the arena's backend:
+     * only keys [0, kv_len) of k and v exist (1 <= kv_len <= Tk; no bias).
+     * A decode step over a fixed-capacity KV cache keeps one shape this
+     * way while its length grows (a recorded step, backend.h). */
+    const struct tensor *kv_len;
 };
 /* Fused scaled-dot-product attention.
  * q[B, Hq, Tq, D]; k, v [B, Hk, Tk, D] with Hq % Hk == 0 (grouped-query:

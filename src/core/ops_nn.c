@@ -197,6 +197,26 @@ struct tensor *op_attention(struct arena *a, const struct tensor *q,
                    tensor_shape_str(v, sv, sizeof sv));
         return NULL;
     }
+    struct attn_params pk = *p;
+    if (p->kv_len) {
+        int32_t len = 0;
+        if (bias) {
+            arena_fail(a, CBX_ERR_INTERNAL, "op_attention: a key length with a bias");
+            return NULL;
+        }
+        if (!op_index_operand(a, "op_attention", p->kv_len, &len)) return NULL;
+        if (be_->host) { /* the value is at hand: attend over the slice */
+            if (len < 1 || len > k->ne[2]) {
+                arena_fail(a, CBX_ERR_INTERNAL, "op_attention: %d of %lld keys", len, (long long)k->ne[2]);
+                return NULL;
+            }
+            k = op_slice(a, k, 2, 0, len);
+            v = op_slice(a, v, 2, 0, len);
+            if (!k || !v) return NULL;
+            pk.kv_len = NULL;
+        }
+    }
+    p = &pk;
     int64_t B = q->ne[0], Hq = q->ne[1], Tq = q->ne[2], Tk = k->ne[2];
     struct tensor *bv = NULL;
     if (bias) {

@@ -194,6 +194,50 @@ cbx_status op_copy_into(struct arena *a, struct tensor *dst, const struct tensor
     return arena_status(a);
 }
 
+bool op_index_operand(struct arena *a, const char *op, const struct tensor *t, int32_t *v)
+{
+    if (t->type != TYPE_I32 || tensor_nelements(t) != 1) {
+        char s[64];
+        arena_fail(a, CBX_ERR_INTERNAL, "%s: index operand %s %s, want one i32", op, dtype_name(t->type),
+                   tensor_shape_str(t, s, sizeof s));
+        return false;
+    }
+    if (!arena_backend(a)->host) return true;
+    if (t->be && !t->be->host) {
+        arena_fail(a, CBX_ERR_INTERNAL, "%s: index operand in %s memory, computing on a host backend", op,
+                   t->be->name);
+        return false;
+    }
+    *v = *(const int32_t *)t->data;
+    return true;
+}
+
+cbx_status op_copy_into_at(struct arena *a, struct tensor *dst, const struct tensor *src, int dim,
+                           const struct tensor *at)
+{
+    if (!dst || !src || !at) return arena_status(a) != CBX_OK ? arena_status(a) : CBX_ERR_INTERNAL;
+    if (dim < 0) dim += dst->ndim;
+    if (bad_dim(a, dst, dim, "op_copy_into_at")) return arena_status(a);
+    const int64_t n = src->ndim == dst->ndim ? src->ne[dim] : -1;
+    if (n < 0 || n > dst->ne[dim])
+        return op_copy_into(a, dst, src); /* reports the shapes */
+    int32_t pos = 0;
+    if (!op_index_operand(a, "op_copy_into_at", at, &pos)) return arena_status(a);
+    const struct backend *be = arena_backend(a);
+    if (be->host) { /* the value is at hand: a plain copy into the slice */
+        if (pos < 0 || pos > dst->ne[dim] - n)
+            return arena_fail(a, CBX_ERR_INTERNAL, "op_copy_into_at: %lld positions at %d of %lld",
+                              (long long)n, pos, (long long)dst->ne[dim]);
+        return op_copy_into(a, op_slice(a, dst, dim, pos, n), src);
+    }
+    struct tensor *d0 = op_slice(a, dst, dim, 0, n);
+    if (!d0) return arena_status(a);
+    if (!tensor_same_shape(d0, src)) return op_copy_into(a, d0, src);
+    if (!be->k.cpy_at) return arena_fail(a, CBX_ERR_UNSUPPORTED, "cpy_at: backend %s has no kernel", be->name);
+    be->k.cpy_at(a, d0, src, at, dst->nb[dim], dst->ne[dim] - n);
+    return arena_status(a);
+}
+
 struct tensor *op_concat(struct arena *a, const struct tensor *x, const struct tensor *y, int dim)
 {
     if (!x || !y) return NULL;

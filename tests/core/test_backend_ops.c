@@ -325,8 +325,44 @@ static struct tensor *c_attention(struct arena *a, int v)
         bias = op_from_host(a, TYPE_F32, 2, NE(Tq, Tk), h);
         free(h);
     }
-    struct attn_params p = {1.0f / sqrtf((float)D), v == 1 || v == 3 || v == 7 || v == 13, NULL};
+    struct attn_params p = {1.0f / sqrtf((float)D), v == 1 || v == 3 || v == 7 || v == 13, NULL, NULL};
     return op_attention(a, q, k, vv, bias, &p);
+}
+
+/* attention over the first kv_len keys, the length an operand on the
+ * backend (attn_params.kv_len): 0 decode over a 300-key cache holding 137,
+ * 1 q8_0 kv 700 of 1000, D 32, 2 f16 kv 1 of 40, 3 four causal queries
+ * (not the decode kernel) 50 of 64 */
+static struct tensor *c_attention_len(struct arena *a, int v)
+{
+    const int64_t B = 2, Hq = 4, Hk = 2, Tq = v == 3 ? 4 : 1, D = v == 1 ? 32 : 64;
+    const int64_t Tk = v == 0 ? 300 : v == 1 ? 1000 : v == 2 ? 40 : 64;
+    const int32_t len = v == 0 ? 137 : v == 1 ? 700 : v == 2 ? 1 : 50;
+    struct tensor *q = in_f32(a, 120, ND(B, Hq, Tq, D), -1, 1);
+    struct tensor *k = in_f32(a, 121, ND(B, Hk, Tk, D), -1, 1);
+    struct tensor *vv = in_f32(a, 122, ND(B, Hk, Tk, D), -1, 1);
+    if (v == 1 || v == 2) {
+        k = op_cast(a, k, v == 1 ? TYPE_Q8_0 : TYPE_F16);
+        vv = op_cast(a, vv, v == 1 ? TYPE_Q8_0 : TYPE_F16);
+    }
+    struct attn_params p = {1.0f / sqrtf((float)D), v == 3, NULL, op_from_host(a, TYPE_I32, 1, NE(1), &len)};
+    return op_attention(a, q, k, vv, NULL, &p);
+}
+
+/* op_copy_into_at: new rows into a cache view at a position held in a
+ * tensor: 0 one f32 position at 7 of 20 from a permuted view, 1 into a
+ * q8_0 cache at the last position, 2 three positions into an f16 cache at
+ * 0; the whole cache is the result */
+static struct tensor *c_copy_into_at(struct arena *a, int v)
+{
+    static const enum dtype ct[] = {TYPE_F32, TYPE_Q8_0, TYPE_F16};
+    const int64_t n = v == 2 ? 3 : 1;
+    const int32_t at = v == 0 ? 7 : v == 1 ? 19 : 0;
+    struct tensor *cache = op_cast(a, in_f32(a, 130, ND(2, 3, 20, 32), -1, 1), ct[v]);
+    const int perm[4] = {0, 2, 1, 3};
+    struct tensor *x = op_permute(a, in_f32(a, 131, ND(2, n, 3, 32), -2, 2), perm);
+    if (op_copy_into_at(a, cache, x, 2, op_from_host(a, TYPE_I32, 1, NE(1), &at)) != CBX_OK) return NULL;
+    return ct[v] == TYPE_F32 ? cache : op_cast(a, cache, TYPE_F32);
 }
 
 /* attention probabilities export: the output, checked like any case, and
@@ -340,7 +376,7 @@ static struct tensor *c_attention_probs(struct arena *a, int v)
     struct tensor *k = in_f32(a, 101, ND(1, 3, 30, 16), -1, 1);
     struct tensor *vv = in_f32(a, 102, ND(1, 3, 30, 16), -1, 1);
     struct attn_probs pr = {0, 2, 3, 3, probs_buf[probs_slot], 40};
-    struct attn_params p = {0.25f, true, &pr};
+    struct attn_params p = {0.25f, true, &pr, NULL};
     return op_attention(a, q, k, vv, NULL, &p);
 }
 
@@ -568,6 +604,13 @@ static const struct tcase cases[] = {
     {"attention 9000 keys", c_attention, 9, 1e-5, 1e-5},
     {"attention -inf bias row", c_attention, 10, 1e-5, 1e-5},
     {"attention probs export", c_attention_probs, 0, 1e-5, 1e-5},
+    {"attention kv_len decode 137 of 300", c_attention_len, 0, 1e-5, 1e-5},
+    {"attention kv_len q8_0 700 of 1000", c_attention_len, 1, 1e-5, 1e-5},
+    {"attention kv_len f16 1 of 40", c_attention_len, 2, 1e-5, 1e-5},
+    {"attention kv_len 4 causal queries", c_attention_len, 3, 1e-5, 1e-5},
+    {"copy_into_at f32", c_copy_into_at, 0, 0, 0},
+    {"copy_into_at q8_0 last", c_copy_into_at, 1, 0, 0},
+    {"copy_into_at f16 3 positions", c_copy_into_at, 2, 0, 0},
     {"attention decode 1000 keys", c_attention, 11, 1e-5, 1e-5},
     {"attention decode f16 kv bias", c_attention, 12, 1e-5, 1e-5},
     {"attention decode q8_0 kv causal", c_attention, 13, 1e-5, 1e-5},

@@ -205,6 +205,73 @@ static void release_weight(const struct backend *be, struct tensor *t)
     t->extra = NULL;
 }
 
+/* ---- graphs (struct backend) ---------------------------------------------
+ * Stream capture in thread-local mode: other threads' contexts, on their
+ * own streams, go on while one records. Off with CBX_CUDA_SYNC and
+ * CBX_CUDA_PROFILE (they synchronise after each kernel) and with
+ * CBX_CUDA_GRAPH=0 (the hooks stay NULL). */
+struct backend_graph {
+    cudaGraph_t g;
+    cudaGraphExec_t x;
+};
+
+static cbx_status graph_fail(char *err, cudaError_t e, const char *what)
+{
+    cudaGetLastError();
+    return err_setf(err, e == cudaErrorMemoryAllocation ? CBX_ERR_NOMEM : CBX_ERR_INTERNAL, "cuda: %s: %s", what,
+                    cudaGetErrorString(e));
+}
+
+static cbx_status graph_begin(const struct backend *be, char *err)
+{
+    const struct cuda_backend *cb = (const struct cuda_backend *)be;
+    if (cb->sync_check)
+        return err_setf(err, CBX_ERR_UNSUPPORTED, "cuda: no graphs while every kernel is synchronised");
+    cudaError_t e = cudaStreamBeginCapture(cb->st, cudaStreamCaptureModeThreadLocal);
+    return e == cudaSuccess ? CBX_OK : graph_fail(err, e, "starting a graph");
+}
+
+static cbx_status graph_end(const struct backend *be, struct backend_graph **out, char *err)
+{
+    const struct cuda_backend *cb = (const struct cuda_backend *)be;
+    *out = NULL;
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(cb->st, &g);
+    if (e != cudaSuccess || !g) {
+        if (g) cudaGraphDestroy(g);
+        return graph_fail(err, e != cudaSuccess ? e : cudaErrorStreamCaptureInvalidated, "recording a graph");
+    }
+    struct backend_graph *r = (struct backend_graph *)calloc(1, sizeof *r);
+    if (!r) {
+        cudaGraphDestroy(g);
+        return err_setf(err, CBX_ERR_NOMEM, "cuda: out of memory");
+    }
+    r->g = g;
+    if ((e = cudaGraphInstantiate(&r->x, g, 0)) != cudaSuccess) {
+        cudaGraphDestroy(g);
+        free(r);
+        return graph_fail(err, e, "instantiating a graph");
+    }
+    *out = r;
+    return CBX_OK;
+}
+
+static cbx_status graph_run(const struct backend *be, struct backend_graph *g, char *err)
+{
+    const struct cuda_backend *cb = (const struct cuda_backend *)be;
+    cudaError_t e = cudaGraphLaunch(g->x, cb->st);
+    return e == cudaSuccess ? CBX_OK : graph_fail(err, e, "replaying a graph");
+}
+
+static void graph_free(const struct backend *be, struct backend_graph *g)
+{
+    (void)be;
+    if (!g) return;
+    cudaGraphExecDestroy(g->x);
+    cudaGraphDestroy(g->g);
+    free(g);
+}
+
 /* ---- create / free ------------------------------------------------------ */
 
 extern "C" int backend_cuda_device_count(void)
@@ -280,6 +347,13 @@ extern "C" struct backend *backend_cuda_create(int device, char *err)
     be->from_host = from_host;
     be->prepare_weight = prepare_weight;
     be->release_weight = release_weight;
+    const char *gv = getenv("CBX_CUDA_GRAPH");
+    if (!(gv && strcmp(gv, "0") == 0)) {
+        be->graph_begin = graph_begin;
+        be->graph_end = graph_end;
+        be->graph_run = graph_run;
+        be->graph_free = graph_free;
+    }
     cuda_register_elementwise(&be->k);
     cuda_register_linear(&be->k);
     cuda_register_nn(&be->k);

@@ -75,8 +75,26 @@ __device__ static inline void d_std(int t, char *p, double v)
 
 /* ---- cpy ---------------------------------------------------------------- */
 
-__global__ static void k_cpy(struct tv o, struct tv x, int64_t n, int size)
+/* op_copy_into_at's move of the destination, read on the device: o.p +=
+ * at[0] * nb; false (copy nothing) when at[0] is outside [0, max]. No
+ * move when at is NULL. */
+struct dshift {
+    const int32_t *at;
+    int64_t nb, max;
+};
+
+__device__ static inline bool d_shift(struct tv &o, const struct dshift &sh)
 {
+    if (!sh.at) return true;
+    const int32_t v = *sh.at;
+    if (v < 0 || v > sh.max) return false;
+    o.p += v * sh.nb;
+    return true;
+}
+
+__global__ static void k_cpy(struct tv o, struct tv x, int64_t n, int size, struct dshift sh)
+{
+    if (!d_shift(o, sh)) return;
     CU_FOR(i, n) {
         const char *xp = x.p + tv_off(x, i);
         char *op = o.p + tv_off(o, i);
@@ -108,8 +126,9 @@ __device__ static inline int64_t row_off3(const struct tv &v, int64_t r)
 /* Block-typed rows: same type copies bytes; block -> float dequantises;
  * float -> q8_0 / q4_0 quantises as quant.c's *_ref (one thread a block). */
 __global__ static void k_cpy_blocks(struct tv o, struct tv x, int64_t rows, int64_t n,
-                                    int xbs, int obs, int64_t row_bytes)
+                                    int xbs, int obs, int64_t row_bytes, struct dshift sh)
 {
+    if (!d_shift(o, sh)) return;
     const int64_t nblk = n / QK;
     if (x.type == o.type) {
         CU_FOR(e, rows * row_bytes) {
@@ -164,7 +183,7 @@ __global__ static void k_cpy_blocks(struct tv o, struct tv x, int64_t rows, int6
     }
 }
 
-static void cuda_cpy(struct arena *a, struct tensor *out, const struct tensor *x)
+static void cpy(struct arena *a, struct tensor *out, const struct tensor *x, struct dshift sh)
 {
     const struct dtype_traits *tx = dtype_traits(x->type), *to = dtype_traits(out->type);
     if (!tx || !to || tensor_nelements(x) != tensor_nelements(out) || x->ndim != out->ndim) {
@@ -195,17 +214,28 @@ static void cuda_cpy(struct arena *a, struct tensor *out, const struct tensor *x
                                                    : rows * (n / QK);
         k_cpy_blocks<<<cu_blocks(work, CU_THREADS), CU_THREADS, 0, st>>>(
             ov, xv, rows, n, tx->quantized ? (int)tx->size : 0, to->quantized ? (int)to->size : 0,
-            row_bytes);
+            row_bytes, sh);
         cu_launched(a, "cpy (block rows)");
         return;
     }
-    if (x->type == out->type && tensor_is_contiguous(x) && tensor_is_contiguous(out)) {
+    if (!sh.at && x->type == out->type && tensor_is_contiguous(x) && tensor_is_contiguous(out)) {
         cu_ok(a, cudaMemcpyAsync(out->data, x->data, tensor_nbytes(x), cudaMemcpyDeviceToDevice, st),
               "cpy");
         return;
     }
-    k_cpy<<<cu_blocks(total, CU_THREADS), CU_THREADS, 0, st>>>(ov, xv, total, (int)tx->size);
+    k_cpy<<<cu_blocks(total, CU_THREADS), CU_THREADS, 0, st>>>(ov, xv, total, (int)tx->size, sh);
     cu_launched(a, "cpy");
+}
+
+static void cuda_cpy(struct arena *a, struct tensor *out, const struct tensor *x)
+{
+    cpy(a, out, x, dshift{NULL, 0, 0});
+}
+
+static void cuda_cpy_at(struct arena *a, struct tensor *out, const struct tensor *x, const struct tensor *at,
+                        int64_t nb, int64_t max)
+{
+    cpy(a, out, x, dshift{(const int32_t *)at->data, nb, max});
 }
 
 void cuda_to_f32(struct arena *a, float *dst, const struct tensor *x)
@@ -436,6 +466,7 @@ static void cuda_get_rows(struct arena *a, struct tensor *out, const struct tens
 void cuda_register_elementwise(struct kernels *k)
 {
     k->cpy = cuda_cpy;
+    k->cpy_at = cuda_cpy_at;
     k->fill = cuda_fill;
     k->binary = cuda_binary;
     k->unary = cuda_unary;

@@ -496,14 +496,17 @@ __global__ static void k_attn_tile(float *out, struct tv q, struct tv k, struct 
 
 __global__ static void k_attn_split(float *pm, double *pl, float *po, struct tv q, struct tv k,
                                     struct tv v, struct tv bias, bool has_bias, float scale,
-                                    int64_t nsplit)
+                                    int64_t nsplit, const int32_t *len)
 {
     __shared__ float qs[256];
     __shared__ float s[ATT_SPLIT_KEYS];
     __shared__ float red[ATT_THREADS];
     __shared__ double dred[ATT_THREADS];
     const int64_t sp = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int64_t Hq = q.ne[1], D = q.ne[3], Tk = k.ne[2];
+    const int64_t Hq = q.ne[1], D = q.ne[3];
+    /* attn_params.kv_len: the keys present, read here so a recorded step
+     * replays at every length */
+    const int64_t Tk = len ? (*len < 0 ? 0 : *len < k.ne[2] ? *len : k.ne[2]) : k.ne[2];
     const int64_t hk = h / (Hq / k.ne[1]);
     const int64_t j0 = sp * ATT_SPLIT_KEYS;
     const int64_t n = Tk - j0 < ATT_SPLIT_KEYS ? Tk - j0 : ATT_SPLIT_KEYS;
@@ -583,7 +586,8 @@ static void cuda_attention(struct arena *a, struct tensor *out, const struct ten
                            const struct tensor *k, const struct tensor *v,
                            const struct tensor *bias, const struct attn_params *p)
 {
-    const int64_t B = q->ne[0], Hq = q->ne[1], Tq = q->ne[2], D = q->ne[3], Tk = k->ne[2];
+    const int64_t B = q->ne[0], Hq = q->ne[1], Tq = q->ne[2], D = q->ne[3];
+    int64_t Tk = k->ne[2];
     if (B * Hq * Tq * D == 0) return;
     if (Tq > INT32_MAX || Hq > 65535 || B > 65535) {
         arena_fail(a, CBX_ERR_UNSUPPORTED, "attention: grid [%lld, %lld, %lld] too large",
@@ -592,7 +596,24 @@ static void cuda_attention(struct arena *a, struct tensor *out, const struct ten
     }
     cudaStream_t st = cuda_of(a)->st;
     const struct attn_probs *pr = p->probs;
-    if (Tq == 1 && Tk >= 2 * ATT_SPLIT_KEYS && D <= ATT_THREADS && !(pr && pr->n > 0)) {
+    const bool split = Tq == 1 && D <= ATT_THREADS && !(pr && pr->n > 0);
+    const int32_t *len = p->kv_len ? (const int32_t *)p->kv_len->data : NULL;
+    struct tensor ks, vs;
+    if (len && !split) { /* the other kernels take the length from the host */
+        int32_t n = 0;
+        if (!cu_download(a, &n, len, sizeof n)) return;
+        if (n < 1 || n > Tk) {
+            arena_fail(a, CBX_ERR_INTERNAL, "attention: %d of %lld keys", n, (long long)Tk);
+            return;
+        }
+        ks = *k;
+        vs = *v;
+        ks.ne[2] = vs.ne[2] = Tk = n;
+        k = &ks;
+        v = &vs;
+        len = NULL;
+    }
+    if (split && (len || Tk >= 2 * ATT_SPLIT_KEYS)) {
         const int64_t nsplit = (Tk + ATT_SPLIT_KEYS - 1) / ATT_SPLIT_KEYS, rows = B * Hq;
         float *pm = (float *)arena_alloc(a, (size_t)(rows * nsplit) * 4);
         double *pl = (double *)arena_alloc(a, (size_t)(rows * nsplit) * 8);
@@ -601,7 +622,7 @@ static void cuda_attention(struct arena *a, struct tensor *out, const struct ten
         struct tv bv = bias ? tv_of(bias) : tv_of(q);
         dim3 grid((unsigned)nsplit, (unsigned)Hq, (unsigned)B);
         k_attn_split<<<grid, ATT_THREADS, 0, st>>>(pm, pl, po, tv_of(q), tv_of(k), tv_of(v), bv,
-                                                   bias != NULL, p->scale, nsplit);
+                                                   bias != NULL, p->scale, nsplit, len);
         if (!cu_launched(a, "attention (split keys)")) return;
         k_attn_combine<<<(unsigned)rows, 64, 0, st>>>((float *)out->data, pm, pl, po, nsplit, D);
         cu_launched(a, "attention (combine)");
@@ -659,9 +680,18 @@ static void cuda_attention(struct arena *a, struct tensor *out, const struct ten
 /* ---- rotary ---------------------------------------------------------------------------------- */
 
 
+/* The inverse frequencies (computed on the host, as the other backends
+ * do) travel in the launch's parameters: no upload, so a recorded step
+ * (backend.h's graphs) holds them. Wider rotations upload a table. */
+#define ROPE_TAB 128
+struct rope_tab {
+    float f[ROPE_TAB];
+};
+
 __global__ static void k_rope(float *out, struct tv x, const char *pos, int64_t pos_nb,
-                              const float *invf, int n_dims, int64_t n)
+                              const float *tab, struct rope_tab arg, int n_dims, int64_t n)
 {
+    const float *invf = tab ? tab : arg.f;
     const int half = n_dims / 2;
     CU_FOR(e, n) {
         const int64_t D = x.ne[3], d = e % D, r = e / D;
@@ -687,13 +717,15 @@ static void cuda_rope(struct arena *a, struct tensor *out, const struct tensor *
     const int64_t n = tensor_nelements(out);
     if (n == 0) return;
     const int half = p->n_dims / 2;
-    float *h = (float *)arena_alloc_host(a, (size_t)half * 4);
+    struct rope_tab arg;
+    float *h = half <= ROPE_TAB ? arg.f : (float *)arena_alloc_host(a, (size_t)half * 4);
     if (!h) return;
     for (int i = 0; i < half; i++) h[i] = scalar_rope_inv_freq(p, i);
-    const float *invf = (const float *)cu_upload(a, h, (size_t)half * 4);
-    if (!invf) return;
+    for (int i = half; i < ROPE_TAB; i++) arg.f[i] = 0;
+    const float *tab = NULL;
+    if (half > ROPE_TAB && !(tab = (const float *)cu_upload(a, h, (size_t)half * 4))) return;
     k_rope<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, cuda_of(a)->st>>>(
-        (float *)out->data, tv_of(x), (const char *)pos->data, pos->nb[0], invf, p->n_dims, n);
+        (float *)out->data, tv_of(x), (const char *)pos->data, pos->nb[0], tab, arg, p->n_dims, n);
     cu_launched(a, "rope");
 }
 
