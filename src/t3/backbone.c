@@ -45,15 +45,20 @@ static struct tensor *forward(struct arena *a, const struct t3_backbone *bb, str
                    (long long)(kv->n_past + T), kv->capacity, bb->n_ctx);
         return NULL;
     }
-    /* Llama: RoPE positions continue the cache */
-    struct tensor *pos = NULL;
-    if (bb->arch == T3_ARCH_LLAMA) {
+    /* Llama: RoPE positions continue the cache (a fixed-shape step's
+     * position is kv->at, kv_cache.h invariant 5) */
+    const bool fixed = kv->at && kv->len;
+    if (fixed && (T != 1 || kv_only)) {
+        arena_fail(a, CBX_ERR_INTERNAL, "t3 backbone: a fixed-shape step of %lld positions", (long long)T);
+        return NULL;
+    }
+    const struct tensor *pos = fixed ? kv->at : NULL;
+    if (bb->arch == T3_ARCH_LLAMA && !fixed) {
         const int64_t ne[1] = {T};
         int32_t *p = arena_alloc_host(a, sizeof(int32_t) * (size_t)T);
         if (!p) return NULL;
         for (int64_t t = 0; t < T; t++) p[t] = (int32_t)(kv->n_past + t);
-        pos = op_from_host(a, TYPE_I32, 1, ne, p);
-        if (!pos) return NULL;
+        if (!(pos = op_from_host(a, TYPE_I32, 1, ne, p))) return NULL;
     }
     /* layer il runs in scratch arena il % 2 (reset first), reading hs from
      * the other one; without scratch arenas everything goes to a */
@@ -62,7 +67,8 @@ static struct tensor *forward(struct arena *a, const struct t3_backbone *bb, str
     if (ping) arena_reset(s);
     /* GPT-2: hidden = inputs_embeds + wpe(position_ids) */
     const struct tensor *hs = x;
-    if (bb->arch == T3_ARCH_GPT2) hs = op_add(s, x, op_slice(s, bb->wpe, 0, kv->n_past, T));
+    if (bb->arch == T3_ARCH_GPT2)
+        hs = op_add(s, x, fixed ? op_get_rows(s, bb->wpe, kv->at) : op_slice(s, bb->wpe, 0, kv->n_past, T));
     if (!scratch_ok(a, s)) return NULL;
     for (int il = 0; il < bb->n_layer; il++) {
         if (ping) arena_reset(s = kv->scratch[il & 1]);

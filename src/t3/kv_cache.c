@@ -47,6 +47,9 @@ void kv_cache_group(struct kv_cache *kv, struct kv_cache *const *members, int n,
     kv->scratch[1] = s1;
 }
 
+static struct tensor *attend(struct arena *a, struct kv_cache *kv, int il, const struct tensor *q,
+                             const struct tensor *k, const struct tensor *v, bool kv_only, bool fixed);
+
 /* A group's attention: each member over its own rows (invariant 4), the
  * outputs stacked in member order. */
 static struct tensor *group_attend(struct arena *a, struct kv_cache *kv, int il, const struct tensor *q,
@@ -57,8 +60,8 @@ static struct tensor *group_attend(struct arena *a, struct kv_cache *kv, int il,
     for (int i = 0; i < kv->n_group; i++) {
         struct kv_cache *g = kv->group[i];
         const int64_t nr = g->n_rows;
-        struct tensor *oi = kv_cache_attend(a, g, il, op_slice(a, q, 0, r0, nr), op_slice(a, k, 0, r0, nr),
-                                            op_slice(a, v, 0, r0, nr), false);
+        struct tensor *oi = attend(a, g, il, op_slice(a, q, 0, r0, nr), op_slice(a, k, 0, r0, nr),
+                                   op_slice(a, v, 0, r0, nr), false, false);
         o = o ? op_concat(a, o, oi, 0) : oi;
         if (!o) return NULL;
         r0 += nr;
@@ -69,6 +72,13 @@ static struct tensor *group_attend(struct arena *a, struct kv_cache *kv, int il,
 struct tensor *kv_cache_attend(struct arena *a, struct kv_cache *kv, int il,
                                const struct tensor *q, const struct tensor *k,
                                const struct tensor *v, bool kv_only)
+{
+    return attend(a, kv, il, q, k, v, kv_only, kv->at && kv->len);
+}
+
+/* fixed: invariant 5's step (the caller's at and len) */
+static struct tensor *attend(struct arena *a, struct kv_cache *kv, int il, const struct tensor *q,
+                             const struct tensor *k, const struct tensor *v, bool kv_only, bool fixed)
 {
     if (!q || !k || !v) return NULL;
     if (kv->group) {
@@ -81,8 +91,17 @@ struct tensor *kv_cache_attend(struct arena *a, struct kv_cache *kv, int il,
     }
     const int64_t T = q->ne[2], Dh = q->ne[3];
     const int n_past = kv->n_past;
-    op_copy_into(a, op_slice(a, kv->k[il], 2, n_past, T), k);
-    op_copy_into(a, op_slice(a, kv->v[il], 2, n_past, T), v);
+    if (fixed && (T != 1 || kv_only)) {
+        arena_fail(a, CBX_ERR_INTERNAL, "kv cache: a fixed-shape step writes one position, not %lld", (long long)T);
+        return NULL;
+    }
+    if (fixed) {
+        op_copy_into_at(a, kv->k[il], k, 2, kv->at);
+        op_copy_into_at(a, kv->v[il], v, 2, kv->at);
+    } else {
+        op_copy_into(a, op_slice(a, kv->k[il], 2, n_past, T), k);
+        op_copy_into(a, op_slice(a, kv->v[il], 2, n_past, T), v);
+    }
     if (kv_only) return arena_status(a) == CBX_OK ? kv->v[il] : NULL;
     struct attn_params ap = {.scale = 1.0f / sqrtf((float)Dh), .causal = true};
     struct attn_probs pr;
@@ -97,8 +116,14 @@ struct tensor *kv_cache_attend(struct arena *a, struct kv_cache *kv, int il,
         pr = (struct attn_probs){x->row, x->head[e], T - x->n_q, x->n_q, x->dst[e], x->ld};
         ap.probs = &pr;
     }
-    struct tensor *o = op_attention(a, q, op_slice(a, kv->k[il], 2, 0, n_past + T),
-                                    op_slice(a, kv->v[il], 2, 0, n_past + T), NULL, &ap);
+    struct tensor *o;
+    if (fixed) {
+        ap.kv_len = kv->len;
+        o = op_attention(a, q, kv->k[il], kv->v[il], NULL, &ap);
+    } else {
+        o = op_attention(a, q, op_slice(a, kv->k[il], 2, 0, n_past + T), op_slice(a, kv->v[il], 2, 0, n_past + T),
+                         NULL, &ap);
+    }
     return op_merge_heads(a, o);
 }
 

@@ -19,6 +19,13 @@
  *     (T = 1) and attends each member's rows over that member's own
  *     positions, exactly as the member alone would.
  *
+
+ *  5. With at and len set, a one-position forward over a cache of its own
+ *     writes its keys and values at position *at and attends keys
+ *     [0, *len) of the whole capacity: every step has the same shapes and
+ *     operands, so a backend may record it once and replay it (backend.h's
+ *     graphs). The results are the same as with the lengths on the host.
+ *
  * scratch: two arenas of the same backend, owned by the caller, or NULL
  * (kv_cache_init leaves them NULL). When set, a backbone forward computes
  * each layer in one of them in turn, resetting it first, so a prefill
@@ -57,6 +64,11 @@ struct kv_cache {
      * meaningful in a group (kv_cache_group). */
     struct kv_cache *const *group;
     int n_group;
+    /* A step of fixed shapes (invariant 5), or NULL: the I32 [1] tensors
+     * on the cache's backend holding the position the next forward writes
+     * (n_past) and the keys it attends (n_past + 1). Borrowed; set by the
+     * caller, which writes both before each one-position forward. */
+    const struct tensor *at, *len;
 };
 
 /* A group of n member caches (invariant 4) with scratch arenas s0, s1 (or

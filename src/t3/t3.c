@@ -419,12 +419,17 @@ struct t3_gen_params t3_gen_default_params(const struct t3_model *m)
     return p;
 }
 
-/* speech_head(hidden[:, -1]) of every row -> host logits [n_rows, V] */
+/* speech_head(hidden[:, -1]) of every row: logits [n_rows, 1, V] */
+static struct tensor *head(struct arena *a, const struct t3_model *m, const struct tensor *h)
+{
+    return op_linear(a, op_slice(a, h, 1, h ? h->ne[1] - 1 : 0, 1), m->speech_head_w, m->speech_head_b);
+}
+
+/* head()'s logits to the host: [n_rows, V] */
 static cbx_status last_logits(struct arena *a, const struct t3_model *m, const struct tensor *h,
                               float *logits)
 {
-    struct tensor *last = op_slice(a, h, 1, h ? h->ne[1] - 1 : 0, 1);
-    struct tensor *l = op_linear(a, last, m->speech_head_w, m->speech_head_b);
+    struct tensor *l = head(a, m, h);
     if (!l) return arena_status(a);
     return tensor_to_host(l, logits);
 }
@@ -674,11 +679,26 @@ struct t3_seq {
     struct alignment *al;
     struct kv_export exp;
     float *probs;
+    /* the decode step's operands on the backend (kv_cache.h invariant 5),
+     * written before each step's forward: io is I32 [IO_N]; tok and spos
+     * are [1, 1] views of it for the embedding lookups */
+    struct tensor *io, *io_tok, *io_spos;
+    /* the decode step as a backend graph (backend.h): the first step runs
+     * as usual (the arenas take their size), the second is recorded and
+     * every later one replays the recording. gl: the logits it leaves. */
+    enum { GRAPH_WARM, GRAPH_RECORD, GRAPH_REPLAY, GRAPH_OFF } gstate;
+    struct backend_graph *graph;
+    const struct tensor *gl;
+    int replays;
 };
+
+enum { IO_TOKEN, IO_AT, IO_LEN, IO_SPEECH_POS, IO_N };
+static cbx_status io_init(struct t3_seq *s, struct arena *cache);
 
 void t3_seq_free(struct t3_seq *s)
 {
     if (!s) return;
+    if (s->graph) s->be->graph_free(s->be, s->graph);
     alignment_free(s->al);
     free(s->al);
     free(s->probs);
@@ -839,6 +859,11 @@ cbx_status t3_seq_start(const struct t3_model *m, const struct backend *be, cons
     }
     s->kv.scratch[0] = s->ar[WS_SCRATCH0];
     s->kv.scratch[1] = s->ar[WS_SCRATCH1];
+    if ((rc = io_init(s, cache)) != CBX_OK) {
+        err_setf(err, rc, "T3: %s", arena_errmsg(cache));
+        t3_seq_free(s);
+        return rc;
+    }
     set_precision(m, s->ar);
     err[0] = 0;
     if (p->alignment_guard && (rc = guard_start(s, C, n_text, err)) != CBX_OK) {
@@ -848,6 +873,14 @@ cbx_status t3_seq_start(const struct t3_model *m, const struct backend *be, cons
     if ((rc = prefill(s, be, c, pfx, text, n_text, err)) != CBX_OK) {
         t3_seq_free(s);
         return rc;
+    }
+    /* every forward from here is one position: fixed shapes */
+    s->kv.at = op_slice(cache, s->io, 0, IO_AT, 1);
+    s->kv.len = op_slice(cache, s->io, 0, IO_LEN, 1);
+    if (!s->kv.at || !s->kv.len) {
+        err_setf(err, arena_status(cache), "T3: %s", arena_errmsg(cache));
+        t3_seq_free(s);
+        return arena_status(cache);
     }
     *out = s;
     return CBX_OK;
@@ -908,21 +941,107 @@ static struct tensor *seq_input(struct arena *a, const struct t3_seq *s)
     return speech_input(a, s->m, &s->hist[s->n], s->step, s->n_rows);
 }
 
+static cbx_status io_init(struct t3_seq *s, struct arena *cache)
+{
+    const int64_t n[1] = {IO_N}, one[2] = {1, 1};
+    s->io = arena_tensor(cache, TYPE_I32, 1, n);
+    if (s->io) {
+        s->io_tok = op_reshape(cache, op_slice(cache, s->io, 0, IO_TOKEN, 1), 2, one);
+        s->io_spos = op_reshape(cache, op_slice(cache, s->io, 0, IO_SPEECH_POS, 1), 2, one);
+    }
+    return arena_status(cache);
+}
+
+/* The operands of the next decode step (kv_cache.h invariant 5): the last
+ * sample, its cache position and length, its speech position. The ids
+ * enter here: the sample is one of the V speech tokens, the positions are
+ * checked by the forward. */
+static void io_write(struct t3_seq *s)
+{
+    const int32_t v[IO_N] = {s->hist[s->n], s->kv.n_past, s->kv.n_past + 1, s->step};
+    if (s->be->host) memcpy(s->io->data, v, sizeof v);
+    else s->be->from_host(s->be, s->io->data, v, sizeof v);
+}
+
+/* The decode step's input from the operands: seq_input's embedding. */
+static struct tensor *step_input(struct arena *a, const struct t3_seq *s)
+{
+    const struct t3_model *m = s->m;
+    struct tensor *x = op_get_rows(a, m->speech_emb, s->io_tok);
+    if (m->speech_pos_emb) x = op_add(a, x, op_get_rows(a, m->speech_pos_emb, s->io_spos));
+    return rows(a, x, s->n_rows);
+}
+
+/* The decode step's logits on the backend (the forward advances the cache). */
+static struct tensor *step_logits(struct t3_seq *s)
+{
+    struct arena *a = s->ar[WS_STEP];
+    arena_reset(a);
+    return head(a, s->m, t3_backbone_forward(a, &s->m->tfmr, &s->kv, step_input(a, s)));
+}
+
+/* Record the step (s->gstate GRAPH_RECORD) and replay it once; false when
+ * the backend could not record it: the sequence then steps as usual (no
+ * graph, the cache as before), the reason dropped. */
+static bool step_record(struct t3_seq *s)
+{
+    const struct backend *be = s->be;
+    char e[ERR_MAX] = "";
+    const int n_past = s->kv.n_past;
+    s->gstate = GRAPH_OFF;
+    if (be->graph_begin(be, e) != CBX_OK) return false;
+    const struct tensor *l = step_logits(s);
+    struct backend_graph *g = NULL;
+    if (be->graph_end(be, &g, e) != CBX_OK || !l) {
+        if (g) be->graph_free(be, g);
+        s->kv.n_past = n_past;
+        return false;
+    }
+    if (be->graph_run(be, g, e) != CBX_OK) {
+        be->graph_free(be, g);
+        s->kv.n_past = n_past;
+        return false;
+    }
+    s->graph = g;
+    s->gl = l;
+    s->gstate = GRAPH_REPLAY;
+    return true;
+}
+
 cbx_status t3_seq_step(struct t3_seq *s, int32_t *token, char *err)
 {
     cbx_status rc = seq_sample(s, token, err);
     if (rc != CBX_OK || s->done) return rc;
-    const struct t3_model *m = s->m;
     struct arena *a = s->ar[WS_STEP];
-    arena_reset(a);
-    rc = last_logits(a, m, t3_backbone_forward(a, &m->tfmr, &s->kv, seq_input(a, s)), s->logits);
+    const struct backend *be = s->be;
+    io_write(s);
+    err[0] = 0;
+    if (s->gstate == GRAPH_REPLAY) {
+        if (s->kv.n_past + 1 > s->kv.capacity) {
+            rc = arena_fail(a, CBX_ERR_INVALID_ARG, "t3: the cache of %d positions is full", s->kv.capacity);
+        } else if ((rc = be->graph_run(be, s->graph, err)) == CBX_OK) {
+            s->kv.n_past++;
+            s->replays++;
+            rc = tensor_to_host(s->gl, s->logits);
+        }
+    } else if (s->gstate == GRAPH_RECORD && step_record(s)) {
+        rc = tensor_to_host(s->gl, s->logits);
+    } else {
+        /* graphs: the recording follows a step that ran as usual */
+        if (s->gstate == GRAPH_WARM) s->gstate = be->graph_begin && !s->al ? GRAPH_RECORD : GRAPH_OFF;
+        const struct tensor *l = step_logits(s);
+        rc = l ? tensor_to_host(l, s->logits) : arena_status(a);
+    }
     if (rc != CBX_OK) {
         s->done = true;
-        return err_setf(err, rc, "T3: %s", arena_status(a) != CBX_OK ? arena_errmsg(a) : cbx_status_str(rc));
+        if (arena_status(a) != CBX_OK) err_setf(err, rc, "T3: %s", arena_errmsg(a));
+        else if (!err[0]) err_setf(err, rc, "T3: %s", cbx_status_str(rc));
+        return rc;
     }
     return CBX_OK;
 }
 
+int t3_seq_replays(const struct t3_seq *s) { return s->replays; }
 bool t3_seq_done(const struct t3_seq *s) { return s->done; }
 int t3_seq_rows(const struct t3_seq *s) { return s->n_rows; }
 const struct backend *t3_seq_backend(const struct t3_seq *s) { return s->be; }

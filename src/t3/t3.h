@@ -188,6 +188,11 @@ cbx_status t3_seq_start(const struct t3_model *m, const struct backend *be, cons
  * one). Errors: CBX_ERR_CANCELLED from cb, a failed forward step. */
 cbx_status t3_seq_step(struct t3_seq *s, int32_t *token, char *err);
 bool t3_seq_done(const struct t3_seq *s);
+/* Steps that replayed a recorded decode step (a backend with graphs,
+ * backend.h: every step after the second, unless recording failed or the
+ * alignment guard is on). The logits are those of the ordinary step, bit
+ * for bit. */
+int t3_seq_replays(const struct t3_seq *s);
 /* Rows the sequence takes in a forward (1, or 2 for a CFG pair). */
 int t3_seq_rows(const struct t3_seq *s);
 /* The backend it was started on (its cache's). */
