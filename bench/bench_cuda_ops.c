@@ -101,7 +101,7 @@ static struct tensor *call(struct arena *a, const struct bcase *c, const struct 
     switch (c->kind) {
     case 0: case 1: return op_linear(a, o->x, o->w, NULL);
     case 2: {
-        struct attn_params p = {0.125f, true, NULL};
+        struct attn_params p = {.scale = 0.125f, .causal = true};
         struct tensor *k = c->v ? o->k : op_slice(a, o->k, 2, 0, 660);
         struct tensor *v = c->v ? o->v : op_slice(a, o->v, 2, 0, 660);
         return op_attention(a, o->x, k, v, NULL, &p);
