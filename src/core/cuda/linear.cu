@@ -72,6 +72,119 @@ __global__ static void k_gemv(float *y, int64_t ldy, const float *x, int M, int6
     }
 }
 
+/* Decode GEMVs for the common weight layouts, one warp per output, up to
+ * GEMV_ROWS rows of x, the bias added in the same kernel:
+ *  - F32 rows 16-byte aligned: float4 loads of the weight and x;
+ *  - Q8_0 / Q4_0 rows (2-byte aligned blocks): each lane takes whole
+ *    blocks (the warp reads consecutive ones), loads the scale once and the
+ *    quants as 16-bit words, and widens each as quant.c does (d * q). */
+__device__ static inline void gemv_store(float *y, int64_t ldy, int M, int64_t o, float *acc, const char *bias,
+                                         int64_t bias_nb)
+{
+    const int lane = threadIdx.x & 31;
+    for (int r = 0; r < M; r++) {
+        float v = acc[r];
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+        if (lane == 0) {
+            if (bias) v += *(const float *)(bias + o * bias_nb);
+            y[r * ldy + o] = v;
+        }
+    }
+}
+
+__global__ static void k_gemv_f32(float *y, int64_t ldy, const float *x, int M, int64_t K, int64_t N,
+                                  const float *w, int64_t ldw, const char *bias, int64_t bias_nb)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t o = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    if (o >= N) return;
+    const float4 *row = (const float4 *)(w + o * ldw);
+    const int64_t K4 = K / 4;
+    float acc[GEMV_ROWS] = {0, 0, 0, 0};
+#pragma unroll 4
+    for (int64_t i = lane; i < K4; i += 32) {
+        const float4 wv = __ldg(row + i);
+        for (int r = 0; r < M; r++) {
+            const float4 xv = __ldg((const float4 *)(x + r * K) + i);
+            acc[r] += wv.x * xv.x + wv.y * xv.y + wv.z * xv.z + wv.w * xv.w;
+        }
+    }
+    gemv_store(y, ldy, M, o, acc, bias, bias_nb);
+}
+
+template <int TYPE>
+__global__ static void k_gemv_q(float *y, int64_t ldy, const float *x, int M, int64_t K, int64_t N,
+                                const char *w, int64_t nb0, const char *bias, int64_t bias_nb)
+{
+    constexpr int BS = TYPE == TYPE_Q8_0 ? 34 : 18;
+    const int lane = threadIdx.x & 31;
+    const int64_t o = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    if (o >= N) return;
+    const char *row = w + o * nb0;
+    float acc[GEMV_ROWS] = {0, 0, 0, 0};
+    const int64_t nblk = K / QK;
+    for (int64_t bi = lane; bi < nblk; bi += 32) {
+        const uint16_t *b16 = (const uint16_t *)(row + bi * BS);
+        const float d = scalar_fp16_to_f32(__ldg(b16));
+        float wv[QK];
+        if (TYPE == TYPE_Q8_0) {
+#pragma unroll
+            for (int j = 0; j < QK / 2; j++) {
+                const uint16_t u = __ldg(b16 + 1 + j);
+                wv[2 * j] = d * (float)(int8_t)(u & 0xff);
+                wv[2 * j + 1] = d * (float)(int8_t)(u >> 8);
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < QK / 4; j++) {
+                const uint16_t u = __ldg(b16 + 1 + j);
+                wv[2 * j] = d * (float)((int)(u & 0x0f) - 8);
+                wv[2 * j + 1] = d * (float)((int)((u >> 8) & 0x0f) - 8);
+                wv[QK / 2 + 2 * j] = d * (float)((int)((u >> 4) & 0x0f) - 8);
+                wv[QK / 2 + 2 * j + 1] = d * (float)((int)(u >> 12) - 8);
+            }
+        }
+        for (int r = 0; r < M; r++) {
+            const float4 *xb = (const float4 *)(x + r * K + bi * QK);
+            float a = 0;
+#pragma unroll
+            for (int j = 0; j < QK / 4; j++) {
+                const float4 xv = __ldg(xb + j);
+                a += wv[4 * j] * xv.x + wv[4 * j + 1] * xv.y + wv[4 * j + 2] * xv.z + wv[4 * j + 3] * xv.w;
+            }
+            acc[r] += a;
+        }
+    }
+    gemv_store(y, ldy, M, o, acc, bias, bias_nb);
+}
+
+/* The fast decode GEMV for w when one fits (see above); false otherwise. */
+static bool gemv_fast(struct arena *a, float *y, int64_t ldy, const float *x, int64_t M, int64_t K,
+                      const struct tensor *w, const char *bias, int64_t bias_nb)
+{
+    const int64_t N = w->ne[0];
+    if (M > GEMV_ROWS || K % 4 || (uintptr_t)x % 16 || N > (int64_t)INT32_MAX * GEMV_WARPS) return false;
+    const unsigned grid = (unsigned)((N + GEMV_WARPS - 1) / GEMV_WARPS);
+    cudaStream_t st = cuda_of(a)->st;
+    if (w->type == TYPE_F32 && w->nb[1] == 4 && w->nb[0] % 16 == 0 && (uintptr_t)w->data % 16 == 0) {
+        k_gemv_f32<<<grid, 32 * GEMV_WARPS, 0, st>>>(y, ldy, x, (int)M, K, N, (const float *)w->data,
+                                                     w->nb[0] / 4, bias, bias_nb);
+    } else if ((w->type == TYPE_Q8_0 || w->type == TYPE_Q4_0) && w->nb[0] % 2 == 0 &&
+               (uintptr_t)w->data % 2 == 0 &&
+               w->nb[1] == (int64_t)(dtype_traits(w->type)->size / (size_t)QK)) { /* contiguous rows */
+        if (w->type == TYPE_Q8_0)
+            k_gemv_q<TYPE_Q8_0><<<grid, 32 * GEMV_WARPS, 0, st>>>(y, ldy, x, (int)M, K, N, (const char *)w->data,
+                                                                 w->nb[0], bias, bias_nb);
+        else
+            k_gemv_q<TYPE_Q4_0><<<grid, 32 * GEMV_WARPS, 0, st>>>(y, ldy, x, (int)M, K, N, (const char *)w->data,
+                                                                 w->nb[0], bias, bias_nb);
+    } else {
+        return false;
+    }
+    cu_launched(a, "linear gemv");
+    return true;
+}
+
 /* rows [0, nc) of a weight (any type) -> dst[nc, K] F32 */
 __global__ static void k_widen_rows(float *dst, const char *w, int64_t nc, int64_t K,
                                     int64_t nb0, int64_t nb1, int type, int bs)
@@ -141,6 +254,7 @@ void cuda_linear_rows(struct arena *a, float *y, int64_t ldy, const float *x, in
         }
         return;
     }
+    if (gemv_fast(a, y, ldy, x, M, K, w, bias, bias_nb)) return;
     if (w->type == TYPE_F32 && w->nb[0] % 4 == 0 && (w->nb[0] / 4 >= K || N == 1)) {
         if (!sgemm(a, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, (const float *)w->data,
                    N == 1 ? K : w->nb[0] / 4, x, K, 0.0f, y, ldy))

@@ -9,7 +9,7 @@
  * Attention: one block per query row; scores in shared memory (global
  * scratch for long keys), F32 dot products, double softmax sum, the
  * weighted sum of v split over the block; a decode row over many keys is
- * split over blocks of 128 keys and recombined (k_attn_split); a query that
+ * split over blocks of 64 keys and recombined (k_attn_split); a query that
  * sees no key gives zeros (ops_nn.c, convention 2). */
 #include <math.h>
 
@@ -47,29 +47,28 @@ __device__ static inline int64_t row_off(const struct tv &v, int64_t r)
     return i0 * v.nb[0] + i1 * v.nb[1] + i2 * v.nb[2];
 }
 
-/* block-wide sum (all threads get it); sh holds blockDim doubles */
+/* block-wide sum and max (all threads get it; blockDim a multiple of 32,
+ * sh at least blockDim / 32 entries): each warp reduces by shuffles, then
+ * every thread adds the warps' results in warp order (the same order on
+ * every thread and every run) */
 __device__ static double block_sum(double v, double *sh)
 {
-    sh[threadIdx.x] = v;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
     __syncthreads();
-    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
-        if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
-        __syncthreads();
-    }
-    double r = sh[0];
+    double r = 0;
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++) r += sh[w];
     __syncthreads();
     return r;
 }
 
 __device__ static float block_max(float v, float *sh)
 {
-    sh[threadIdx.x] = v;
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
     __syncthreads();
-    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
-        if ((int)threadIdx.x < w) sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + w]);
-        __syncthreads();
-    }
     float r = sh[0];
+    for (int w = 1; w < (int)(blockDim.x >> 5); w++) r = fmaxf(r, sh[w]);
     __syncthreads();
     return r;
 }
@@ -489,45 +488,68 @@ __global__ static void k_attn_tile(float *out, struct tv q, struct tv k, struct 
 
 /* Decode (Tq 1, no probability export) over many keys: the keys are split
  * into ATT_SPLIT_KEYS-sized chunks, one block each, so a step with few
- * heads still fills the GPU. A block leaves its chunk's max m, exp-sum l
- * and unnormalised sum o[D]; k_attn_combine rescales them by exp(m - M)
- * to the row's max M. */
-#define ATT_SPLIT_KEYS 128
+ * heads still fills the GPU. A block loads its chunk of k (then of v) into
+ * shared memory with coalesced reads (widening F16/Q8_0 there), takes one
+ * key per thread for the scores and leaves its chunk's max m, exp-sum l and
+ * unnormalised sum o[D]; k_attn_combine rescales them by exp(m - M) to the
+ * row's max M. */
+#define ATT_SPLIT_KEYS 64
+
+/* rows [j0, j0 + n) of head (b, hk) of k or v -> ts[n][D + 1] (F32) */
+__device__ static void load_split_tile(float *ts, const struct tv &t, int64_t b, int64_t hk, int64_t j0, int n,
+                                       int D)
+{
+    for (int e = threadIdx.x; e < n * D; e += blockDim.x) {
+        const int jj = e / D, d = e - jj * D;
+        ts[jj * (D + 1) + d] = kv_ld(t, b, hk, j0 + jj, d);
+    }
+    __syncthreads();
+}
 
 __global__ static void k_attn_split(float *pm, double *pl, float *po, struct tv q, struct tv k,
                                     struct tv v, struct tv bias, bool has_bias, float scale,
                                     int64_t nsplit, const int32_t *len)
 {
-    __shared__ float qs[256];
+    __shared__ float qs[ATT_THREADS];
+    __shared__ float ts[ATT_SPLIT_KEYS * (ATT_THREADS + 1)];
     __shared__ float s[ATT_SPLIT_KEYS];
     __shared__ float red[ATT_THREADS];
     __shared__ double dred[ATT_THREADS];
     const int64_t sp = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int64_t Hq = q.ne[1], D = q.ne[3];
+    const int64_t Hq = q.ne[1];
+    const int D = (int)q.ne[3];
     /* attn_params.kv_len: the keys present, read here so a recorded step
      * replays at every length */
     const int64_t Tk = len ? (*len < 0 ? 0 : *len < k.ne[2] ? *len : k.ne[2]) : k.ne[2];
     const int64_t hk = h / (Hq / k.ne[1]);
     const int64_t j0 = sp * ATT_SPLIT_KEYS;
-    const int64_t n = Tk - j0 < ATT_SPLIT_KEYS ? Tk - j0 : ATT_SPLIT_KEYS;
+    const int n = Tk - j0 <= 0 ? 0 : Tk - j0 < ATT_SPLIT_KEYS ? (int)(Tk - j0) : ATT_SPLIT_KEYS;
     const int64_t row = (b * Hq + h) * nsplit + sp;
+    float *o = po + row * D;
+    if (n == 0) { /* past the keys present: nothing to add */
+        for (int d = threadIdx.x; d < D; d += blockDim.x) o[d] = 0;
+        if (threadIdx.x == 0) {
+            pm[row] = -INFINITY;
+            pl[row] = 0;
+        }
+        return;
+    }
     const char *qr = q.p + b * q.nb[0] + h * q.nb[1];
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) qs[d] = *(const float *)(qr + d * q.nb[3]);
-    __syncthreads();
+    for (int d = threadIdx.x; d < D; d += blockDim.x) qs[d] = *(const float *)(qr + d * q.nb[3]);
+    load_split_tile(ts, k, b, hk, j0, n, D);
     float m = -INFINITY;
-    for (int64_t jj = threadIdx.x; jj < n; jj += blockDim.x) {
-        const int64_t j = j0 + jj;
+    for (int jj = threadIdx.x; jj < n; jj += blockDim.x) {
+        const float *kr = ts + jj * (D + 1);
         float dot = 0;
-        for (int64_t d = 0; d < D; d++) dot += qs[d] * kv_ld(k, b, hk, j, d);
+        for (int d = 0; d < D; d++) dot += qs[d] * kr[d];
         float sj = dot * scale;
-        if (has_bias) sj += *(const float *)(bias.p + b * bias.nb[0] + h * bias.nb[1] + j * bias.nb[3]);
+        if (has_bias) sj += *(const float *)(bias.p + b * bias.nb[0] + h * bias.nb[1] + (j0 + jj) * bias.nb[3]);
         s[jj] = sj;
         m = fmaxf(m, sj);
     }
     m = block_max(m, red);
-    float *o = po + row * D;
     if (m == -INFINITY) {
-        for (int64_t d = threadIdx.x; d < D; d += blockDim.x) o[d] = 0;
+        for (int d = threadIdx.x; d < D; d += blockDim.x) o[d] = 0;
         if (threadIdx.x == 0) {
             pm[row] = m;
             pl[row] = 0;
@@ -535,17 +557,18 @@ __global__ static void k_attn_split(float *pm, double *pl, float *po, struct tv 
         return;
     }
     double acc = 0;
-    for (int64_t jj = threadIdx.x; jj < n; jj += blockDim.x) {
+    for (int jj = threadIdx.x; jj < n; jj += blockDim.x) {
         const float e = (float)exp((double)s[jj] - m);
         s[jj] = e;
         acc += e;
     }
-    const double l = block_sum(acc, dred);
-    const int P = blockDim.x / (int)D, t = threadIdx.x, d = t % (int)D, p = t / (int)D;
+    const double l = block_sum(acc, dred); /* synchronises: the k tile is free */
+    load_split_tile(ts, v, b, hk, j0, n, D);
+    const int P = blockDim.x / D, t = threadIdx.x, d = t % D, p = t / D;
     float od = 0;
     if (p < P)
-        for (int64_t jj = p; jj < n; jj += P)
-            if (s[jj] != 0) od += s[jj] * kv_ld(v, b, hk, j0 + jj, d);
+        for (int jj = p; jj < n; jj += P)
+            if (s[jj] != 0) od += s[jj] * ts[jj * (D + 1) + d];
     red[t] = od;
     __syncthreads();
     if (p == 0) {
