@@ -17,6 +17,7 @@
 
 #define GEMV_ROWS 4
 #define GEMV_WARPS 8
+#define GEMV_UNROLL 8
 #define DEQUANT_CHUNK_BYTES ((size_t)64 << 20)
 
 /* ---- decode GEMV ---------------------------------------------------------- */
@@ -101,12 +102,24 @@ __global__ static void k_gemv_f32(float *y, int64_t ldy, const float *x, int M, 
     const float4 *row = (const float4 *)(w + o * ldw);
     const int64_t K4 = K / 4;
     float acc[GEMV_ROWS] = {0, 0, 0, 0};
-#pragma unroll 4
-    for (int64_t i = lane; i < K4; i += 32) {
-        const float4 wv = __ldg(row + i);
+    /* GEMV_UNROLL weight loads in flight per lane before the products */
+    for (int64_t i0 = lane; i0 < K4; i0 += 32 * GEMV_UNROLL) {
+        float4 wv[GEMV_UNROLL];
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; u++) {
+            const int64_t i = i0 + 32 * u;
+            wv[u] = i < K4 ? __ldg(row + i) : make_float4(0, 0, 0, 0);
+        }
         for (int r = 0; r < M; r++) {
-            const float4 xv = __ldg((const float4 *)(x + r * K) + i);
-            acc[r] += wv.x * xv.x + wv.y * xv.y + wv.z * xv.z + wv.w * xv.w;
+            const float4 *xr = (const float4 *)(x + r * K);
+#pragma unroll
+            for (int u = 0; u < GEMV_UNROLL; u++) {
+                const int64_t i = i0 + 32 * u;
+                if (i < K4) {
+                    const float4 xv = __ldg(xr + i);
+                    acc[r] += wv[u].x * xv.x + wv[u].y * xv.y + wv[u].z * xv.z + wv[u].w * xv.w;
+                }
+            }
         }
     }
     gemv_store(y, ldy, M, o, acc, bias, bias_nb);

@@ -9,7 +9,7 @@
  * Attention: one block per query row; scores in shared memory (global
  * scratch for long keys), F32 dot products, double softmax sum, the
  * weighted sum of v split over the block; a decode row over many keys is
- * split over blocks of 64 keys and recombined (k_attn_split); a query that
+ * split over blocks of 32 keys and recombined (k_attn_split); a query that
  * sees no key gives zeros (ops_nn.c, convention 2). */
 #include <math.h>
 
@@ -82,38 +82,80 @@ static bool rows_fit(struct arena *a, int64_t rows, const char *what)
 
 /* ---- layer norm (and residual add + layer norm) ----------------------------- */
 
+/* Rows up to NN_CACHE * NN_THREADS long stay in registers (one load of
+ * each element, all issued together); longer ones are read again. */
+#define NN_CACHE 8
 __global__ static void k_layer_norm(float *out, struct tv x, float *sum, struct tv r,
                                     struct pv g, struct pv b, float eps)
 {
-    __shared__ double sh[NN_THREADS];
+    __shared__ double sh[NN_THREADS / 32];
     const int64_t row = blockIdx.x, n = x.ne[3];
     const char *xr = x.p + row_off(x, row);
+    const char *rr = sum ? r.p + row_off(r, row) : NULL;
     float *y = out + row * n;
-    const float *src = NULL; /* the (stored) sum row, for add_layer_norm */
-    if (sum) {
-        const char *rr = r.p + row_off(r, row);
-        float *s = sum + row * n;
-        for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-            s[i] = *(const float *)(xr + i * x.nb[3]) + *(const float *)(rr + i * r.nb[3]);
-        __syncthreads();
-        src = s;
-    }
-#define XV(i) (src ? src[i] : *(const float *)(xr + (i) * x.nb[3]))
+    float *srow = sum ? sum + row * n : NULL; /* the (stored) sum row, for add_layer_norm */
+    const bool cached = n <= NN_CACHE * (int64_t)blockDim.x;
+    float c[NN_CACHE];
+#define XV(i) (srow ? srow[i] : *(const float *)(xr + (i) * x.nb[3]))
     double acc = 0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += XV(i);
+    if (cached) {
+#pragma unroll
+        for (int u = 0; u < NN_CACHE; u++) {
+            const int64_t i = threadIdx.x + (int64_t)u * blockDim.x;
+            c[u] = i < n ? *(const float *)(xr + i * x.nb[3]) : 0.0f;
+            if (rr && i < n) c[u] += *(const float *)(rr + i * r.nb[3]);
+        }
+#pragma unroll
+        for (int u = 0; u < NN_CACHE; u++) {
+            const int64_t i = threadIdx.x + (int64_t)u * blockDim.x;
+            if (i < n) {
+                if (srow) srow[i] = c[u];
+                acc += c[u];
+            }
+        }
+    } else {
+        if (srow) {
+            for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+                srow[i] = *(const float *)(xr + i * x.nb[3]) + *(const float *)(rr + i * r.nb[3]);
+            __syncthreads();
+        }
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += XV(i);
+    }
     const double mean = block_sum(acc, sh) / (double)n;
     acc = 0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        double d = XV(i) - mean;
-        acc += d * d;
+    if (cached) {
+#pragma unroll
+        for (int u = 0; u < NN_CACHE; u++) {
+            const int64_t i = threadIdx.x + (int64_t)u * blockDim.x;
+            const double d = c[u] - mean;
+            if (i < n) acc += d * d;
+        }
+    } else {
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+            const double d = XV(i) - mean;
+            acc += d * d;
+        }
     }
     const double var = block_sum(acc, sh) / (double)n;
     const double rstd = 1.0 / sqrt(var + eps);
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        double v = (XV(i) - mean) * rstd;
-        if (g.p) v *= pget(g, i);
-        if (b.p) v += pget(b, i);
-        y[i] = (float)v;
+    if (cached) {
+#pragma unroll
+        for (int u = 0; u < NN_CACHE; u++) {
+            const int64_t i = threadIdx.x + (int64_t)u * blockDim.x;
+            if (i < n) {
+                double v = (c[u] - mean) * rstd;
+                if (g.p) v *= pget(g, i);
+                if (b.p) v += pget(b, i);
+                y[i] = (float)v;
+            }
+        }
+    } else {
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+            double v = (XV(i) - mean) * rstd;
+            if (g.p) v *= pget(g, i);
+            if (b.p) v += pget(b, i);
+            y[i] = (float)v;
+        }
     }
 #undef XV
 }
@@ -144,16 +186,43 @@ static void cuda_add_layer_norm(struct arena *a, struct tensor *sum, struct tens
 
 __global__ static void k_rms_norm(float *out, struct tv x, struct pv g, float eps)
 {
-    __shared__ double sh[NN_THREADS];
+    __shared__ double sh[NN_THREADS / 32];
     const int64_t row = blockIdx.x, n = x.ne[3];
     const char *xr = x.p + row_off(x, row);
+    const bool cached = n <= NN_CACHE * (int64_t)blockDim.x;
+    float c[NN_CACHE];
     double acc = 0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        double v = *(const float *)(xr + i * x.nb[3]);
-        acc += v * v;
+    if (cached) {
+#pragma unroll
+        for (int u = 0; u < NN_CACHE; u++) {
+            const int64_t i = threadIdx.x + (int64_t)u * blockDim.x;
+            c[u] = i < n ? *(const float *)(xr + i * x.nb[3]) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < NN_CACHE; u++) {
+            const double v = c[u];
+            acc += v * v;
+        }
+    } else {
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+            double v = *(const float *)(xr + i * x.nb[3]);
+            acc += v * v;
+        }
     }
     const double rstd = 1.0 / sqrt(block_sum(acc, sh) / (double)n + eps);
     float *y = out + row * n;
+    if (cached) {
+#pragma unroll
+        for (int u = 0; u < NN_CACHE; u++) {
+            const int64_t i = threadIdx.x + (int64_t)u * blockDim.x;
+            if (i < n) {
+                double v = c[u] * rstd;
+                if (g.p) v *= pget(g, i);
+                y[i] = (float)v;
+            }
+        }
+        return;
+    }
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
         double v = *(const float *)(xr + i * x.nb[3]) * rstd;
         if (g.p) v *= pget(g, i);
@@ -493,15 +562,28 @@ __global__ static void k_attn_tile(float *out, struct tv q, struct tv k, struct 
  * key per thread for the scores and leaves its chunk's max m, exp-sum l and
  * unnormalised sum o[D]; k_attn_combine rescales them by exp(m - M) to the
  * row's max M. */
-#define ATT_SPLIT_KEYS 64
+#define ATT_SPLIT_KEYS 32
 
-/* rows [j0, j0 + n) of head (b, hk) of k or v -> ts[n][D + 1] (F32) */
+/* rows [j0, j0 + n) of head (b, hk) of k or v -> ts[n][D + 1] (F32); each
+ * thread issues TILE_UNROLL loads before it stores one, so a chunk costs a
+ * few memory round trips, not one per element */
+#define TILE_UNROLL 8
 __device__ static void load_split_tile(float *ts, const struct tv &t, int64_t b, int64_t hk, int64_t j0, int n,
                                        int D)
 {
-    for (int e = threadIdx.x; e < n * D; e += blockDim.x) {
-        const int jj = e / D, d = e - jj * D;
-        ts[jj * (D + 1) + d] = kv_ld(t, b, hk, j0 + jj, d);
+    const int total = n * D, step = (int)blockDim.x;
+    for (int e0 = threadIdx.x; e0 < total; e0 += step * TILE_UNROLL) {
+        float val[TILE_UNROLL];
+#pragma unroll
+        for (int u = 0; u < TILE_UNROLL; u++) {
+            const int e = e0 + u * step, jj = e / D;
+            val[u] = e < total ? kv_ld(t, b, hk, j0 + jj, e - jj * D) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < TILE_UNROLL; u++) {
+            const int e = e0 + u * step, jj = e / D;
+            if (e < total) ts[jj * (D + 1) + (e - jj * D)] = val[u];
+        }
     }
     __syncthreads();
 }
@@ -582,26 +664,49 @@ __global__ static void k_attn_split(float *pm, double *pl, float *po, struct tv 
     }
 }
 
+/* One block per row; the splits' weights exp(m - M) (and their l) are
+ * computed once into shared memory, COMBINE_MAX splits at a time. */
+#define COMBINE_MAX 256
 __global__ static void k_attn_combine(float *out, const float *pm, const double *pl,
                                       const float *po, int64_t nsplit, int64_t D)
 {
+    __shared__ double wt[COMBINE_MAX];
+    __shared__ float red[32];
+    __shared__ double dred[32];
     const int64_t r = blockIdx.x; /* b * Hq + h */
     const float *m = pm + r * nsplit;
     float M = -INFINITY;
-    for (int64_t i = 0; i < nsplit; i++) M = fmaxf(M, m[i]);
+    for (int64_t i = threadIdx.x; i < nsplit; i += blockDim.x) M = fmaxf(M, m[i]);
+    M = block_max(M, red);
     float *y = out + r * D;
     if (M == -INFINITY) {
         for (int64_t d = threadIdx.x; d < D; d += blockDim.x) y[d] = 0;
         return;
     }
-    double l = 0;
-    for (int64_t i = 0; i < nsplit; i++)
-        if (m[i] != -INFINITY) l += pl[r * nsplit + i] * exp((double)m[i] - M);
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-        double o = 0;
-        for (int64_t i = 0; i < nsplit; i++)
-            if (m[i] != -INFINITY) o += po[(r * nsplit + i) * D + d] * exp((double)m[i] - M);
-        y[d] = (float)(o / l);
+    double l = 0, o[2] = {0, 0}; /* D <= 2 * blockDim (ATT_THREADS) */
+    for (int64_t i0 = 0; i0 < nsplit; i0 += COMBINE_MAX) {
+        const int64_t n = nsplit - i0 < COMBINE_MAX ? nsplit - i0 : COMBINE_MAX;
+        double part = 0;
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+            const float mi = m[i0 + i];
+            wt[i] = mi == -INFINITY ? 0.0 : exp((double)mi - M);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0)
+            for (int64_t i = 0; i < n; i++) part += pl[r * nsplit + i0 + i] * wt[i];
+        l += part;
+        for (int u = 0; u < 2; u++) {
+            const int64_t d = threadIdx.x + u * (int64_t)blockDim.x;
+            if (d < D)
+                for (int64_t i = 0; i < n; i++)
+                    if (wt[i] != 0) o[u] += po[(r * nsplit + i0 + i) * D + d] * wt[i];
+        }
+        __syncthreads();
+    }
+    l = block_sum(threadIdx.x == 0 ? l : 0.0, dred);
+    for (int u = 0; u < 2; u++) {
+        const int64_t d = threadIdx.x + u * (int64_t)blockDim.x;
+        if (d < D) y[d] = (float)(o[u] / l);
     }
 }
 
