@@ -18,6 +18,7 @@
 #include "io/audio.h"
 #include "io/model_dir.h"
 #include "io/model_file.h"
+#include "pipeline/engine.h"
 #include "t3/t3.h"
 
 int test_failures, test_checks;
@@ -371,4 +372,17 @@ int test_run_cli(const char *cmd, const char *args, bool err2, char *out, size_t
     out[k] = 0;
     int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+struct engine_model *test_load_engine_t3(const char *dir, const char *backend, int wtype, const char *label)
+{
+    char err[ERR_MAX] = "";
+    struct engine_load_params lp = engine_load_default_params();
+    lp.backend = backend ? backend : test_backend_name();
+    lp.t3_only = true;
+    lp.wtype = wtype;
+    struct engine_model *em = NULL;
+    cbx_status rc = engine_model_load(dir, &lp, &em, err);
+    CHECK(rc == CBX_OK, "%s: load %s: %s", label, dir, err);
+    return rc == CBX_OK ? em : NULL;
 }

@@ -106,6 +106,11 @@ struct model *test_open_model(const char *path);
  * counted as a check; true when both loaded. */
 struct t3_model;
 bool test_load_t3_f32_q4(const struct model *md, struct t3_model *m, struct t3_model *mq);
+/* The T3 half of the model in dir (engine_load_params.t3_only) on backend
+ * (a name, NULL for test_backend_name()) with weight type wtype (-1: as
+ * stored), counted as a check under label; NULL when it did not load. */
+struct engine_model;
+struct engine_model *test_load_engine_t3(const char *dir, const char *backend, int wtype, const char *label);
 /* tests/data/<name> read into *a, counted as a check that it reads and is
  * at rate Hz. */
 struct audio;

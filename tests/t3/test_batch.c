@@ -44,14 +44,10 @@ static int cancel_cb(void *user, int step, int32_t token, const float *logits, i
 static void run_model(const char *dir, int wtype, const char *label)
 {
     char err[ERR_MAX] = "";
-    struct engine_load_params lp = engine_load_default_params();
-    lp.backend = "cpu"; /* the batched step is the cpu scheduler's */
-    lp.t3_only = true;
-    lp.wtype = wtype;
-    struct engine_model *em = NULL;
-    cbx_status rc = engine_model_load(dir, &lp, &em, err);
-    CHECK(rc == CBX_OK, "%s: load %s: %s", label, dir, err);
-    if (rc != CBX_OK) return;
+    /* cpu: the batched step is the cpu scheduler's */
+    struct engine_model *em = test_load_engine_t3(dir, "cpu", wtype, label);
+    if (!em) return;
+    cbx_status rc = CBX_OK;
     const struct t3_model *m = engine_model_t3(em);
     const struct conds *v = engine_model_voice(em);
     CHECK(v != NULL, "%s: built-in voice", label);

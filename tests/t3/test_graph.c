@@ -61,14 +61,9 @@ static cbx_status decode(const struct t3_model *m, const struct backend *be, con
 static void run_model(const char *dir, int wtype, const char *label, bool require)
 {
     char err[ERR_MAX] = "";
-    struct engine_load_params lp = engine_load_default_params();
-    lp.backend = test_backend_name();
-    lp.t3_only = true;
-    lp.wtype = wtype;
-    struct engine_model *em = NULL;
-    cbx_status rc = engine_model_load(dir, &lp, &em, err);
-    CHECK(rc == CBX_OK, "%s: load %s: %s", label, dir, err);
-    if (rc != CBX_OK) return;
+    struct engine_model *em = test_load_engine_t3(dir, NULL, wtype, label);
+    if (!em) return;
+    cbx_status rc = CBX_OK;
     const struct t3_model *m = engine_model_t3(em);
     const struct conds *v = engine_model_voice(em);
     struct backend *be = test_compute_backend(test_n_threads());

@@ -22,6 +22,21 @@
 
 /* ---- decode GEMV ---------------------------------------------------------- */
 
+/* lane 0 of each warp: the warp's sums acc[0..M) (+ bias[o]) to y[r][o] */
+__device__ static inline void gemv_store(float *y, int64_t ldy, int M, int64_t o, float *acc, const char *bias,
+                                         int64_t bias_nb)
+{
+    const int lane = threadIdx.x & 31;
+    for (int r = 0; r < M; r++) {
+        float v = acc[r];
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+        if (lane == 0) {
+            if (bias) v += *(const float *)(bias + o * bias_nb);
+            y[r * ldy + o] = v;
+        }
+    }
+}
+
 /* One warp per output o. Block types: each lane takes whole blocks (lane,
  * lane + 32, ...: the warp reads consecutive blocks), widening each
  * element exactly as d_block_elem; F16/BF16 rows with 4-byte aligned
@@ -63,14 +78,7 @@ __global__ static void k_gemv(float *y, int64_t ldy, const float *x, int M, int6
             for (int r = 0; r < M; r++) acc[r] += wv * x[r * K + i];
         }
     }
-    for (int r = 0; r < M; r++) {
-        float v = acc[r];
-        for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-        if (lane == 0) {
-            if (bias) v += *(const float *)(bias + o * bias_nb);
-            y[r * ldy + o] = v;
-        }
-    }
+    gemv_store(y, ldy, M, o, acc, bias, bias_nb);
 }
 
 /* Decode GEMVs for the common weight layouts, one warp per output, up to
@@ -79,19 +87,6 @@ __global__ static void k_gemv(float *y, int64_t ldy, const float *x, int M, int6
  *  - Q8_0 / Q4_0 rows (2-byte aligned blocks): each lane takes whole
  *    blocks (the warp reads consecutive ones), loads the scale once and the
  *    quants as 16-bit words, and widens each as quant.c does (d * q). */
-__device__ static inline void gemv_store(float *y, int64_t ldy, int M, int64_t o, float *acc, const char *bias,
-                                         int64_t bias_nb)
-{
-    const int lane = threadIdx.x & 31;
-    for (int r = 0; r < M; r++) {
-        float v = acc[r];
-        for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-        if (lane == 0) {
-            if (bias) v += *(const float *)(bias + o * bias_nb);
-            y[r * ldy + o] = v;
-        }
-    }
-}
 
 __global__ static void k_gemv_f32(float *y, int64_t ldy, const float *x, int M, int64_t K, int64_t N,
                                   const float *w, int64_t ldw, const char *bias, int64_t bias_nb)
