@@ -47,7 +47,7 @@ static struct tensor *forward(struct arena *a, const struct t3_backbone *bb, str
     }
     /* Llama: RoPE positions continue the cache (a fixed-shape step's
      * position is kv->at, kv_cache.h invariant 5) */
-    const bool fixed = kv->at && kv->len;
+    const bool fixed = kv_cache_fixed(kv);
     if (fixed && (T != 1 || kv_only)) {
         arena_fail(a, CBX_ERR_INTERNAL, "t3 backbone: a fixed-shape step of %lld positions", (long long)T);
         return NULL;

@@ -73,7 +73,7 @@ struct tensor *kv_cache_attend(struct arena *a, struct kv_cache *kv, int il,
                                const struct tensor *q, const struct tensor *k,
                                const struct tensor *v, bool kv_only)
 {
-    return attend(a, kv, il, q, k, v, kv_only, kv->at && kv->len);
+    return attend(a, kv, il, q, k, v, kv_only, kv_cache_fixed(kv));
 }
 
 /* fixed: invariant 5's step (the caller's at and len) */

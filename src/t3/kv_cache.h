@@ -19,7 +19,6 @@
  *     (T = 1) and attends each member's rows over that member's own
  *     positions, exactly as the member alone would.
  *
-
  *  5. With at and len set, a one-position forward over a cache of its own
  *     writes its keys and values at position *at and attends keys
  *     [0, *len) of the whole capacity: every step has the same shapes and
@@ -70,6 +69,9 @@ struct kv_cache {
      * caller, which writes both before each one-position forward. */
     const struct tensor *at, *len;
 };
+
+/* Whether kv's next forward is invariant 5's fixed-shape step. */
+static inline bool kv_cache_fixed(const struct kv_cache *kv) { return kv->at && kv->len; }
 
 /* A group of n member caches (invariant 4) with scratch arenas s0, s1 (or
  * NULL). */

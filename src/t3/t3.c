@@ -681,8 +681,9 @@ struct t3_seq {
     float *probs;
     /* the decode step's operands on the backend (kv_cache.h invariant 5),
      * written before each step's forward: io is I32 [IO_N]; tok and spos
-     * are [1, 1] views of it for the embedding lookups */
-    struct tensor *io, *io_tok, *io_spos;
+     * are [1, 1] views of it for the embedding lookups, at and len [1]
+     * views for the cache (kv.at, kv.len once the prefill is done) */
+    struct tensor *io, *io_tok, *io_spos, *io_at, *io_len;
     /* the decode step as a backend graph (backend.h): the first step runs
      * as usual (the arenas take their size), the second is recorded and
      * every later one replays the recording. gl: the logits it leaves. */
@@ -875,13 +876,8 @@ cbx_status t3_seq_start(const struct t3_model *m, const struct backend *be, cons
         return rc;
     }
     /* every forward from here is one position: fixed shapes */
-    s->kv.at = op_slice(cache, s->io, 0, IO_AT, 1);
-    s->kv.len = op_slice(cache, s->io, 0, IO_LEN, 1);
-    if (!s->kv.at || !s->kv.len) {
-        err_setf(err, arena_status(cache), "T3: %s", arena_errmsg(cache));
-        t3_seq_free(s);
-        return arena_status(cache);
-    }
+    s->kv.at = s->io_at;
+    s->kv.len = s->io_len;
     *out = s;
     return CBX_OK;
 }
@@ -948,6 +944,8 @@ static cbx_status io_init(struct t3_seq *s, struct arena *cache)
     if (s->io) {
         s->io_tok = op_reshape(cache, op_slice(cache, s->io, 0, IO_TOKEN, 1), 2, one);
         s->io_spos = op_reshape(cache, op_slice(cache, s->io, 0, IO_SPEECH_POS, 1), 2, one);
+        s->io_at = op_slice(cache, s->io, 0, IO_AT, 1);
+        s->io_len = op_slice(cache, s->io, 0, IO_LEN, 1);
     }
     return arena_status(cache);
 }

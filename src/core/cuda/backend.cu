@@ -211,8 +211,7 @@ static void release_weight(const struct backend *be, struct tensor *t)
  * CBX_CUDA_PROFILE (they synchronise after each kernel) and with
  * CBX_CUDA_GRAPH=0 (the hooks stay NULL). */
 struct backend_graph {
-    cudaGraph_t g;
-    cudaGraphExec_t x;
+    cudaGraphExec_t x; /* the instantiated recording (the graph itself is not kept) */
 };
 
 static cbx_status graph_fail(char *err, cudaError_t e, const char *what)
@@ -246,9 +245,9 @@ static cbx_status graph_end(const struct backend *be, struct backend_graph **out
         cudaGraphDestroy(g);
         return err_setf(err, CBX_ERR_NOMEM, "cuda: out of memory");
     }
-    r->g = g;
-    if ((e = cudaGraphInstantiate(&r->x, g, 0)) != cudaSuccess) {
-        cudaGraphDestroy(g);
+    e = cudaGraphInstantiate(&r->x, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
         free(r);
         return graph_fail(err, e, "instantiating a graph");
     }
@@ -268,7 +267,6 @@ static void graph_free(const struct backend *be, struct backend_graph *g)
     (void)be;
     if (!g) return;
     cudaGraphExecDestroy(g->x);
-    cudaGraphDestroy(g->g);
     free(g);
 }
 
