@@ -86,6 +86,9 @@ struct kernels {
                       const struct tensor *bias, const struct attn_params *p);
     void (*rope)(struct arena *a, struct tensor *out, const struct tensor *x,
                  const struct tensor *pos, const struct rope_params *p);
+    /* op_sample (device backends; shapes checked by the op) */
+    void (*sample)(struct arena *a, struct tensor *out, const struct tensor *logits,
+                   struct tensor *seen, struct tensor *rng, const struct sample_params *p);
     /* ops_spectral.c */
     void (*stft)(struct arena *a, struct tensor *out, const struct tensor *x,
                  const struct tensor *window, const struct stft_params *p);

@@ -230,6 +230,43 @@ struct rope_params {
 struct tensor *op_rope(struct arena *a, const struct tensor *x,
                        const struct tensor *pos, const struct rope_params *p);
 
+/* ---- sampling (ops_nn.c; device backends) ----------------------------- */
+
+/* The draw of one token from a decode step's logits on the device, so a
+ * recorded step (backend.h graphs) ends in its sampled id: transformers'
+ * (5.2.0) logits processors in one of T3's two orders, then the
+ * categorical draw of spec/rng.md §4, as t3/sampler.h and rng.h compute
+ * them on the host (float32 rows, sums in double; the device's sums run
+ * in another order, so a draw can differ only where the host's margin is
+ * a few ulps). Values as the host sampler uses them: */
+enum sample_order {
+    SAMPLE_TURBO, /* temperature, top-k, top-p, repetition penalty */
+    SAMPLE_LLAMA  /* repetition penalty, then (unless greedy) temperature,
+                   * min-p, top-p */
+};
+struct sample_params {
+    enum sample_order order;
+    float cfg_weight;         /* two rows [cond, uncond]: c + w (c - u) */
+    float temperature;        /* 0: none */
+    int top_k;                /* 0: none; 1: greedy (the first argmax) */
+    bool top_p;               /* top_p_cut applies */
+    float top_p_cut;          /* (float)(1 - top_p): ascending cumulative
+                               * probabilities <= it are dropped */
+    float min_p;              /* 0: none */
+    float repetition_penalty; /* 1: none */
+};
+#define OP_SAMPLE_MAX_V 16384
+/* logits F32 [R, V] contiguous rows (R 1, or 2 for a CFG pair), V <=
+ * OP_SAMPLE_MAX_V; seen I32 [V]: nonzero marks the repetition history,
+ * the drawn id is marked; rng I32 [4]: the stream's key and next draw
+ * index as {key lo, key hi, index lo, index hi}, the index advanced by a
+ * categorical draw (greedy draws none); out I32 [1]: the id, or -1 when
+ * every logit is -inf. On the device all four stay there. Backends
+ * without the kernel (the host ones: t3 samples with t3/sampler.h) fail
+ * with CBX_ERR_UNSUPPORTED. */
+cbx_status op_sample(struct arena *a, struct tensor *out, const struct tensor *logits, struct tensor *seen,
+                     struct tensor *rng, const struct sample_params *p);
+
 /* ---- spectral (ops_spectral.c) ---------------------------------------- */
 
 struct stft_params {

@@ -291,3 +291,28 @@ struct tensor *op_rope(struct arena *a, const struct tensor *x,
     if (out) be_->k.rope(a, out, x, pos, p);
     return arena_status(a) == CBX_OK ? out : NULL;
 }
+
+static bool is_i32_vec(const struct tensor *t, int64_t n)
+{
+    return t->type == TYPE_I32 && tensor_nelements(t) == n && tensor_is_contiguous(t);
+}
+
+cbx_status op_sample(struct arena *a, struct tensor *out, const struct tensor *logits, struct tensor *seen,
+                     struct tensor *rng, const struct sample_params *p)
+{
+    if (!out || !logits || !seen || !rng || !p) return arena_status(a) != CBX_OK ? arena_status(a) : CBX_ERR_INTERNAL;
+    const struct backend *be = arena_backend(a);
+    if (!be->k.sample) return arena_fail(a, CBX_ERR_UNSUPPORTED, "sample: backend %s has no kernel", be->name);
+    const int64_t V = logits->ndim ? logits->ne[logits->ndim - 1] : 0, R = V ? tensor_nelements(logits) / V : 0;
+    char sl[64];
+    if (logits->type != TYPE_F32 || !tensor_is_contiguous(logits) || V < 1 || V > OP_SAMPLE_MAX_V || R < 1 ||
+        R > 2 || !is_i32_vec(seen, V) || !is_i32_vec(rng, 4) || !is_i32_vec(out, 1))
+        return arena_fail(a, CBX_ERR_INTERNAL,
+                          "op_sample: logits %s %s; want F32 [1 or 2, V <= %d], i32 seen [V], rng [4], out [1]",
+                          dtype_name(logits->type), tensor_shape_str(logits, sl, sizeof sl), OP_SAMPLE_MAX_V);
+    if (p->top_k < 0 || p->temperature < 0 || p->min_p < 0)
+        return arena_fail(a, CBX_ERR_INTERNAL, "op_sample: top_k %d, temperature %g, min_p %g", p->top_k,
+                          (double)p->temperature, (double)p->min_p);
+    be->k.sample(a, out, logits, seen, rng, p);
+    return arena_status(a);
+}

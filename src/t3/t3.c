@@ -410,7 +410,7 @@ struct tensor *t3_prepare_input_embeds(struct arena *a, const struct t3_model *m
 
 struct t3_gen_params t3_gen_default_params(const struct t3_model *m)
 {
-    struct t3_gen_params p = {{0.8, 1000, 0.95, 0.0, 1.2}, 1000, 0.0, 0, false, NULL, false};
+    struct t3_gen_params p = {{0.8, 1000, 0.95, 0.0, 1.2}, 1000, 0.0, 0, false, NULL, false, false};
     if (m && m->order == T3_ORDER_CFG) {
         struct sampler_params s = {0.8, 0, 1.0, 0.05, 1.2};
         p.s = s;
@@ -629,26 +629,61 @@ static int64_t sample(const struct t3_model *m, const struct sampler_params *s, 
     return rng_categorical(rs, b->probs, V);
 }
 
-cbx_status t3_step_probs(const struct t3_model *m, const struct t3_gen_params *p, const float *raw, int n_rows,
-                         const int32_t *hist, int64_t n_hist, float *probs, char *err)
+struct sample_params t3_sample_params(const struct t3_model *m, const struct t3_gen_params *p)
+{
+    const struct sampler_params *s = &p->s;
+    const struct sample_params sp = {
+        .order = m->order == T3_ORDER_TURBO ? SAMPLE_TURBO : SAMPLE_LLAMA,
+        .cfg_weight = (float)p->cfg_weight,
+        .temperature = s->temperature > 0 && s->temperature != 1.0 ? (float)s->temperature : 0.0f,
+        .top_k = s->top_k > 0 ? s->top_k : 0,
+        .top_p = s->top_p < 1.0,
+        .top_p_cut = (float)(1.0 - s->top_p),
+        .min_p = s->min_p > 0 ? (float)s->min_p : 0.0f,
+        .repetition_penalty = (float)s->repetition_penalty,
+    };
+    return sp;
+}
+
+/* t3_step_probs (rs NULL: the probabilities into probs) and t3_step_draw
+ * (the token into *token) */
+static cbx_status step_host(const struct t3_model *m, const struct t3_gen_params *p, const float *raw, int n_rows,
+                            const int32_t *hist, int64_t n_hist, float *probs, struct rng_stream *rs, int32_t *token,
+                            char *err)
 {
     const int64_t V = m->hp.speech_vocab;
     if (n_rows < 1 || n_rows > (m->order == T3_ORDER_CFG ? 2 : 1))
         return err_setf(err, CBX_ERR_INVALID_ARG, "t3_step_probs: %d rows", n_rows);
-    float *l = malloc(sizeof(float) * (size_t)V * 3);
+    float *l = malloc(sizeof(float) * (size_t)V * (rs ? 4 : 3));
     int32_t *idx = malloc(sizeof(int32_t) * (size_t)V);
     uint8_t *seen = malloc((size_t)V);
     cbx_status rc = l && idx && seen ? CBX_OK : err_setf(err, CBX_ERR_NOMEM, "t3_step_probs: out of memory");
     if (rc == CBX_OK) {
-        const struct sample_buf b = {probs, l + V, idx, seen};
+        const struct sample_buf b = {rs ? l + 3 * V : probs, l + V, idx, seen};
         cfg_combine(raw, n_rows, p->cfg_weight, l, V);
-        process(m, &p->s, l, V, hist, n_hist, &b);
-        sampler_softmax(l, probs, V);
+        if (rs) {
+            *token = (int32_t)sample(m, &p->s, l, V, hist, n_hist, rs, &b);
+        } else {
+            process(m, &p->s, l, V, hist, n_hist, &b);
+            sampler_softmax(l, probs, V);
+        }
     }
     free(l);
     free(idx);
     free(seen);
     return rc;
+}
+
+cbx_status t3_step_probs(const struct t3_model *m, const struct t3_gen_params *p, const float *raw, int n_rows,
+                         const int32_t *hist, int64_t n_hist, float *probs, char *err)
+{
+    return step_host(m, p, raw, n_rows, hist, n_hist, probs, NULL, NULL, err);
+}
+
+cbx_status t3_step_draw(const struct t3_model *m, const struct t3_gen_params *p, const float *raw, int n_rows,
+                        const int32_t *hist, int64_t n_hist, struct rng_stream *rs, int32_t *token, char *err)
+{
+    return step_host(m, p, raw, n_rows, hist, n_hist, NULL, rs, token, err);
 }
 
 /* ---- sequences: prefill, then one step per token -------------------------- */
@@ -691,6 +726,17 @@ struct t3_seq {
     struct backend_graph *graph;
     const struct tensor *gl;
     int replays;
+    /* sampling on the device (op_sample; p.host_logits false and the
+     * backend has it), else dev NULL: a recorded step ends in the draw of
+     * its token into dev_tok. dev_seen [V] and dev_rng [4] are the
+     * repetition history and the stream's position there, made from
+     * hist and rs whenever the host drew in between (dev_synced false);
+     * drawn: dev_tok's id, due at the next seq_sample */
+    bool dev;
+    struct tensor *dev_tok, *dev_seen, *dev_rng;
+    struct sample_params dev_p;
+    bool dev_synced, drawn;
+    int32_t drawn_id;
 };
 
 enum { IO_TOKEN, IO_AT, IO_LEN, IO_SPEECH_POS, IO_N };
@@ -882,6 +928,14 @@ cbx_status t3_seq_start(const struct t3_model *m, const struct backend *be, cons
     return CBX_OK;
 }
 
+/* The repetition history of the next draw: Turbo [start] at the first
+ * step, then the samples alone; Llama the start token and the samples. */
+static const int32_t *rep_history(const struct t3_seq *s, int64_t *n)
+{
+    *n = s->cfg ? s->n + 1 : (s->n == 0 ? 1 : s->n);
+    return s->cfg || s->n == 0 ? s->hist : s->hist + 1;
+}
+
 /* The sampling half of a step: one token from the current logits into
  * *token (-1: none) and whether the sequence goes on, so that its next
  * forward (of *token) is due. */
@@ -894,21 +948,28 @@ static cbx_status seq_sample(struct t3_seq *s, int32_t *token, char *err)
     float *raw = s->logits + 2 * (size_t)V, *l = s->logits + 4 * (size_t)V;
     const struct sample_buf sb = {l + V, s->logits + 5 * (size_t)V, s->idx, s->seen};
     int32_t *out = s->hist + 1;
-    if (s->cb) memcpy(raw, s->logits, sizeof(float) * (size_t)(V * s->n_rows));
-    cfg_combine(s->logits, s->n_rows, s->p.cfg_weight, l, V);
-    /* the alignment guard, between the CFG combine and the repetition
-     * penalty (spec/t3.md §10); the last id of generated_ids goes in */
-    if (s->al) {
-        const float *heads[ALIGNMENT_N_HEADS];
-        for (int e = 0; e < ALIGNMENT_N_HEADS; e++) heads[e] = s->exp.dst[e];
-        alignment_step(s->al, heads, s->exp.n_q, s->exp.ld, s->hist[s->n], l, V, m->hp.stop_speech);
-        s->exp.n_q = 1; /* decode steps: one new row */
+    int64_t tok;
+    if (s->drawn) { /* drawn on the device; the host's stream keeps pace */
+        tok = s->drawn_id;
+        s->drawn = false;
+        raw = NULL;
+        if (tok >= 0 && s->p.s.top_k != 1) s->rs.counter++;
+    } else {
+        if (s->cb) memcpy(raw, s->logits, sizeof(float) * (size_t)(V * s->n_rows));
+        cfg_combine(s->logits, s->n_rows, s->p.cfg_weight, l, V);
+        /* the alignment guard, between the CFG combine and the repetition
+         * penalty (spec/t3.md §10); the last id of generated_ids goes in */
+        if (s->al) {
+            const float *heads[ALIGNMENT_N_HEADS];
+            for (int e = 0; e < ALIGNMENT_N_HEADS; e++) heads[e] = s->exp.dst[e];
+            alignment_step(s->al, heads, s->exp.n_q, s->exp.ld, s->hist[s->n], l, V, m->hp.stop_speech);
+            s->exp.n_q = 1; /* decode steps: one new row */
+        }
+        int64_t nh;
+        const int32_t *h = rep_history(s, &nh);
+        tok = sample(m, &s->p.s, l, V, h, nh, &s->rs, &sb);
+        s->dev_synced = false;
     }
-    /* repetition history: Turbo [start] at the first step, then the
-     * samples alone; Llama the start token and the samples */
-    const int32_t *h = s->cfg || s->n == 0 ? s->hist : out;
-    const int64_t nh = s->cfg ? s->n + 1 : (s->n == 0 ? 1 : s->n);
-    const int64_t tok = sample(m, &s->p.s, l, V, h, nh, &s->rs, &sb);
     if (tok < 0) { /* every logit -inf: upstream warns and stops */
         s->done = true;
         return CBX_OK;
@@ -937,9 +998,12 @@ static struct tensor *seq_input(struct arena *a, const struct t3_seq *s)
     return speech_input(a, s->m, &s->hist[s->n], s->step, s->n_rows);
 }
 
+/* The operands of the decode step and, where the draw is on the device,
+ * its sampler state and parameters (the host sampler's, as op_sample
+ * takes them). */
 static cbx_status io_init(struct t3_seq *s, struct arena *cache)
 {
-    const int64_t n[1] = {IO_N}, one[2] = {1, 1};
+    const int64_t n[1] = {IO_N}, one[2] = {1, 1}, V[1] = {s->V}, four[1] = {4};
     s->io = arena_tensor(cache, TYPE_I32, 1, n);
     if (s->io) {
         s->io_tok = op_reshape(cache, op_slice(cache, s->io, 0, IO_TOKEN, 1), 2, one);
@@ -947,7 +1011,40 @@ static cbx_status io_init(struct t3_seq *s, struct arena *cache)
         s->io_at = op_slice(cache, s->io, 0, IO_AT, 1);
         s->io_len = op_slice(cache, s->io, 0, IO_LEN, 1);
     }
+    s->dev = s->be->k.sample && !s->p.host_logits && !s->p.alignment_guard && s->V <= OP_SAMPLE_MAX_V;
+    if (!s->dev) return arena_status(cache);
+    s->dev_tok = arena_tensor(cache, TYPE_I32, 1, one);
+    s->dev_seen = arena_tensor(cache, TYPE_I32, 1, V);
+    s->dev_rng = arena_tensor(cache, TYPE_I32, 1, four);
+    s->dev_p = t3_sample_params(s->m, &s->p);
     return arena_status(cache);
+}
+
+/* The device's sampler state from the host's: the repetition history of
+ * the next draw and the stream's position (before a recorded step whose
+ * previous token the host drew). */
+static void dev_sync(struct t3_seq *s)
+{
+    int64_t nh;
+    const int32_t *h = rep_history(s, &nh);
+    int32_t *seen = s->idx;
+    memset(seen, 0, sizeof(int32_t) * (size_t)s->V);
+    for (int64_t i = 0; i < nh; i++)
+        if (h[i] >= 0 && h[i] < s->V) seen[h[i]] = 1;
+    const uint32_t r[4] = {(uint32_t)s->rs.key, (uint32_t)(s->rs.key >> 32), (uint32_t)s->rs.counter,
+                           (uint32_t)(s->rs.counter >> 32)};
+    s->be->from_host(s->be, s->dev_seen->data, seen, sizeof(int32_t) * (size_t)s->V);
+    s->be->from_host(s->be, s->dev_rng->data, r, sizeof r);
+    s->dev_synced = true;
+}
+
+/* What a recorded step leaves for the host: the drawn id (s->dev), else
+ * the logits. */
+static cbx_status step_fetch(struct t3_seq *s)
+{
+    if (!s->dev) return tensor_to_host(s->gl, s->logits);
+    s->drawn = true;
+    return tensor_to_host(s->dev_tok, &s->drawn_id);
 }
 
 /* The operands of the next decode step (kv_cache.h invariant 5): the last
@@ -989,6 +1086,8 @@ static bool step_record(struct t3_seq *s)
     s->gstate = GRAPH_OFF;
     if (be->graph_begin(be, e) != CBX_OK) return false;
     const struct tensor *l = step_logits(s);
+    if (l && s->dev && op_sample(s->ar[WS_STEP], s->dev_tok, l, s->dev_seen, s->dev_rng, &s->dev_p) != CBX_OK)
+        l = NULL;
     struct backend_graph *g = NULL;
     if (be->graph_end(be, &g, e) != CBX_OK || !l) {
         if (g) be->graph_free(be, g);
@@ -1014,16 +1113,17 @@ cbx_status t3_seq_step(struct t3_seq *s, int32_t *token, char *err)
     const struct backend *be = s->be;
     io_write(s);
     err[0] = 0;
+    if (s->dev && !s->dev_synced && (s->gstate == GRAPH_RECORD || s->gstate == GRAPH_REPLAY)) dev_sync(s);
     if (s->gstate == GRAPH_REPLAY) {
         if (s->kv.n_past + 1 > s->kv.capacity) {
             rc = arena_fail(a, CBX_ERR_INVALID_ARG, "t3: the cache of %d positions is full", s->kv.capacity);
         } else if ((rc = be->graph_run(be, s->graph, err)) == CBX_OK) {
             s->kv.n_past++;
             s->replays++;
-            rc = tensor_to_host(s->gl, s->logits);
+            rc = step_fetch(s);
         }
     } else if (s->gstate == GRAPH_RECORD && step_record(s)) {
-        rc = tensor_to_host(s->gl, s->logits);
+        rc = step_fetch(s);
     } else {
         /* graphs: the recording follows a step that ran as usual */
         if (s->gstate == GRAPH_WARM) s->gstate = be->graph_begin && !s->al ? GRAPH_RECORD : GRAPH_OFF;

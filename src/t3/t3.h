@@ -146,13 +146,20 @@ struct t3_gen_params {
                                * default) reads no attention at all. A
                                * GPT-2 T3, or a Llama without layer 13 /
                                * head 15, refuses it (t3_seq_start) */
+    bool host_logits;         /* every step's logits to the host (the
+                               * callback sees them); false (the default):
+                               * on a backend that samples on the device
+                               * (op_sample) a recorded step draws there,
+                               * only the id comes back, and the callback
+                               * gets logits NULL for those steps */
 };
 /* Upstream's defaults for m's backbone (spec/overview.md §4). */
 struct t3_gen_params t3_gen_default_params(const struct t3_model *m);
 
 /* Called after each sampled token (progress, tests); nonzero return
  * cancels. logits: the raw speech-head rows the token was sampled from
- * (n_rows x V floats: [cond, uncond] for CFG; borrowed for the call). */
+ * (n_rows x V floats: [cond, uncond] for CFG; borrowed for the call), or
+ * NULL when it was drawn on the device (t3_gen_params.host_logits). */
 typedef int (*t3_step_cb)(void *user, int step, int32_t token, const float *logits, int n_rows,
                           int64_t V);
 
@@ -295,5 +302,14 @@ cbx_status t3_inference_prefixed(const struct t3_model *m, const struct backend 
  * recompute a step from its logits. */
 cbx_status t3_step_probs(const struct t3_model *m, const struct t3_gen_params *p, const float *raw, int n_rows,
                          const int32_t *hist, int64_t n_hist, float *probs, char *err);
+/* op_sample's parameters for a draw of m with p (what a sequence on a
+ * device backend records). */
+struct sample_params t3_sample_params(const struct t3_model *m, const struct t3_gen_params *p);
+/* The same step's draw on the host, as t3_seq_step makes it (without the
+ * alignment guard): the token into *token (-1: every logit -inf), rs
+ * advanced by a categorical draw. Only m->order and m->hp.speech_vocab
+ * are read. For tests of the device's draw (op_sample). */
+cbx_status t3_step_draw(const struct t3_model *m, const struct t3_gen_params *p, const float *raw, int n_rows,
+                        const int32_t *hist, int64_t n_hist, struct rng_stream *rs, int32_t *token, char *err);
 
 #endif

@@ -426,6 +426,7 @@ static bool run_t3(const struct model *m, struct backend *be, struct run *r, str
     struct t3_cond cond = {c.speaker_emb, c.cond_prompt_tokens, c.n_cond_prompt, c.emotion_adv};
     const int32_t text[5] = {3, 14, 15, 92, 65};
     struct t3_gen_params p = t3_gen_default_params(NULL);
+    p.host_logits = true; /* record() keeps them */
     p.s.top_k = 1;
     p.max_gen_len = 15;
     memset(r, 0, sizeof *r);

@@ -61,6 +61,7 @@ static bool run(const struct t3_model *m, const struct backend *be, const struct
 {
     char err[ERR_MAX] = "";
     struct t3_gen_params p = t3_gen_default_params(NULL);
+    p.host_logits = true; /* record() keeps them */
     if (greedy) p.s.top_k = 1;
     p.max_gen_len = MAX_GEN;
     p.seed = 42;

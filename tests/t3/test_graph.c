@@ -10,7 +10,12 @@
  * graph hooks cleared. On a backend without graphs (cpu)
  * both runs are ordinary steps and the test says so; with
  * --require-graphs (the "cuda" label) it then fails, and it checks that
- * every step after the second was a replay. */
+ * every step after the second was a replay.
+ *
+ * A third run decodes with the graphs and without host logits: on a
+ * backend that draws on the device (op_sample) every replayed step then
+ * ends in its draw there and only the id comes back; its tokens must be
+ * the second run's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +33,7 @@ struct trace {
     float *logits; /* [MAX_GEN + 1][rows][V] */
     int64_t V;
     int rows, n;
+    int dev; /* steps drawn on the device (the callback had no logits) */
 };
 
 static int keep_logits(void *user, int step, int32_t token, const float *logits, int n_rows, int64_t V)
@@ -35,17 +41,22 @@ static int keep_logits(void *user, int step, int32_t token, const float *logits,
     (void)token;
     struct trace *t = user;
     if (step > MAX_GEN || n_rows != t->rows || V != t->V) return 0;
-    memcpy(t->logits + (size_t)step * (size_t)(n_rows * V), logits, sizeof(float) * (size_t)(n_rows * V));
     t->n = step + 1;
+    if (!logits) {
+        t->dev++;
+        return 0;
+    }
+    memcpy(t->logits + (size_t)step * (size_t)(n_rows * V), logits, sizeof(float) * (size_t)(n_rows * V));
     return 0;
 }
 
 /* One sequence on be: its tokens, logits (t) and replayed steps. */
 static cbx_status decode(const struct t3_model *m, const struct backend *be, const struct t3_cond *c,
                          const int32_t *text, int64_t n_text, struct trace *t, int32_t **tok, int64_t *n_tok,
-                         int *replays, char *err)
+                         int *replays, bool host_logits, char *err)
 {
     struct t3_gen_params gp = t3_gen_default_params(m);
+    gp.host_logits = host_logits;
     gp.seed = 7;
     gp.max_gen_len = MAX_GEN;
     struct t3_seq *s = NULL;
@@ -71,14 +82,14 @@ static void run_model(const char *dir, int wtype, const char *label, bool requir
     const bool cfg = m->order == T3_ORDER_CFG;
     const int rows = cfg ? 2 : 1;
     const int64_t V = m->hp.speech_vocab;
-    struct trace tr[2] = {{NULL, V, rows, 0}, {NULL, V, rows, 0}};
-    int32_t text[16], *tok[2] = {NULL, NULL};
-    int64_t n_tok[2] = {0, 0};
-    int replays[2] = {0, 0};
+    struct trace tr[3] = {{NULL, V, rows, 0, 0}, {NULL, V, rows, 0, 0}, {NULL, V, rows, 0, 0}};
+    int32_t text[16], *tok[3] = {NULL, NULL, NULL};
+    int64_t n_tok[3] = {0, 0, 0};
+    int replays[3] = {0, 0, 0};
     CHECK(v && be, "%s: voice and backend", label);
     if (!v || !be) goto done;
     hooks = *be;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         tr[i].logits = malloc(sizeof(float) * (size_t)(MAX_GEN + 1) * (size_t)(rows * V));
         CHECK(tr[i].logits != NULL, "alloc");
         if (!tr[i].logits) goto done;
@@ -90,21 +101,16 @@ static void run_model(const char *dir, int wtype, const char *label, bool requir
     for (int j = 0; j < 10; j++) text[n_text++] = (int32_t)(rng_next_m24(&rs) % (uint32_t)(m->hp.text_vocab - 1)) + 1;
     if (cfg) text[n_text++] = m->hp.stop_text;
     const struct t3_cond c = {v->speaker_emb, v->cond_prompt_tokens, v->n_cond_prompt, v->emotion_adv};
-    for (int i = 0; i < 2; i++) {
-        if (i == 1) { /* the second run without graphs */
-            be->graph_begin = NULL;
-            be->graph_end = NULL;
-            be->graph_run = NULL;
-            be->graph_free = NULL;
-        }
-        rc = decode(m, be, &c, text, n_text, &tr[i], &tok[i], &n_tok[i], &replays[i], err);
-        CHECK(rc == CBX_OK, "%s: decode %s graphs: %s", label, i == 0 ? "with" : "without", err);
+    for (int i = 0; i < 3; i++) {
+        const bool off = i == 1; /* the second run without graphs */
+        be->graph_begin = off ? NULL : hooks.graph_begin;
+        be->graph_end = off ? NULL : hooks.graph_end;
+        be->graph_run = off ? NULL : hooks.graph_run;
+        be->graph_free = off ? NULL : hooks.graph_free;
+        rc = decode(m, be, &c, text, n_text, &tr[i], &tok[i], &n_tok[i], &replays[i], i < 2, err);
+        CHECK(rc == CBX_OK, "%s: decode %s graphs: %s", label, off ? "without" : "with", err);
         if (rc != CBX_OK) goto done;
     }
-    be->graph_begin = hooks.graph_begin;
-    be->graph_end = hooks.graph_end;
-    be->graph_run = hooks.graph_run;
-    be->graph_free = hooks.graph_free;
     const bool graphs = be->graph_begin != NULL;
     int first = -1;
     for (int s = 0; s < tr[0].n && s < tr[1].n && first < 0; s++)
@@ -120,12 +126,25 @@ static void run_model(const char *dir, int wtype, const char *label, bool requir
     CHECK(n_tok[0] == n_tok[1] && (n_tok[0] == 0 || memcmp(tok[0], tok[1], sizeof(int32_t) * (size_t)n_tok[0]) == 0),
           "%s: the same tokens with and without graphs", label);
     CHECK(replays[1] == 0, "%s: no replays without graphs (%d)", label, replays[1]);
+    CHECK(tr[0].dev == 0 && tr[1].dev == 0, "%s: host logits asked for, %d and %d steps drawn on the device", label,
+          tr[0].dev, tr[1].dev);
+    /* the third run: the draw on the device where the backend has it */
+    const bool dev = be->k.sample != NULL && graphs;
+    printf("%s on %s: %d steps drawn on the device (%s); tokens %lld, %s the run without graphs\n", label, be->name,
+           tr[2].dev, dev ? "the backend samples" : "no device sampling on this backend", (long long)n_tok[2],
+           n_tok[2] == n_tok[1] && memcmp(tok[1], tok[2], sizeof(int32_t) * (size_t)n_tok[1]) == 0 ? "the same as"
+                                                                                                  : "NOT those of");
+    CHECK(n_tok[2] == n_tok[1] && (n_tok[1] == 0 || memcmp(tok[1], tok[2], sizeof(int32_t) * (size_t)n_tok[1]) == 0),
+          "%s: the same tokens drawn on the device as without graphs", label);
+    /* the recorded step and every replay draw there */
+    CHECK(tr[2].dev == (dev ? replays[2] + 1 : 0), "%s: %d steps drawn on the device, want %d", label, tr[2].dev,
+          dev ? replays[2] + 1 : 0);
     if (graphs || require)
         CHECK(graphs && replays[0] == tr[0].n - 3,
               "%s: every step after the second replayed (%d of %d steps; the first two run as usual)", label,
               replays[0], tr[0].n);
 done:
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         free(tr[i].logits);
         free(tok[i]);
     }

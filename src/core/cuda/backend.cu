@@ -357,6 +357,7 @@ extern "C" struct backend *backend_cuda_create(int device, char *err)
     cuda_register_nn(&be->k);
     cuda_register_conv(&be->k);
     cuda_register_spectral(&be->k);
+    cuda_register_sample(&be->k);
     return be;
 }
 

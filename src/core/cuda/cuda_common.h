@@ -186,6 +186,7 @@ void cuda_register_linear(struct kernels *k);
 void cuda_register_nn(struct kernels *k);
 void cuda_register_conv(struct kernels *k);
 void cuda_register_spectral(struct kernels *k);
+void cuda_register_sample(struct kernels *k);
 }
 
 #endif
