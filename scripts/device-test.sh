@@ -11,6 +11,8 @@
 #                                                # synthetic weights) and on cpu
 #   bash scripts/device-test.sh bench-gpu        # e2e (every type), streaming
 #                                                # and the server on the GPU
+#   bash scripts/device-test.sh profile          # ncu: a decode step's kernels
+#                                                # by name (needs ncu)
 #
 # The libraries come from scripts/device-deps.sh (pack them here first:
 # `bash scripts/device-deps.sh pack`, then carry .device-deps). Logs go to
@@ -77,11 +79,28 @@ bench_gpu() {
     cat "$out/bench.txt"
 }
 
+# where a decode step's time goes: every kernel of a few steps timed by
+# ncu (graphs off, so each launch is seen), summed by kernel name; then the
+# draw on the device inside the replayed graph
+profile() {
+    local m ncu=/usr/local/cuda/bin/ncu
+    m="$(turbo_model)" || return 1
+    CBX_CUDA_GRAPH=0 "$ncu" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+        --launch-skip 2000 --launch-count "${LAUNCHES:-680}" ./build-dev/chatterbox tokens --model "$m" \
+        --backend cuda --text-ids "1 2 3 4 5 6 7 8" --max-tokens 14 --top-k 1 --quiet \
+        > "$out/ncu.csv" 2> "$out/ncu.err"
+    "$ncu" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --graph-profiling node \
+        --kernel-name regex:k_sample --launch-count 20 ./build-dev/chatterbox tokens --model "$m" --backend cuda \
+        --text-ids "1 2 3 4 5 6 7 8" --max-tokens 24 --quiet > "$out/ncu_sample.csv" 2>> "$out/ncu.err"
+    python3 scripts/ncu-sum.py "$out/ncu.csv" "$out/ncu_sample.csv"
+}
+
 case "${1:-}" in
 build) build ;;
 test) build && run_tests "${2:-}" ;;
 test-re) build && run_tests "" "${2:?a ctest -R pattern}" ;;
 bench) build && bench ;;
 bench-gpu) build && bench_gpu ;;
-*) echo "usage: device-test.sh build|test [LABELS]|test-re REGEX|bench|bench-gpu" >&2; exit 2 ;;
+profile) build && profile ;;
+*) echo "usage: device-test.sh build|test [LABELS]|test-re REGEX|bench|bench-gpu|profile" >&2; exit 2 ;;
 esac

@@ -16,8 +16,9 @@ struct tensor *gpt2_block(struct arena *a, const struct t3_backbone *bb, struct 
                                        op_split_heads(a, op_slice(a, qkv, 2, D, D), H),
                                        op_split_heads(a, op_slice(a, qkv, 2, 2 * D, D), H), kv_only);
     if (kv_only || !o) return o;
-    struct tensor *x = op_add(a, hs, op_linear(a, o, l->c_proj_w, l->c_proj_b));
-    h = op_layer_norm(a, x, l->ln_2_w, l->ln_2_b, bb->eps);
+    /* x = hs + c_proj(o); h = ln_2(x), in one pass */
+    struct tensor *x = NULL;
+    h = op_add_layer_norm(a, hs, op_linear(a, o, l->c_proj_w, l->c_proj_b), l->ln_2_w, l->ln_2_b, bb->eps, &x);
     h = op_unary(a, op_linear(a, h, l->c_fc_w, l->c_fc_b), UN_GELU_TANH, 0, 0); /* gelu_new */
     return op_add(a, x, op_linear(a, h, l->mlp_proj_w, l->mlp_proj_b));
 }

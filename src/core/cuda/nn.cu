@@ -95,15 +95,18 @@ __global__ static void k_layer_norm(float *out, struct tv x, float *sum, struct 
     float *y = out + row * n;
     float *srow = sum ? sum + row * n : NULL; /* the (stored) sum row, for add_layer_norm */
     const bool cached = n <= NN_CACHE * (int64_t)blockDim.x;
-    float c[NN_CACHE];
+    float c[NN_CACHE], gc[NN_CACHE], bc[NN_CACHE];
 #define XV(i) (srow ? srow[i] : *(const float *)(xr + (i) * x.nb[3]))
     double acc = 0;
     if (cached) {
+        /* the row, and the weight and bias it ends with, all loaded at once */
 #pragma unroll
         for (int u = 0; u < NN_CACHE; u++) {
             const int64_t i = threadIdx.x + (int64_t)u * blockDim.x;
             c[u] = i < n ? *(const float *)(xr + i * x.nb[3]) : 0.0f;
             if (rr && i < n) c[u] += *(const float *)(rr + i * r.nb[3]);
+            gc[u] = g.p && i < n ? pget(g, i) : 1.0f;
+            bc[u] = b.p && i < n ? pget(b, i) : 0.0f;
         }
 #pragma unroll
         for (int u = 0; u < NN_CACHE; u++) {
@@ -144,8 +147,8 @@ __global__ static void k_layer_norm(float *out, struct tv x, float *sum, struct 
             const int64_t i = threadIdx.x + (int64_t)u * blockDim.x;
             if (i < n) {
                 double v = (c[u] - mean) * rstd;
-                if (g.p) v *= pget(g, i);
-                if (b.p) v += pget(b, i);
+                if (g.p) v *= gc[u];
+                if (b.p) v += bc[u];
                 y[i] = (float)v;
             }
         }
@@ -698,8 +701,15 @@ __global__ static void k_attn_combine(float *out, const float *pm, const double 
         for (int u = 0; u < 2; u++) {
             const int64_t d = threadIdx.x + u * (int64_t)blockDim.x;
             if (d < D)
-                for (int64_t i = 0; i < n; i++)
-                    if (wt[i] != 0) o[u] += po[(r * nsplit + i0 + i) * D + d] * wt[i];
+                for (int64_t i = 0; i < n; i += 8) { /* 8 loads in flight, then the sums in order */
+                    float pv[8];
+#pragma unroll
+                    for (int j = 0; j < 8; j++)
+                        pv[j] = i + j < n && wt[i + j] != 0 ? po[(r * nsplit + i0 + i + j) * D + d] : 0.0f;
+#pragma unroll
+                    for (int j = 0; j < 8; j++)
+                        if (i + j < n && wt[i + j] != 0) o[u] += pv[j] * wt[i + j];
+                }
         }
         __syncthreads();
     }

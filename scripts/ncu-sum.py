@@ -1,0 +1,37 @@
+#!/usr/bin/env python3
+"""ncu-sum.py - sum ncu --csv gpu__time_duration rows by kernel name.
+
+usage: ncu-sum.py NCU.csv [MORE.csv ...]
+Prints, per file: launches, total and mean microseconds per kernel name,
+largest total first, and the sum over all kernels. A dev tool
+(scripts/device-test.sh profile), not part of the product."""
+import csv
+import sys
+from collections import defaultdict
+
+
+def main(paths):
+    for path in paths:
+        with open(path, newline="") as f:
+            lines = [ln for ln in f if ln.startswith('"')]
+        rows = list(csv.DictReader(lines))
+        tot = defaultdict(float)
+        cnt = defaultdict(int)
+        for r in rows:
+            if r.get("Metric Name") != "gpu__time_duration.sum":
+                continue
+            v = float(r["Metric Value"].replace(",", ""))
+            unit = r.get("Metric Unit", "nsecond")
+            us = v / 1000.0 if unit.startswith("n") else v * 1000.0 if unit.startswith("m") else v
+            name = r["Kernel Name"].split("(")[0]
+            tot[name] += us
+            cnt[name] += 1
+        print(f"{path}: {sum(cnt.values())} launches, {sum(tot.values()):.1f} us")
+        for name in sorted(tot, key=tot.get, reverse=True):
+            print(f"  {name:40s} {cnt[name]:5d} x {tot[name] / cnt[name]:7.2f} us = {tot[name]:8.1f} us")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    main(sys.argv[1:])
