@@ -47,6 +47,10 @@ struct kernels {
     /* ops_linear.c */
     void (*linear)(struct arena *a, struct tensor *out, const struct tensor *x,
                    const struct tensor *w, const struct tensor *b);
+    /* op_linear_ex (optional: NULL runs op_linear, op_unary, op_add) */
+    void (*linear_ex)(struct arena *a, struct tensor *out, const struct tensor *x,
+                      const struct tensor *w, const struct tensor *b, int act,
+                      const struct tensor *r);
     void (*matmul)(struct arena *a, struct tensor *out, const struct tensor *x,
                    const struct tensor *y);
     /* ops_conv.c */

@@ -122,6 +122,14 @@ struct tensor *op_get_rows(struct arena *a, const struct tensor *table,
  * One row: matrix-vector kernel; several rows: batched GEMM. */
 struct tensor *op_linear(struct arena *a, const struct tensor *x,
                          const struct tensor *w, const struct tensor *b);
+/* op_linear and what commonly follows it, as one op: r + act(x @ w^T + b),
+ * act an enum unop (parameters 0) or -1 for none, r NULL or F32 of the
+ * result's shape. The same floats as op_linear, op_unary and op_add in
+ * turn, which it runs where the backend has no linear_ex kernel; a kernel
+ * applies them in the product's store (the CUDA decode GEMV: no extra
+ * launches). */
+struct tensor *op_linear_ex(struct arena *a, const struct tensor *x, const struct tensor *w,
+                            const struct tensor *b, int act, const struct tensor *r);
 /* out[..., M, N] = x[..., M, K] @ y[..., K, N], F32, batch dims broadcast. */
 struct tensor *op_matmul(struct arena *a, const struct tensor *x, const struct tensor *y);
 

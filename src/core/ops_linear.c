@@ -13,15 +13,10 @@ static bool linear_weight_type(enum dtype t)
     }
 }
 
-struct tensor *op_linear(struct arena *a, const struct tensor *x,
-                         const struct tensor *w, const struct tensor *b)
+/* op_linear's checks; the result tensor, or NULL with the arena failed */
+static struct tensor *linear_out(struct arena *a, const char *op, const struct tensor *x, const struct tensor *w,
+                                 const struct tensor *b)
 {
-    if (!x || !w) return NULL;
-    const struct backend *be = arena_backend(a);
-    if (!be->k.linear) {
-        arena_fail(a, CBX_ERR_UNSUPPORTED, "linear: backend %s has no kernel", be->name);
-        return NULL;
-    }
     char s1[64], s2[64], s3[64];
     const int64_t k = x->ndim ? x->ne[x->ndim - 1] : 0;
     /* weight rows must be contiguous inside (blocks or elements packed) */
@@ -30,7 +25,7 @@ struct tensor *op_linear(struct arena *a, const struct tensor *x,
                  w->nb[1] == (int64_t)dtype_traits(w->type)->size);
     if (x->type != TYPE_F32 || x->ndim < 1 || !w_ok ||
         (b && (b->type != TYPE_F32 || b->ndim != 1 || b->ne[0] != w->ne[0]))) {
-        arena_fail(a, CBX_ERR_INTERNAL, "op_linear: x %s %s, w %s %s%s%s%s%s",
+        arena_fail(a, CBX_ERR_INTERNAL, "%s: x %s %s, w %s %s%s%s%s%s", op,
                    dtype_name(x->type), tensor_shape_str(x, s1, sizeof s1),
                    dtype_name(w->type), tensor_shape_str(w, s2, sizeof s2),
                    b ? ", b " : "", b ? dtype_name(b->type) : "", b ? " " : "",
@@ -40,9 +35,43 @@ struct tensor *op_linear(struct arena *a, const struct tensor *x,
     int64_t ne[TENSOR_MAX_DIMS];
     for (int d = 0; d < x->ndim; d++) ne[d] = x->ne[d];
     ne[x->ndim - 1] = w->ne[0];
-    struct tensor *out = arena_tensor(a, TYPE_F32, x->ndim, ne);
+    return arena_tensor(a, TYPE_F32, x->ndim, ne);
+}
+
+struct tensor *op_linear(struct arena *a, const struct tensor *x,
+                         const struct tensor *w, const struct tensor *b)
+{
+    if (!x || !w) return NULL;
+    KERNEL(a, linear);
+    struct tensor *out = linear_out(a, "op_linear", x, w, b);
     if (!out) return NULL;
-    be->k.linear(a, out, x, w, b);
+    be_->k.linear(a, out, x, w, b);
+    return arena_status(a) == CBX_OK ? out : NULL;
+}
+
+struct tensor *op_linear_ex(struct arena *a, const struct tensor *x, const struct tensor *w,
+                            const struct tensor *b, int act, const struct tensor *r)
+{
+    if (!x || !w) return NULL;
+    const struct backend *be = arena_backend(a);
+    if (!be->k.linear_ex) {
+        struct tensor *y = op_linear(a, x, w, b);
+        if (act >= 0) y = op_unary(a, y, (enum unop)act, 0, 0);
+        return r ? op_add(a, r, y) : y;
+    }
+    struct tensor *out = linear_out(a, "op_linear_ex", x, w, b);
+    if (!out) return NULL;
+    char s1[64], s2[64];
+    if (r && (r->type != TYPE_F32 || !tensor_same_shape(r, out))) {
+        arena_fail(a, CBX_ERR_INTERNAL, "op_linear_ex: residual %s %s for a result %s", dtype_name(r->type),
+                   tensor_shape_str(r, s1, sizeof s1), tensor_shape_str(out, s2, sizeof s2));
+        return NULL;
+    }
+    if (act < -1 || act > UN_CLAMP) {
+        arena_fail(a, CBX_ERR_INTERNAL, "op_linear_ex: activation %d", act);
+        return NULL;
+    }
+    be->k.linear_ex(a, out, x, w, b, act, r);
     return arena_status(a) == CBX_OK ? out : NULL;
 }
 

@@ -19,6 +19,6 @@ struct tensor *gpt2_block(struct arena *a, const struct t3_backbone *bb, struct 
     /* x = hs + c_proj(o); h = ln_2(x), in one pass */
     struct tensor *x = NULL;
     h = op_add_layer_norm(a, hs, op_linear(a, o, l->c_proj_w, l->c_proj_b), l->ln_2_w, l->ln_2_b, bb->eps, &x);
-    h = op_unary(a, op_linear(a, h, l->c_fc_w, l->c_fc_b), UN_GELU_TANH, 0, 0); /* gelu_new */
-    return op_add(a, x, op_linear(a, h, l->mlp_proj_w, l->mlp_proj_b));
+    h = op_linear_ex(a, h, l->c_fc_w, l->c_fc_b, UN_GELU_TANH, NULL); /* gelu_new */
+    return op_linear_ex(a, h, l->mlp_proj_w, l->mlp_proj_b, -1, x);     /* x + c_proj(h) */
 }

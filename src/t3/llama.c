@@ -47,9 +47,9 @@ struct tensor *llama_layer_forward(struct arena *a, const struct t3_backbone *bb
     struct tensor *v = op_split_heads(a, op_linear(a, h, l->v_proj_w, NULL), Hk);
     struct tensor *o = kv_cache_attend(a, kv, il, q, k, v, kv_only);
     if (kv_only || !o) return o;
-    struct tensor *x = op_add(a, hs, op_linear(a, o, l->o_proj_w, NULL));
+    struct tensor *x = op_linear_ex(a, o, l->o_proj_w, NULL, -1, hs); /* hs + o_proj(o) */
     /* LlamaMLP: down(silu(gate(h)) * up(h)) */
     h = op_rms_norm(a, x, l->post_attention_layernorm_w, bb->eps);
-    struct tensor *g = op_unary(a, op_linear(a, h, l->gate_proj_w, NULL), UN_SILU, 0, 0);
-    return op_add(a, x, op_linear(a, op_mul(a, g, op_linear(a, h, l->up_proj_w, NULL)), l->down_proj_w, NULL));
+    struct tensor *g = op_linear_ex(a, h, l->gate_proj_w, NULL, UN_SILU, NULL);
+    return op_linear_ex(a, op_mul(a, g, op_linear(a, h, l->up_proj_w, NULL)), l->down_proj_w, NULL, -1, x);
 }

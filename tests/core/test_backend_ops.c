@@ -210,7 +210,9 @@ static struct tensor *c_linear(struct arena *a, int v)
 {
     enum dtype t = lin_types[v % 8];
     int shape = v / 8;
-    int64_t K = shape == 3 ? 256 : shape == 4 ? 63 : 64, N = shape == 3 ? 300 : 48;
+    /* shapes 5, 6: the decode GEMV's split over K (4 and 2 warps an output) */
+    int64_t K = shape == 3 ? 256 : shape == 4 ? 63 : shape == 5 ? 4096 : shape == 6 ? 2048 : 64;
+    int64_t N = shape == 3 ? 300 : shape == 5 ? 101 : shape == 6 ? 37 : 48;
     struct tensor *w = in_w(a, t, 50 + (uint64_t)v, ND(N, K));
     struct tensor *b = in_f32(a, 51, ND(N), -1, 1);
     struct tensor *x;
@@ -219,9 +221,28 @@ static struct tensor *c_linear(struct arena *a, int v)
     case 1: x = in_f32(a, 53, ND(1, 1, K), -1, 1); break;
     case 2: x = op_transpose(a, in_f32(a, 54, ND(K, 4), -1, 1), 0, 1); break;
     case 4: x = in_f32(a, 56, ND(2, K), -1, 1); break;
+    case 5: x = in_f32(a, 57, ND(1, 1, K), -1, 1); break;
+    case 6: x = in_f32(a, 58, ND(3, K), -1, 1); break;
     default: x = in_f32(a, 55, ND(70, K), -1, 1); break;
     }
     return op_linear(a, x, w, shape == 2 ? NULL : b);
+}
+/* op_linear_ex: 0 f32 one row, gelu_tanh + residual; 1 q4_0 K 4096 one
+ * row (split GEMV), residual; 2 f32 [70, 256] (not a GEMV: the product,
+ * then the elementwise kernels), silu + residual; 3 q8_0 three rows,
+ * gelu_tanh; 4 q4_0 K 4096 one row, a strided residual */
+static struct tensor *c_linear_ex(struct arena *a, int v)
+{
+    static const enum dtype t[5] = {TYPE_F32, TYPE_Q4_0, TYPE_F32, TYPE_Q8_0, TYPE_Q4_0};
+    static const int act[5] = {UN_GELU_TANH, -1, UN_SILU, UN_GELU_TANH, -1};
+    const int64_t K = v == 1 || v == 4 ? 4096 : 256, N = v == 2 ? 300 : 77, M = v == 2 ? 70 : v == 3 ? 3 : 1;
+    struct tensor *w = in_w(a, t[v], 70 + (uint64_t)v, ND(N, K));
+    struct tensor *b = v == 1 ? NULL : in_f32(a, 71, ND(N), -1, 1);
+    struct tensor *x = in_f32(a, 72, ND(M, K), -1, 1);
+    struct tensor *r = v == 3 ? NULL
+                     : v == 4 ? op_transpose(a, in_f32(a, 73, ND(N, M), -1, 1), 0, 1)
+                              : in_f32(a, 73, ND(M, N), -1, 1);
+    return op_linear_ex(a, x, w, b, act[v], r);
 }
 static struct tensor *c_matmul(struct arena *a, int v)
 {
@@ -571,6 +592,17 @@ static const struct tcase cases[] = {
     {"linear f32 K 63 two rows", c_linear, 32 + 0, 1e-5, 1e-5},
     {"linear f16 K 63 two rows", c_linear, 32 + 1, 1e-5, 1e-5},
     {"linear bf16 K 63 two rows", c_linear, 32 + 2, 1e-5, 1e-5},
+    {"linear_ex f32 gelu_tanh + residual", c_linear_ex, 0, 1e-5, 1e-5},
+    {"linear_ex q4_0 K 4096 + residual", c_linear_ex, 1, 1e-5, 3e-2},
+    {"linear_ex f32 [70,256] silu + residual", c_linear_ex, 2, 1e-5, 1e-5},
+    {"linear_ex q8_0 three rows gelu_tanh", c_linear_ex, 3, 1e-5, 3e-2},
+    {"linear_ex q4_0 strided residual", c_linear_ex, 4, 1e-5, 3e-2},
+    {"linear f32 K 4096 one row", c_linear, 40 + 0, 1e-5, 1e-5},
+    {"linear q8_0 K 4096 one row", c_linear, 40 + 3, 1e-5, 3e-2},
+    {"linear q4_0 K 4096 one row", c_linear, 40 + 4, 1e-5, 3e-2},
+    {"linear f32 K 2048 three rows", c_linear, 48 + 0, 1e-5, 1e-5},
+    {"linear q8_0 K 2048 three rows", c_linear, 48 + 3, 1e-5, 3e-2},
+    {"linear q4_0 K 2048 three rows", c_linear, 48 + 4, 1e-5, 3e-2},
     {"matmul batched", c_matmul, 0, 1e-5, 0},
     {"matmul broadcast batch", c_matmul, 1, 1e-5, 0},
     {"matmul strided views", c_matmul, 2, 1e-5, 0},
