@@ -22,19 +22,62 @@
 
 /* ---- decode GEMV ---------------------------------------------------------- */
 
-/* lane 0 of each warp: the warp's sums acc[0..M) (+ bias[o]) to y[r][o] */
+/* What op_linear_ex does after the product, in the store: the activation
+ * (act >= 0, as op_unary evaluates it) and the residual res[r][o] (ld ldy)
+ * added in front, as op_add. {-1, NULL}: op_linear. */
+struct gemv_epi {
+    int act;
+    const float *res;
+};
+
+/* output o of row r: the product's sum v (+ bias[o]) through the epilogue */
+__device__ static inline void gemv_put(float *y, int64_t ldy, int r, int64_t o, float v, const char *bias,
+                                       int64_t bias_nb, const struct gemv_epi &e)
+{
+    if (bias) v += *(const float *)(bias + o * bias_nb);
+    if (e.act >= 0) v = scalar_unary(e.act, v, 0.0f, 0.0f);
+    if (e.res) v = e.res[r * ldy + o] + v;
+    y[r * ldy + o] = v;
+}
+
+/* lane 0 of each warp: the warp's sums acc[0..M) to y[r][o] */
 __device__ static inline void gemv_store(float *y, int64_t ldy, int M, int64_t o, float *acc, const char *bias,
-                                         int64_t bias_nb)
+                                         int64_t bias_nb, const struct gemv_epi &e)
 {
     const int lane = threadIdx.x & 31;
     for (int r = 0; r < M; r++) {
         float v = acc[r];
         for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-        if (lane == 0) {
-            if (bias) v += *(const float *)(bias + o * bias_nb);
-            y[r * ldy + o] = v;
-        }
+        if (lane == 0) gemv_put(y, ldy, r, o, v, bias, bias_nb, e);
     }
+}
+
+/* S warps per output (split-K): warp part s of output o reduces its sums
+ * acc[0..M) into sh[warp][], and part 0 adds the S parts in order (+
+ * bias[o]) into y[r][o]. S 1: gemv_store. Every thread of the block calls
+ * it (it synchronises the block). */
+template <int S>
+__device__ static inline void gemv_finish(float *y, int64_t ldy, int M, int64_t N, int64_t o, float *acc,
+                                          const char *bias, int64_t bias_nb, const struct gemv_epi &e,
+                                          float (*sh)[GEMV_ROWS])
+{
+    if (S == 1) {
+        if (o < N) gemv_store(y, ldy, M, o, acc, bias, bias_nb, e);
+        return;
+    }
+    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+    for (int r = 0; r < M; r++) {
+        float v = acc[r];
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+        if (lane == 0) sh[wi][r] = v;
+    }
+    __syncthreads();
+    if (lane == 0 && wi % S == 0 && o < N)
+        for (int r = 0; r < M; r++) {
+            float v = sh[wi][r];
+            for (int j = 1; j < S; j++) v += sh[wi + j][r];
+            gemv_put(y, ldy, r, o, v, bias, bias_nb, e);
+        }
 }
 
 /* One warp per output o. Block types: each lane takes whole blocks (lane,
@@ -78,60 +121,65 @@ __global__ static void k_gemv(float *y, int64_t ldy, const float *x, int M, int6
             for (int r = 0; r < M; r++) acc[r] += wv * x[r * K + i];
         }
     }
-    gemv_store(y, ldy, M, o, acc, bias, bias_nb);
+    gemv_store(y, ldy, M, o, acc, bias, bias_nb, gemv_epi{-1, NULL});
 }
 
-/* Decode GEMVs for the common weight layouts, one warp per output, up to
- * GEMV_ROWS rows of x, the bias added in the same kernel:
+/* Decode GEMVs for the common weight layouts, one warp per output (S
+ * warps, each a contiguous part of K, when K is long enough that one warp
+ * would load it in several rounds: gemv_split), up to GEMV_ROWS rows of x,
+ * the bias added in the same kernel:
  *  - F32 rows 16-byte aligned: float4 loads of the weight and x;
  *  - Q8_0 / Q4_0 rows (2-byte aligned blocks): each lane takes whole
  *    blocks (the warp reads consecutive ones), loads the scale once and the
  *    quants as 16-bit words, and widens each as quant.c does (d * q). */
 
+template <int S>
 __global__ static void k_gemv_f32(float *y, int64_t ldy, const float *x, int M, int64_t K, int64_t N,
-                                  const float *w, int64_t ldw, const char *bias, int64_t bias_nb)
+                                  const float *w, int64_t ldw, const char *bias, int64_t bias_nb,
+                                  struct gemv_epi e)
 {
-    const int lane = threadIdx.x & 31;
-    const int64_t o = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
-    if (o >= N) return;
-    const float4 *row = (const float4 *)(w + o * ldw);
-    const int64_t K4 = K / 4;
+    __shared__ float sh[S > 1 ? GEMV_WARPS : 1][GEMV_ROWS];
+    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+    const int64_t o = (int64_t)blockIdx.x * (GEMV_WARPS / S) + wi / S;
+    const int64_t K4 = K / 4, per = (K4 + S - 1) / S, beg = (wi % S) * per, end = beg + per < K4 ? beg + per : K4;
     float acc[GEMV_ROWS] = {0, 0, 0, 0};
+    const float4 *row = (const float4 *)(w + (o < N ? o : 0) * ldw);
     /* GEMV_UNROLL weight loads in flight per lane before the products */
-    for (int64_t i0 = lane; i0 < K4; i0 += 32 * GEMV_UNROLL) {
+    for (int64_t i0 = beg + lane; o < N && i0 < end; i0 += 32 * GEMV_UNROLL) {
         float4 wv[GEMV_UNROLL];
 #pragma unroll
         for (int u = 0; u < GEMV_UNROLL; u++) {
             const int64_t i = i0 + 32 * u;
-            wv[u] = i < K4 ? __ldg(row + i) : make_float4(0, 0, 0, 0);
+            wv[u] = i < end ? __ldg(row + i) : make_float4(0, 0, 0, 0);
         }
         for (int r = 0; r < M; r++) {
             const float4 *xr = (const float4 *)(x + r * K);
 #pragma unroll
             for (int u = 0; u < GEMV_UNROLL; u++) {
                 const int64_t i = i0 + 32 * u;
-                if (i < K4) {
+                if (i < end) {
                     const float4 xv = __ldg(xr + i);
                     acc[r] += wv[u].x * xv.x + wv[u].y * xv.y + wv[u].z * xv.z + wv[u].w * xv.w;
                 }
             }
         }
     }
-    gemv_store(y, ldy, M, o, acc, bias, bias_nb);
+    gemv_finish<S>(y, ldy, M, N, o, acc, bias, bias_nb, e, sh);
 }
 
-template <int TYPE>
+template <int TYPE, int S>
 __global__ static void k_gemv_q(float *y, int64_t ldy, const float *x, int M, int64_t K, int64_t N,
-                                const char *w, int64_t nb0, const char *bias, int64_t bias_nb)
+                                const char *w, int64_t nb0, const char *bias, int64_t bias_nb, struct gemv_epi e)
 {
     constexpr int BS = TYPE == TYPE_Q8_0 ? 34 : 18;
-    const int lane = threadIdx.x & 31;
-    const int64_t o = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
-    if (o >= N) return;
-    const char *row = w + o * nb0;
+    __shared__ float sh[S > 1 ? GEMV_WARPS : 1][GEMV_ROWS];
+    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+    const int64_t o = (int64_t)blockIdx.x * (GEMV_WARPS / S) + wi / S;
+    const char *row = w + (o < N ? o : 0) * nb0;
     float acc[GEMV_ROWS] = {0, 0, 0, 0};
-    const int64_t nblk = K / QK;
-    for (int64_t bi = lane; bi < nblk; bi += 32) {
+    const int64_t nblk = K / QK, per = (nblk + S - 1) / S, beg = (wi % S) * per,
+                  end = beg + per < nblk ? beg + per : nblk;
+    for (int64_t bi = beg + lane; o < N && bi < end; bi += 32) {
         const uint16_t *b16 = (const uint16_t *)(row + bi * BS);
         const float d = scalar_fp16_to_f32(__ldg(b16));
         float wv[QK];
@@ -163,29 +211,56 @@ __global__ static void k_gemv_q(float *y, int64_t ldy, const float *x, int M, in
             acc[r] += a;
         }
     }
-    gemv_store(y, ldy, M, o, acc, bias, bias_nb);
+    gemv_finish<S>(y, ldy, M, N, o, acc, bias, bias_nb, e, sh);
+}
+
+/* Warps per output: enough that each lane's loads are in flight at once
+ * (one round of `round` units each), at most 4. */
+static int gemv_split(int64_t units, int64_t round)
+{
+    return units >= 4 * round ? 4 : units >= 2 * round ? 2 : 1;
+}
+
+/* blocks of k_gemv_f32 / k_gemv_q with S warps per output */
+static unsigned gemv_grid(int64_t N, int S)
+{
+    return (unsigned)((N + GEMV_WARPS / S - 1) / (GEMV_WARPS / S));
+}
+
+template <int TYPE>
+static void gemv_q(cudaStream_t st, int S, float *y, int64_t ldy, const float *x, int M, int64_t K, int64_t N,
+                   const char *w, int64_t nb0, const char *bias, int64_t bias_nb, const struct gemv_epi &e)
+{
+    const unsigned g = gemv_grid(N, S), t = 32 * GEMV_WARPS;
+    if (S == 4) k_gemv_q<TYPE, 4><<<g, t, 0, st>>>(y, ldy, x, M, K, N, w, nb0, bias, bias_nb, e);
+    else if (S == 2) k_gemv_q<TYPE, 2><<<g, t, 0, st>>>(y, ldy, x, M, K, N, w, nb0, bias, bias_nb, e);
+    else k_gemv_q<TYPE, 1><<<g, t, 0, st>>>(y, ldy, x, M, K, N, w, nb0, bias, bias_nb, e);
 }
 
 /* The fast decode GEMV for w when one fits (see above); false otherwise. */
 static bool gemv_fast(struct arena *a, float *y, int64_t ldy, const float *x, int64_t M, int64_t K,
-                      const struct tensor *w, const char *bias, int64_t bias_nb)
+                      const struct tensor *w, const char *bias, int64_t bias_nb, const struct gemv_epi &e)
 {
     const int64_t N = w->ne[0];
-    if (M > GEMV_ROWS || K % 4 || (uintptr_t)x % 16 || N > (int64_t)INT32_MAX * GEMV_WARPS) return false;
-    const unsigned grid = (unsigned)((N + GEMV_WARPS - 1) / GEMV_WARPS);
+    if (M > GEMV_ROWS || K % 4 || (uintptr_t)x % 16 || N > (int64_t)INT32_MAX) return false;
     cudaStream_t st = cuda_of(a)->st;
+    const int m = (int)M;
     if (w->type == TYPE_F32 && w->nb[1] == 4 && w->nb[0] % 16 == 0 && (uintptr_t)w->data % 16 == 0) {
-        k_gemv_f32<<<grid, 32 * GEMV_WARPS, 0, st>>>(y, ldy, x, (int)M, K, N, (const float *)w->data,
-                                                     w->nb[0] / 4, bias, bias_nb);
+        const float *wf = (const float *)w->data;
+        const int64_t ld = w->nb[0] / 4;
+        const int S = gemv_split(K / 4, 32 * GEMV_UNROLL);
+        const unsigned g = gemv_grid(N, S), t = 32 * GEMV_WARPS;
+        if (S == 4) k_gemv_f32<4><<<g, t, 0, st>>>(y, ldy, x, m, K, N, wf, ld, bias, bias_nb, e);
+        else if (S == 2) k_gemv_f32<2><<<g, t, 0, st>>>(y, ldy, x, m, K, N, wf, ld, bias, bias_nb, e);
+        else k_gemv_f32<1><<<g, t, 0, st>>>(y, ldy, x, m, K, N, wf, ld, bias, bias_nb, e);
     } else if ((w->type == TYPE_Q8_0 || w->type == TYPE_Q4_0) && w->nb[0] % 2 == 0 &&
                (uintptr_t)w->data % 2 == 0 &&
                w->nb[1] == (int64_t)(dtype_traits(w->type)->size / (size_t)QK)) { /* contiguous rows */
+        const int S = gemv_split(K / QK, 32);
         if (w->type == TYPE_Q8_0)
-            k_gemv_q<TYPE_Q8_0><<<grid, 32 * GEMV_WARPS, 0, st>>>(y, ldy, x, (int)M, K, N, (const char *)w->data,
-                                                                 w->nb[0], bias, bias_nb);
+            gemv_q<TYPE_Q8_0>(st, S, y, ldy, x, m, K, N, (const char *)w->data, w->nb[0], bias, bias_nb, e);
         else
-            k_gemv_q<TYPE_Q4_0><<<grid, 32 * GEMV_WARPS, 0, st>>>(y, ldy, x, (int)M, K, N, (const char *)w->data,
-                                                                 w->nb[0], bias, bias_nb);
+            gemv_q<TYPE_Q4_0>(st, S, y, ldy, x, m, K, N, (const char *)w->data, w->nb[0], bias, bias_nb, e);
     } else {
         return false;
     }
@@ -262,7 +337,7 @@ void cuda_linear_rows(struct arena *a, float *y, int64_t ldy, const float *x, in
         }
         return;
     }
-    if (gemv_fast(a, y, ldy, x, M, K, w, bias, bias_nb)) return;
+    if (gemv_fast(a, y, ldy, x, M, K, w, bias, bias_nb, gemv_epi{-1, NULL})) return;
     if (w->type == TYPE_F32 && w->nb[0] % 4 == 0 && (w->nb[0] / 4 >= K || N == 1)) {
         if (!sgemm(a, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, (const float *)w->data,
                    N == 1 ? K : w->nb[0] / 4, x, K, 0.0f, y, ldy))
@@ -332,6 +407,27 @@ static void cuda_linear(struct arena *a, struct tensor *out, const struct tensor
     const float *xc = cuda_f32_contig(a, x);
     if (!xc) return;
     cuda_linear_rows(a, (float *)out->data, w->ne[0], xc, M, K, w, b);
+}
+
+/* op_linear_ex: the epilogue in the decode GEMV's store where that kernel
+ * runs (a contiguous residual); otherwise the product, then the unary and
+ * binary kernels in place */
+static void cuda_linear_ex(struct arena *a, struct tensor *out, const struct tensor *x, const struct tensor *w,
+                           const struct tensor *b, int act, const struct tensor *r)
+{
+    const int64_t K = x->ne[x->ndim - 1], M = tensor_nrows(x), N = w->ne[0];
+    if (tensor_nelements(out) == 0) return;
+    const float *xc = cuda_f32_contig(a, x);
+    if (!xc) return;
+    const struct gemv_epi e = {act, r ? (const float *)r->data : NULL};
+    const char *bias = b ? (const char *)b->data : NULL;
+    if (K > 0 && (!r || tensor_is_contiguous(r)) &&
+        gemv_fast(a, (float *)out->data, N, xc, M, K, w, bias, b ? b->nb[0] : 0, e))
+        return;
+    cuda_linear_rows(a, (float *)out->data, N, xc, M, K, w, b);
+    const struct kernels *k = &arena_backend(a)->k;
+    if (act >= 0 && arena_status(a) == CBX_OK) k->unary(a, out, out, (enum unop)act, 0.0f, 0.0f);
+    if (r && arena_status(a) == CBX_OK) k->binary(a, out, r, out, BIN_ADD);
 }
 
 /* ---- matmul ------------------------------------------------------------------ */
@@ -434,5 +530,6 @@ static void cuda_matmul(struct arena *a, struct tensor *out, const struct tensor
 void cuda_register_linear(struct kernels *k)
 {
     k->linear = cuda_linear;
+    k->linear_ex = cuda_linear_ex;
     k->matmul = cuda_matmul;
 }

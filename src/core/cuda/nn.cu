@@ -560,32 +560,38 @@ __global__ static void k_attn_tile(float *out, struct tv q, struct tv k, struct 
 
 /* Decode (Tq 1, no probability export) over many keys: the keys are split
  * into ATT_SPLIT_KEYS-sized chunks, one block each, so a step with few
- * heads still fills the GPU. A block loads its chunk of k (then of v) into
- * shared memory with coalesced reads (widening F16/Q8_0 there), takes one
- * key per thread for the scores and leaves its chunk's max m, exp-sum l and
- * unnormalised sum o[D]; k_attn_combine rescales them by exp(m - M) to the
- * row's max M. */
+ * heads still fills the GPU. A block loads its chunks of k and v into
+ * shared memory together with coalesced reads (widening F16/Q8_0 there),
+ * takes ATT_PARTS threads a key for the scores and leaves its chunk's max
+ * m, exp-sum l and unnormalised sum o[D]; k_attn_combine rescales them by
+ * exp(m - M) to the row's max M. */
 #define ATT_SPLIT_KEYS 32
+#define ATT_PARTS (ATT_THREADS / ATT_SPLIT_KEYS)
 
-/* rows [j0, j0 + n) of head (b, hk) of k or v -> ts[n][D + 1] (F32); each
- * thread issues TILE_UNROLL loads before it stores one, so a chunk costs a
- * few memory round trips, not one per element */
+/* rows [j0, j0 + n) of head (b, hk) of k and of v -> tk, tvv [n][D + 1]
+ * (F32); each thread issues TILE_UNROLL loads of each before it stores
+ * one, so the two chunks cost a few memory round trips together, not one
+ * per element */
 #define TILE_UNROLL 8
-__device__ static void load_split_tile(float *ts, const struct tv &t, int64_t b, int64_t hk, int64_t j0, int n,
-                                       int D)
+__device__ static void load_split_tiles(float *tk, float *tvv, const struct tv &k, const struct tv &v, int64_t b,
+                                        int64_t hk, int64_t j0, int n, int D)
 {
     const int total = n * D, step = (int)blockDim.x;
     for (int e0 = threadIdx.x; e0 < total; e0 += step * TILE_UNROLL) {
-        float val[TILE_UNROLL];
+        float vk[TILE_UNROLL], vv[TILE_UNROLL];
 #pragma unroll
         for (int u = 0; u < TILE_UNROLL; u++) {
             const int e = e0 + u * step, jj = e / D;
-            val[u] = e < total ? kv_ld(t, b, hk, j0 + jj, e - jj * D) : 0.0f;
+            vk[u] = e < total ? kv_ld(k, b, hk, j0 + jj, e - jj * D) : 0.0f;
+            vv[u] = e < total ? kv_ld(v, b, hk, j0 + jj, e - jj * D) : 0.0f;
         }
 #pragma unroll
         for (int u = 0; u < TILE_UNROLL; u++) {
             const int e = e0 + u * step, jj = e / D;
-            if (e < total) ts[jj * (D + 1) + (e - jj * D)] = val[u];
+            if (e < total) {
+                tk[jj * (D + 1) + (e - jj * D)] = vk[u];
+                tvv[jj * (D + 1) + (e - jj * D)] = vv[u];
+            }
         }
     }
     __syncthreads();
@@ -596,7 +602,7 @@ __global__ static void k_attn_split(float *pm, double *pl, float *po, struct tv 
                                     int64_t nsplit, const int32_t *len)
 {
     __shared__ float qs[ATT_THREADS];
-    __shared__ float ts[ATT_SPLIT_KEYS * (ATT_THREADS + 1)];
+    __shared__ float ts[ATT_SPLIT_KEYS * (ATT_THREADS + 1)], tsv[ATT_SPLIT_KEYS * (ATT_THREADS + 1)];
     __shared__ float s[ATT_SPLIT_KEYS];
     __shared__ float red[ATT_THREADS];
     __shared__ double dred[ATT_THREADS];
@@ -621,16 +627,23 @@ __global__ static void k_attn_split(float *pm, double *pl, float *po, struct tv 
     }
     const char *qr = q.p + b * q.nb[0] + h * q.nb[1];
     for (int d = threadIdx.x; d < D; d += blockDim.x) qs[d] = *(const float *)(qr + d * q.nb[3]);
-    load_split_tile(ts, k, b, hk, j0, n, D);
+    load_split_tiles(ts, tsv, k, v, b, hk, j0, n, D);
+    /* ATT_PARTS threads a key, each every ATT_PARTS-th dim, their sums
+     * added by shuffles (the parts of one key are adjacent lanes) */
     float m = -INFINITY;
-    for (int jj = threadIdx.x; jj < n; jj += blockDim.x) {
+    {
+        const int jj = threadIdx.x / ATT_PARTS, p = threadIdx.x % ATT_PARTS;
         const float *kr = ts + jj * (D + 1);
         float dot = 0;
-        for (int d = 0; d < D; d++) dot += qs[d] * kr[d];
-        float sj = dot * scale;
-        if (has_bias) sj += *(const float *)(bias.p + b * bias.nb[0] + h * bias.nb[1] + (j0 + jj) * bias.nb[3]);
-        s[jj] = sj;
-        m = fmaxf(m, sj);
+        if (jj < n)
+            for (int d = p; d < D; d += ATT_PARTS) dot += qs[d] * kr[d];
+        for (int o2 = 1; o2 < ATT_PARTS; o2 <<= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o2);
+        if (jj < n && p == 0) {
+            float sj = dot * scale;
+            if (has_bias) sj += *(const float *)(bias.p + b * bias.nb[0] + h * bias.nb[1] + (j0 + jj) * bias.nb[3]);
+            s[jj] = sj;
+            m = sj;
+        }
     }
     m = block_max(m, red);
     if (m == -INFINITY) {
@@ -647,13 +660,12 @@ __global__ static void k_attn_split(float *pm, double *pl, float *po, struct tv 
         s[jj] = e;
         acc += e;
     }
-    const double l = block_sum(acc, dred); /* synchronises: the k tile is free */
-    load_split_tile(ts, v, b, hk, j0, n, D);
+    const double l = block_sum(acc, dred); /* synchronises: s is complete */
     const int P = blockDim.x / D, t = threadIdx.x, d = t % D, p = t / D;
     float od = 0;
     if (p < P)
         for (int jj = p; jj < n; jj += P)
-            if (s[jj] != 0) od += s[jj] * ts[jj * (D + 1) + d];
+            if (s[jj] != 0) od += s[jj] * tsv[jj * (D + 1) + d];
     red[t] = od;
     __syncthreads();
     if (p == 0) {

@@ -43,27 +43,28 @@ __device__ static double smp_sum(double v, struct smp_shared *sh)
     return r;
 }
 
-__device__ static float smp_max(float v, struct smp_shared *sh)
+struct smp_fmax {
+    __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct smp_imin {
+    __device__ int operator()(int a, int b) const { return min(a, b); }
+};
+
+/* f over the block, warp results combined in warp order (sh: SMP_WARPS) */
+template <typename T, typename F>
+__device__ static T smp_reduce(T v, T *sh, F f)
 {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    if ((threadIdx.x & 31) == 0) sh->f[threadIdx.x >> 5] = v;
+    for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
     __syncthreads();
-    float r = sh->f[0];
-    for (int w = 1; w < SMP_WARPS; w++) r = fmaxf(r, sh->f[w]);
+    T r = sh[0];
+    for (int w = 1; w < SMP_WARPS; w++) r = f(r, sh[w]);
     __syncthreads();
     return r;
 }
 
-__device__ static int smp_min_int(int v, struct smp_shared *sh)
-{
-    for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
-    if ((threadIdx.x & 31) == 0) sh->i[threadIdx.x >> 5] = v;
-    __syncthreads();
-    int r = sh->i[0];
-    for (int w = 1; w < SMP_WARPS; w++) r = min(r, sh->i[w]);
-    __syncthreads();
-    return r;
-}
+__device__ static float smp_max(float v, struct smp_shared *sh) { return smp_reduce(v, sh->f, smp_fmax()); }
+__device__ static int smp_min_int(int v, struct smp_shared *sh) { return smp_reduce(v, sh->i, smp_imin()); }
 
 /* exclusive prefix of v over threads in thread order; *total the sum */
 __device__ static double smp_scan(double v, double *total, struct smp_shared *sh)
@@ -116,8 +117,9 @@ __device__ static inline void chunk(int n, int *lo, int *hi)
 }
 
 /* softmax statistics of l[V] as sampler_softmax: the max and the float
- * sum of exp(l - max) */
-__device__ static void softmax_stats(const float *l, int V, float *mx, float *sum, struct smp_shared *sh)
+ * sum of exp(l - max), each exp(l[i] - max) kept in ex[i] (each thread
+ * reads back only its own chunk) */
+__device__ static void softmax_stats(const float *l, int V, float *mx, float *sum, float *ex, struct smp_shared *sh)
 {
     int lo, hi;
     chunk(V, &lo, &hi);
@@ -125,7 +127,7 @@ __device__ static void softmax_stats(const float *l, int V, float *mx, float *su
     for (int i = lo; i < hi; i++) m = fmaxf(m, l[i]);
     m = smp_max(m, sh);
     double s = 0;
-    for (int i = lo; i < hi; i++) s += exp_f(l[i] - m);
+    for (int i = lo; i < hi; i++) s += ex[i] = exp_f(l[i] - m);
     *mx = m;
     *sum = (float)smp_sum(s, sh);
 }
@@ -245,22 +247,22 @@ __device__ static void top_p(float *l, int V, float cut, unsigned long long *key
 
 /* sampler_min_p: probabilities below min_p times the largest become -inf,
  * except the first largest */
-__device__ static void min_p(float *l, int V, float m, struct smp_shared *sh)
+__device__ static void min_p(float *l, int V, float m, float *ex, struct smp_shared *sh)
 {
     float mx, sum;
-    softmax_stats(l, V, &mx, &sum, sh);
+    softmax_stats(l, V, &mx, &sum, ex, sh);
     int lo, hi;
     chunk(V, &lo, &hi);
     float top = 0;
-    for (int i = lo; i < hi; i++) top = fmaxf(top, exp_f(l[i] - mx) / sum);
+    for (int i = lo; i < hi; i++) top = fmaxf(top, ex[i] / sum);
     top = smp_max(top, sh);
     int arg = INT_MAX;
     for (int i = lo; i < hi && arg == INT_MAX; i++)
-        if (exp_f(l[i] - mx) / sum == top) arg = i;
+        if (ex[i] / sum == top) arg = i;
     arg = smp_min_int(arg, sh);
     const float thr = m * top;
     for (int i = lo; i < hi; i++)
-        if (exp_f(l[i] - mx) / sum < thr && i != arg) l[i] = -INFINITY;
+        if (ex[i] / sum < thr && i != arg) l[i] = -INFINITY;
     __syncthreads();
 }
 
@@ -280,6 +282,7 @@ __global__ static void k_sample(int32_t *out, const float *logits, int rows, int
     __shared__ struct smp_shared sh;
     unsigned long long *key = smem;
     float *l = (float *)(smem + key_slots);
+    float *ex = (float *)smem; /* the exponentials, over the keys once top-p is done with them */
     for (int i = threadIdx.x; i < V; i += SMP_THREADS) {
         const float c = logits[i];
         l[i] = rows == 2 ? c + p.cfg_weight * (c - logits[V + i]) : c;
@@ -295,12 +298,12 @@ __global__ static void k_sample(int32_t *out, const float *logits, int rows, int
         if (p.repetition_penalty != 1.0f) rep_penalty(l, V, seen, p.repetition_penalty);
         if (!greedy) {
             if (p.temperature > 0) temperature(l, V, p.temperature);
-            if (p.min_p > 0) min_p(l, V, p.min_p, &sh);
+            if (p.min_p > 0) min_p(l, V, p.min_p, ex, &sh);
             if (p.top_p) top_p(l, V, p.top_p_cut, key, &sh);
         }
     }
     float mx, sum;
-    softmax_stats(l, V, &mx, &sum, &sh);
+    softmax_stats(l, V, &mx, &sum, ex, &sh);
     int lo, hi;
     chunk(V, &lo, &hi);
     int tok = INT_MAX;
@@ -317,14 +320,14 @@ __global__ static void k_sample(int32_t *out, const float *logits, int rows, int
         double part = 0, total;
         int last = -1;
         for (int i = lo; i < hi; i++) {
-            const float pi = exp_f(l[i] - mx) / sum;
+            const float pi = ex[i] / sum;
             part += (double)pi;
             if (pi > 0) last = i;
         }
         double c = smp_scan(part, &total, &sh);
         const double target = (double)u * total;
         for (int i = lo; i < hi && tok == INT_MAX; i++) {
-            c += (double)(exp_f(l[i] - mx) / sum);
+            c += (double)(ex[i] / sum);
             if (c > target) tok = i;
         }
         tok = smp_min_int(tok, &sh);
