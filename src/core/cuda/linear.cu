@@ -53,9 +53,9 @@ __device__ static inline void gemv_store(float *y, int64_t ldy, int M, int64_t o
 }
 
 /* S warps per output (split-K): warp part s of output o reduces its sums
- * acc[0..M) into sh[warp][], and part 0 adds the S parts in order (+
- * bias[o]) into y[r][o]. S 1: gemv_store. Every thread of the block calls
- * it (it synchronises the block). */
+ * acc[0..M) into sh[warp][], and part 0 adds the S parts in order and
+ * stores them through gemv_put. S 1: gemv_store. Every thread of the
+ * block calls it (it synchronises the block). */
 template <int S>
 __device__ static inline void gemv_finish(float *y, int64_t ldy, int M, int64_t N, int64_t o, float *acc,
                                           const char *bias, int64_t bias_nb, const struct gemv_epi &e,
@@ -127,7 +127,8 @@ __global__ static void k_gemv(float *y, int64_t ldy, const float *x, int M, int6
 /* Decode GEMVs for the common weight layouts, one warp per output (S
  * warps, each a contiguous part of K, when K is long enough that one warp
  * would load it in several rounds: gemv_split), up to GEMV_ROWS rows of x,
- * the bias added in the same kernel:
+ * the bias (and op_linear_ex's activation and residual) applied in the
+ * same kernel:
  *  - F32 rows 16-byte aligned: float4 loads of the weight and x;
  *  - Q8_0 / Q4_0 rows (2-byte aligned blocks): each lane takes whole
  *    blocks (the warp reads consecutive ones), loads the scale once and the
