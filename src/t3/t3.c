@@ -727,7 +727,7 @@ struct t3_seq {
     const struct tensor *gl;
     int replays;
     /* sampling on the device (op_sample; p.host_logits false and the
-     * backend has it), else dev NULL: a recorded step ends in the draw of
+     * backend has it), else dev false: a recorded step ends in the draw of
      * its token into dev_tok. dev_seen [V] and dev_rng [4] are the
      * repetition history and the stream's position there, made from
      * hist and rs whenever the host drew in between (dev_synced false);
