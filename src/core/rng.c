@@ -2,22 +2,15 @@
 #include "rng.h"
 
 #include "core/hash.h"
+#include "core/scalar.h"
 
 #include <math.h>
 #include <string.h>
 
-#define GOLDEN 0x9E3779B97F4A7C15ull
 
 uint64_t rng_fnv1a64(const void *bytes, size_t n) { return hash_fnv1a64(bytes, n); }
 
-uint32_t rng_m24(uint64_t key, uint64_t i)
-{
-    uint64_t z = key + (i + 1) * GOLDEN;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z = z ^ (z >> 31);
-    return (uint32_t)(z >> 40);
-}
+uint32_t rng_m24(uint64_t key, uint64_t i) { return scalar_rng_m24(key, i); }
 
 void rng_stream_init(struct rng_stream *s, const char *name, uint64_t seed)
 {

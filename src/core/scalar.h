@@ -29,6 +29,18 @@ extern "C" {
 #define M_PI 3.14159265358979323846
 #endif
 
+/* The run-time generator's draw (spec/rng.md, core/rng.h): the 24-bit
+ * value number i of the sequence keyed by key, splitmix64 of key + (i + 1)
+ * * golden ratio, top 24 bits. rng.c and the device's draw (op_sample). */
+SCALAR_FN uint32_t scalar_rng_m24(uint64_t key, uint64_t i)
+{
+    uint64_t z = key + (i + 1) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z = z ^ (z >> 31);
+    return (uint32_t)(z >> 40);
+}
+
 SCALAR_FN float scalar_f32_of_bits(uint32_t bits)
 {
     float f;

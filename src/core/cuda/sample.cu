@@ -19,7 +19,6 @@
 
 #define SMP_THREADS 1024
 #define SMP_WARPS (SMP_THREADS / 32)
-#define GOLDEN 0x9E3779B97F4A7C15ull
 
 struct smp_shared {
     double d[SMP_WARPS + 1];
@@ -266,15 +265,6 @@ __device__ static void min_p(float *l, int V, float m, float *ex, struct smp_sha
     __syncthreads();
 }
 
-__device__ static uint32_t m24(uint64_t key, uint64_t i)
-{
-    uint64_t z = key + (i + 1) * GOLDEN;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z = z ^ (z >> 31);
-    return (uint32_t)(z >> 40);
-}
-
 __global__ static void k_sample(int32_t *out, const float *logits, int rows, int V, int32_t *seen,
                                 uint32_t *rng, struct sample_params p, int key_slots)
 {
@@ -316,7 +306,7 @@ __global__ static void k_sample(int32_t *out, const float *logits, int rows, int
     } else { /* rng_categorical over the softmax */
         const uint64_t k64 = (uint64_t)rng[0] | (uint64_t)rng[1] << 32;
         const uint64_t idx = (uint64_t)rng[2] | (uint64_t)rng[3] << 32;
-        const float u = (float)m24(k64, idx) * 0x1p-24f;
+        const float u = (float)scalar_rng_m24(k64, idx) * 0x1p-24f;
         double part = 0, total;
         int last = -1;
         for (int i = lo; i < hi; i++) {
