@@ -310,7 +310,11 @@ static struct tensor *c_softmax(struct arena *a, int v)
  * (queries that see no key), 8 permuted [B, T, H, D] views, 9 long keys
  * (global score scratch), 10 -inf bias rows; decode over many keys (the
  * cuda backend's split-key path): 11 1000 keys, 12 f16 kv + bias, 13 q8_0
- * kv causal, 14 the first 200 of 300 keys masked (whole chunks see none) */
+ * kv causal, 14 the first 200 of 300 keys masked (whole chunks see none);
+ * many queries over several 64 x 64 tiles (the cuda backend's flash
+ * kernel): 15 head dim 64 GQA, 16 causal + bias [Tq, Tk], 17 head dim 128
+ * f16 kv causal, 18 q8_0 kv causal Tq > Tk, 19 permuted views with a
+ * -inf bias row, 20 head dim 32 over 1000 keys */
 static struct tensor *c_attention(struct arena *a, int v)
 {
     int64_t B = 2, Hq = 4, Hk = 2, Tq = 5, Tk = 9, D = 16;
@@ -318,35 +322,43 @@ static struct tensor *c_attention(struct arena *a, int v)
     if (v == 6) D = 32;
     if (v == 7) { Tq = 6; Tk = 4; }
     if (v == 9) { B = 1; Hq = 2; Hk = 1; Tq = 2; Tk = 9000; D = 8; }
-    if (v >= 11) { Tq = 1; Tk = v == 13 ? 700 : v == 14 ? 300 : 1000; D = v == 13 ? 32 : 64; }
+    if (v >= 11 && v <= 14) { Tq = 1; Tk = v == 13 ? 700 : v == 14 ? 300 : 1000; D = v == 13 ? 32 : 64; }
+    if (v >= 15) {
+        static const int64_t fl[6][3] = {{130, 150, 64}, {100, 170, 64}, {67, 129, 128},
+                                         {90, 70, 64},   {65, 64, 64},   {40, 1000, 32}};
+        Tq = fl[v - 15][0];
+        Tk = fl[v - 15][1];
+        D = fl[v - 15][2];
+    }
     struct tensor *q = in_f32(a, 90, ND(B, Hq, Tq, D), -1, 1);
     struct tensor *k = in_f32(a, 91, ND(B, Hk, Tk, D), -1, 1);
     struct tensor *vv = in_f32(a, 92, ND(B, Hk, Tk, D), -1, 1);
-    if (v == 8) {
+    if (v == 8 || v == 19) {
         const int perm[4] = {0, 2, 1, 3};
         q = op_permute(a, in_f32(a, 93, ND(B, Tq, Hq, D), -1, 1), perm);
         k = op_permute(a, in_f32(a, 94, ND(B, Tk, Hk, D), -1, 1), perm);
         vv = op_permute(a, in_f32(a, 95, ND(B, Tk, Hk, D), -1, 1), perm);
     }
-    if (v == 5 || v == 6 || v == 12 || v == 13) {
-        enum dtype kt = v == 5 || v == 12 ? TYPE_F16 : TYPE_Q8_0;
+    if (v == 5 || v == 6 || v == 12 || v == 13 || v == 17 || v == 18) {
+        enum dtype kt = v == 5 || v == 12 || v == 17 ? TYPE_F16 : TYPE_Q8_0;
         k = op_cast(a, k, kt);
         vv = op_cast(a, vv, kt);
     }
     struct tensor *bias = NULL;
     if (v == 2) bias = in_f32(a, 96, ND(1, Hq, Tq, Tk), -2, 2);
-    if (v == 3) bias = in_f32(a, 97, ND(Tq, Tk), -2, 2);
+    if (v == 3 || v == 16) bias = in_f32(a, 97, ND(Tq, Tk), -2, 2);
     if (v == 12) bias = in_f32(a, 99, ND(B, Hq, 1, Tk), -2, 2);
-    if (v == 10 || v == 14) { /* 10: query row 1 masked out; 14: keys < 200 */
+    if (v == 10 || v == 14 || v == 19) { /* 10, 19: query row 1 masked out; 14: keys < 200 */
         int64_t n = Tq * Tk;
         float *h = malloc((size_t)n * sizeof *h);
         if (!h) return NULL;
         fill_uniform(h, (size_t)n, -1, 1, 98);
-        for (int64_t j = 0; j < (v == 10 ? Tk : 200); j++) h[(v == 10 ? Tk : 0) + j] = -INFINITY;
+        for (int64_t j = 0; j < (v == 14 ? 200 : Tk); j++) h[(v == 14 ? 0 : Tk) + j] = -INFINITY;
         bias = op_from_host(a, TYPE_F32, 2, NE(Tq, Tk), h);
         free(h);
     }
-    struct attn_params p = {1.0f / sqrtf((float)D), v == 1 || v == 3 || v == 7 || v == 13, NULL, NULL};
+    const bool causal = v == 1 || v == 3 || v == 7 || v == 13 || v == 16 || v == 17 || v == 18;
+    struct attn_params p = {1.0f / sqrtf((float)D), causal, NULL, NULL};
     return op_attention(a, q, k, vv, bias, &p);
 }
 
@@ -647,6 +659,12 @@ static const struct tcase cases[] = {
     {"attention decode f16 kv bias", c_attention, 12, 1e-5, 1e-5},
     {"attention decode q8_0 kv causal", c_attention, 13, 1e-5, 1e-5},
     {"attention decode masked chunks", c_attention, 14, 1e-5, 1e-5},
+    {"attention tiles D 64 gqa", c_attention, 15, 1e-5, 1e-5},
+    {"attention tiles causal bias [Tq,Tk]", c_attention, 16, 1e-5, 1e-5},
+    {"attention tiles D 128 f16 kv causal", c_attention, 17, 1e-5, 1e-5},
+    {"attention tiles q8_0 kv causal Tq > Tk", c_attention, 18, 1e-5, 1e-5},
+    {"attention tiles permuted -inf row", c_attention, 19, 1e-5, 1e-5},
+    {"attention tiles D 32 1000 keys", c_attention, 20, 1e-5, 1e-5},
     {"rope", c_rope, 0, 1e-6, 1e-5},
     {"rope partial n_dims", c_rope, 1, 1e-6, 1e-5},
     {"rope llama3 scaling", c_rope, 2, 1e-6, 1e-5},

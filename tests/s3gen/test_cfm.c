@@ -162,7 +162,7 @@ int main(void)
         make(w, meanflow);
         struct weights src = {find, w, 0, "s3gen"};
         struct s3gen_cfm c, cq;
-        cbx_status rc = s3gen_cfm_load(&c, &src, test_backend(), TYPE_F32, err);
+        cbx_status rc = s3gen_cfm_load(&c, &src, cpu, TYPE_F32, err);
         CHECK(rc == CBX_OK, "%s load: %s", vn, err);
         if (rc != CBX_OK) return test_summary();
         CHECK(c.meanflow == meanflow, "%s: meanflow flag %d", vn, c.meanflow);
@@ -197,7 +197,7 @@ int main(void)
         CHECK(h0 != NULL, "%s batch-1 call: %s", vn, arena_errmsg(a));
 
         /* Q8_0 weights: close to F32 */
-        rc = s3gen_cfm_load(&cq, &src, test_backend(), TYPE_Q8_0, err);
+        rc = s3gen_cfm_load(&cq, &src, cpu, TYPE_Q8_0, err);
         CHECK(rc == CBX_OK, "%s q8_0 load: %s", vn, err);
         struct tensor *vq = rc == CBX_OK ? s3gen_estimator_forward(a, &cq, input(a, 2, 0), input(a, 2, 1),
                                                                    input(a, 2, 3), input(a, 2, 2), t,
@@ -243,7 +243,7 @@ int main(void)
 
         /* a missing tensor is named */
         w->skip = "flow.decoder.estimator.mid_blocks.0.1.0.attn1.to_k.weight";
-        rc = s3gen_cfm_load(&c, &src, test_backend(), TYPE_F32, err);
+        rc = s3gen_cfm_load(&c, &src, cpu, TYPE_F32, err);
         printf("missing tensor -> %s: %s\n", cbx_status_str(rc), err);
         CHECK(rc != CBX_OK && strstr(err, "to_k") && c.est == NULL, "%s: missing tensor not reported", vn);
         unmake(w);

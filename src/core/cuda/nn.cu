@@ -6,11 +6,13 @@
  * As ref/nn.c: norm statistics and softmax sums in double, one block per
  * row (or group); rotary angles in float32 with the inverse frequencies
  * computed on the host by the same float code as the ref kernel.
- * Attention: one block per query row; scores in shared memory (global
- * scratch for long keys), F32 dot products, double softmax sum, the
- * weighted sum of v split over the block; a decode row over many keys is
- * split over blocks of 32 keys and recombined (k_attn_split); a query that
- * sees no key gives zeros (ops_nn.c, convention 2). */
+ * Attention: many queries run flash style (k_attn_flash: 64 x 64 tiles,
+ * online softmax in float registers); otherwise one block per query row
+ * (k_attention: scores in shared memory or global scratch for long keys,
+ * F32 dot products, double softmax sum, the weighted sum of v split over
+ * the block); a decode row over many keys is split over blocks of 32 keys
+ * and recombined (k_attn_split). A query that sees no key gives zeros
+ * (ops_nn.c, convention 2). */
 #include <math.h>
 
 #include "cuda_common.h"
@@ -447,114 +449,147 @@ __global__ static void k_attention(float *out, struct tv q, struct tv k, struct 
     }
 }
 
-/* Prefill over query tiles: a block takes AT_QT query rows of one head and
- * walks the keys in tiles of AT_KT held in shared memory, so each key row
- * is read once per AT_QT queries (k_attention reads it once per query).
- * Scores of the block's rows stay in shared memory (AT_QT x Tk floats);
- * per row the numerics are k_attention's: the same sequential float dot,
- * exp in double from the row max, double sums (here also for P.V). */
-#define AT_QT 16
-#define AT_KT 32
-#define AT_THREADS 256
-#define AT_MAX_D 128
-#define AT_OUT_PER_THREAD (AT_QT * AT_MAX_D / AT_THREADS)
-#define AT_MAX_SMEM ((size_t)200 << 10) /* Hopper allows 227 KiB a block */
+/* Prefill (many queries), flash style: a block takes FA_QB query rows of
+ * one head and walks the keys in tiles of FA_KB. Scores, the running row
+ * max and exp-sum (online softmax) and the output accumulator stay in
+ * registers; each of the 256 threads owns a 4 x 4 patch of the score tile
+ * (rows 4 tr .. 4 tr + 3, keys 4 tc .. 4 tc + 3, tr = t / 16, tc = t % 16)
+ * and the same rows times 4 NG output columns. q and k are held transposed
+ * ([d][row]) so a patch reads two float4s per d; p goes back through shared
+ * memory (transposed) for P.V. Float throughout: scores are the same float
+ * dot products as the ref kernel; the softmax is rescaled per key tile, so
+ * results differ from ref's one-pass double sums by float rounding. A row
+ * that sees no key gives zeros (ops_nn.c, convention 2). */
+#define FA_QB 64
+#define FA_KB 64
+#define FA_THREADS 256
+#define FA_PAD 4
+#define FA_LD (FA_QB + FA_PAD) /* row length of qT, kT and pT */
 
-static size_t attn_tile_smem(int64_t D, int64_t Tk)
+static size_t flash_smem(int64_t D)
 {
-    size_t f = (size_t)(AT_QT * D + AT_KT * (D + 1) + AT_QT * Tk);
-    f += f & 1; /* 8-byte aligned doubles after */
-    return f * 4 + AT_QT * 8;
+    /* qT[D][FA_LD], kT[D][FA_LD], vS[FA_KB][D + FA_PAD], pT[FA_KB][FA_LD] */
+    return (size_t)(2 * D * FA_LD + FA_KB * (D + FA_PAD) + FA_KB * FA_LD) * sizeof(float);
 }
 
-/* keys (or values) j0 .. j0 + AT_KT of head hk into ts[AT_KT][D + 1]
- * (zeros past Tk), between barriers: the block's previous use of ts is
- * over before, the tile complete after */
-__device__ static void load_tile(float *ts, const struct tv &t, int64_t b, int64_t hk, int64_t j0, int64_t Tk,
-                                 int64_t D)
+template <int NG>
+__global__ static void __launch_bounds__(FA_THREADS)
+k_attn_flash(float *out, struct tv q, struct tv k, struct tv v, struct tv bias, bool has_bias, float scale,
+             bool causal)
 {
-    __syncthreads();
-    for (int64_t idx = threadIdx.x; idx < AT_KT * D; idx += AT_THREADS) {
-        const int64_t jj = idx / D, d = idx % D;
-        ts[jj * (D + 1) + d] = j0 + jj < Tk ? kv_ld(t, b, hk, j0 + jj, d) : 0.0f;
-    }
-    __syncthreads();
-}
-
-__global__ static void k_attn_tile(float *out, struct tv q, struct tv k, struct tv v,
-                                   struct tv bias, bool has_bias, float scale, bool causal)
-{
-    extern __shared__ float smem[];
-    const int64_t i0 = (int64_t)blockIdx.x * AT_QT, h = blockIdx.y, b = blockIdx.z;
-    const int64_t Hq = q.ne[1], Tq = q.ne[2], D = q.ne[3], Tk = k.ne[2];
+    extern __shared__ float4 smem4[];
+    float *smem = (float *)smem4;
+    const int64_t i0 = (int64_t)blockIdx.x * FA_QB, h = blockIdx.y, b = blockIdx.z;
+    const int64_t Hq = q.ne[1], Tq = q.ne[2], Tk = k.ne[2];
+    const int D = (int)q.ne[3];
     const int64_t hk = h / (Hq / k.ne[1]);
-    const int nq = Tq - i0 < AT_QT ? (int)(Tq - i0) : AT_QT;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarp = AT_THREADS / 32;
-    float *qs = smem;                      /* [AT_QT][D] */
-    float *ts = qs + AT_QT * D;            /* [AT_KT][D + 1]: a key or value tile */
-    float *sc = ts + AT_KT * (D + 1);      /* [AT_QT][Tk] */
-    size_t f = (size_t)(AT_QT * D + AT_KT * (D + 1) + AT_QT * Tk);
-    double *rsum = (double *)(smem + f + (f & 1)); /* [AT_QT] */
-    for (int64_t idx = threadIdx.x; idx < (int64_t)nq * D; idx += AT_THREADS) {
-        const int64_t r = idx / D, d = idx % D;
-        qs[idx] = *(const float *)(q.p + b * q.nb[0] + h * q.nb[1] + (i0 + r) * q.nb[2] + d * q.nb[3]);
+    const int t = threadIdx.x, tr = t >> 4, tc = t & 15, DV = D + FA_PAD;
+    float *qT = smem, *kT = qT + D * FA_LD, *vS = kT + D * FA_LD, *pT = vS + FA_KB * DV;
+    for (int idx = t; idx < FA_QB * D; idx += FA_THREADS) {
+        const int r = idx / D, d = idx - r * D;
+        qT[d * FA_LD + r] = i0 + r < Tq ? *(const float *)(q.p + b * q.nb[0] + h * q.nb[1] +
+                                                           (i0 + r) * q.nb[2] + d * q.nb[3])
+                                        : 0.0f;
     }
-    /* scores: warp w takes rows w, w + 8; lane = key of the tile */
-    for (int64_t j0 = 0; j0 < Tk; j0 += AT_KT) {
-        load_tile(ts, k, b, hk, j0, Tk, D);
-        const int64_t j = j0 + lane;
-        if (j >= Tk) continue;
-        for (int r = warp; r < nq; r += nwarp) {
-            const int64_t i = i0 + r, last = causal ? Tk - Tq + i : Tk - 1;
-            float sj = -INFINITY;
-            if (j <= last) {
-                float dot = 0;
-                for (int64_t d = 0; d < D; d++) dot += qs[r * D + d] * ts[lane * (D + 1) + d];
-                sj = dot * scale;
-                if (has_bias)
-                    sj += *(const float *)(bias.p + b * bias.nb[0] + h * bias.nb[1] + i * bias.nb[2] +
-                                           j * bias.nb[3]);
+    float m[4], l[4], o[4][4 * NG];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0;
+#pragma unroll
+        for (int c = 0; c < 4 * NG; c++) o[i][c] = 0;
+    }
+    /* keys past this bound are masked for every row of the block */
+    const int64_t jend = causal ? min(Tk, Tk - Tq + min(i0 + FA_QB, Tq)) : Tk;
+    for (int64_t j0 = 0; j0 < jend; j0 += FA_KB) {
+        __syncthreads(); /* the previous tile's P.V is done with kT, vS, pT */
+        for (int idx = t; idx < FA_KB * D; idx += FA_THREADS) {
+            const int jj = idx / D, d = idx - jj * D;
+            const bool in = j0 + jj < Tk;
+            kT[d * FA_LD + jj] = in ? kv_ld(k, b, hk, j0 + jj, d) : 0.0f;
+            vS[jj * DV + d] = in ? kv_ld(v, b, hk, j0 + jj, d) : 0.0f;
+        }
+        __syncthreads();
+        float s[4][4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) s[i][j] = 0;
+        for (int d = 0; d < D; d++) {
+            const float4 qa = *(const float4 *)(qT + d * FA_LD + 4 * tr);
+            const float4 kb = *(const float4 *)(kT + d * FA_LD + 4 * tc);
+            const float qv[4] = {qa.x, qa.y, qa.z, qa.w}, kv[4] = {kb.x, kb.y, kb.z, kb.w};
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) s[i][j] += qv[i] * kv[j];
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int64_t row = i0 + 4 * tr + i, last = causal ? Tk - Tq + row : Tk - 1;
+            float mx = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int64_t col = j0 + 4 * tc + j;
+                float sj = -INFINITY;
+                if (col <= last && col < Tk && row < Tq) {
+                    sj = s[i][j] * scale;
+                    if (has_bias)
+                        sj += *(const float *)(bias.p + b * bias.nb[0] + h * bias.nb[1] + row * bias.nb[2] +
+                                               col * bias.nb[3]);
+                }
+                s[i][j] = sj;
+                mx = fmaxf(mx, sj);
             }
-            sc[r * Tk + j] = sj;
+            for (int off = 8; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            const float mn = fmaxf(m[i], mx);
+            float sum = 0;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                s[i][j] = mn == -INFINITY ? 0.0f : expf(s[i][j] - mn);
+                sum += s[i][j];
+            }
+            for (int off = 8; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+            const float alpha = mn == -INFINITY ? 1.0f : expf(m[i] - mn);
+            m[i] = mn;
+            l[i] = l[i] * alpha + sum;
+#pragma unroll
+            for (int c = 0; c < 4 * NG; c++) o[i][c] *= alpha;
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            *(float4 *)(pT + (4 * tc + j) * FA_LD + 4 * tr) = make_float4(s[0][j], s[1][j], s[2][j], s[3][j]);
+        __syncthreads();
+        const int n = (int)min((int64_t)FA_KB, Tk - j0);
+        for (int jj = 0; jj < n; jj++) {
+            const float4 pa = *(const float4 *)(pT + jj * FA_LD + 4 * tr);
+            const float pv[4] = {pa.x, pa.y, pa.z, pa.w};
+#pragma unroll
+            for (int g = 0; g < NG; g++) {
+                const int c0 = 64 * g + 4 * tc;
+                if (c0 >= D) break;
+                const float4 vb = *(const float4 *)(vS + jj * DV + c0);
+                const float vv[4] = {vb.x, vb.y, vb.z, vb.w};
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+#pragma unroll
+                    for (int c = 0; c < 4; c++) o[i][4 * g + c] += pv[i] * vv[c];
+            }
         }
     }
-    __syncthreads();
-    /* softmax numerators per row (a warp per row); rsum 0: the row sees no key */
-    for (int r = warp; r < nq; r += nwarp) {
-        float *row = sc + r * Tk;
-        float m = -INFINITY;
-        for (int64_t j = lane; j < Tk; j += 32) m = fmaxf(m, row[j]);
-        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-        double acc = 0;
-        for (int64_t j = lane; j < Tk; j += 32) {
-            const float e = m == -INFINITY ? 0.0f : (float)exp((double)row[j] - m);
-            row[j] = e;
-            acc += e;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int64_t row = i0 + 4 * tr + i;
+        if (row >= Tq) break;
+        float *yr = out + ((b * Hq + h) * Tq + row) * D;
+#pragma unroll
+        for (int g = 0; g < NG; g++) {
+            const int c0 = 64 * g + 4 * tc;
+            if (c0 >= D) break;
+            const float inv = l[i] > 0 ? 1.0f / l[i] : 0.0f;
+            *(float4 *)(yr + c0) = make_float4(o[i][4 * g] * inv, o[i][4 * g + 1] * inv, o[i][4 * g + 2] * inv,
+                                               o[i][4 * g + 3] * inv);
         }
-        for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-        if (lane == 0) rsum[r] = acc;
-    }
-    /* P.V: thread t owns outputs t, t + AT_THREADS, ... of the [nq][D] tile */
-    double acc[AT_OUT_PER_THREAD];
-    for (int u = 0; u < AT_OUT_PER_THREAD; u++) acc[u] = 0;
-    for (int64_t j0 = 0; j0 < Tk; j0 += AT_KT) {
-        load_tile(ts, v, b, hk, j0, Tk, D);
-        const int64_t n = Tk - j0 < AT_KT ? Tk - j0 : AT_KT;
-        for (int u = 0; u < AT_OUT_PER_THREAD; u++) {
-            const int64_t o = threadIdx.x + (int64_t)u * AT_THREADS;
-            if (o >= (int64_t)nq * D) break;
-            const int64_t r = o / D, d = o % D;
-            const float *pr = sc + r * Tk + j0;
-            float part = 0;
-            for (int64_t jj = 0; jj < n; jj++) part += pr[jj] * ts[jj * (D + 1) + d];
-            acc[u] += part;
-        }
-    }
-    for (int u = 0; u < AT_OUT_PER_THREAD; u++) {
-        const int64_t o = threadIdx.x + (int64_t)u * AT_THREADS;
-        if (o >= (int64_t)nq * D) break;
-        const int64_t r = o / D, d = o % D;
-        out[((b * Hq + h) * Tq + i0 + r) * D + d] = rsum[r] > 0 ? (float)(acc[u] / rsum[r]) : 0.0f;
     }
 }
 
@@ -778,18 +813,24 @@ static void cuda_attention(struct arena *a, struct tensor *out, const struct ten
         cu_launched(a, "attention (combine)");
         return;
     }
-    /* many queries: the tiled kernel when a tile's scores fit in shared memory */
-    const size_t tsm = attn_tile_smem(D, Tk);
-    if (Tq >= 4 && D <= AT_MAX_D && tsm <= AT_MAX_SMEM && !(pr && pr->n > 0)) {
-        if (tsm > 48 * 1024 &&
-            !cu_ok(a, cudaFuncSetAttribute(k_attn_tile, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tsm),
+    /* many queries: the flash kernel (head dim a multiple of 4, at most 128) */
+    if (Tq >= 4 && D % 4 == 0 && D <= 128 && !(pr && pr->n > 0)) {
+        const size_t sm = flash_smem(D);
+        const bool wide = D > 64;
+        const void *fn = wide ? (const void *)k_attn_flash<2> : (const void *)k_attn_flash<1>;
+        if (sm > 48 * 1024 &&
+            !cu_ok(a, cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm),
                    "attention shared memory"))
             return;
         struct tv bv = bias ? tv_of(bias) : tv_of(q);
-        dim3 grid((unsigned)((Tq + AT_QT - 1) / AT_QT), (unsigned)Hq, (unsigned)B);
-        k_attn_tile<<<grid, AT_THREADS, tsm, st>>>((float *)out->data, tv_of(q), tv_of(k), tv_of(v), bv,
-                                                   bias != NULL, p->scale, p->causal);
-        cu_launched(a, "attention (tiled)");
+        dim3 grid((unsigned)((Tq + FA_QB - 1) / FA_QB), (unsigned)Hq, (unsigned)B);
+        if (wide)
+            k_attn_flash<2><<<grid, FA_THREADS, sm, st>>>((float *)out->data, tv_of(q), tv_of(k), tv_of(v), bv,
+                                                          bias != NULL, p->scale, p->causal);
+        else
+            k_attn_flash<1><<<grid, FA_THREADS, sm, st>>>((float *)out->data, tv_of(q), tv_of(k), tv_of(v), bv,
+                                                          bias != NULL, p->scale, p->causal);
+        cu_launched(a, "attention (flash)");
         return;
     }
     float *gscores = NULL;
