@@ -51,6 +51,9 @@ struct kernels {
     void (*linear_ex)(struct arena *a, struct tensor *out, const struct tensor *x,
                       const struct tensor *w, const struct tensor *b, int act,
                       const struct tensor *r);
+    /* op_linear_cat (optional: NULL runs op_linear_ex per weight, op_concat) */
+    void (*linear_cat)(struct arena *a, struct tensor *out, const struct tensor *x, int n,
+                       const struct tensor *const *w, const int *act);
     void (*matmul)(struct arena *a, struct tensor *out, const struct tensor *x,
                    const struct tensor *y);
     /* ops_conv.c */

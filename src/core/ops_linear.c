@@ -13,9 +13,9 @@ static bool linear_weight_type(enum dtype t)
     }
 }
 
-/* op_linear's checks; the result tensor, or NULL with the arena failed */
-static struct tensor *linear_out(struct arena *a, const char *op, const struct tensor *x, const struct tensor *w,
-                                 const struct tensor *b)
+/* op_linear's checks: false with the arena failed */
+static bool linear_ok(struct arena *a, const char *op, const struct tensor *x, const struct tensor *w,
+                      const struct tensor *b)
 {
     char s1[64], s2[64], s3[64];
     const int64_t k = x->ndim ? x->ne[x->ndim - 1] : 0;
@@ -30,8 +30,16 @@ static struct tensor *linear_out(struct arena *a, const char *op, const struct t
                    dtype_name(w->type), tensor_shape_str(w, s2, sizeof s2),
                    b ? ", b " : "", b ? dtype_name(b->type) : "", b ? " " : "",
                    b ? tensor_shape_str(b, s3, sizeof s3) : "");
-        return NULL;
+        return false;
     }
+    return true;
+}
+
+/* the result of x[..., K] @ w[N, K]^T: [..., N] (F32), after the checks */
+static struct tensor *linear_out(struct arena *a, const char *op, const struct tensor *x, const struct tensor *w,
+                                 const struct tensor *b)
+{
+    if (!linear_ok(a, op, x, w, b)) return NULL;
     int64_t ne[TENSOR_MAX_DIMS];
     for (int d = 0; d < x->ndim; d++) ne[d] = x->ne[d];
     ne[x->ndim - 1] = w->ne[0];
@@ -72,6 +80,50 @@ struct tensor *op_linear_ex(struct arena *a, const struct tensor *x, const struc
         return NULL;
     }
     be->k.linear_ex(a, out, x, w, b, act, r);
+    return arena_status(a) == CBX_OK ? out : NULL;
+}
+
+struct tensor *op_linear_cat(struct arena *a, const struct tensor *x, int n, const struct tensor *const *w,
+                             const int *act)
+{
+    if (!x || !w) return NULL;
+    if (n < 1 || n > OP_LINEAR_CAT_MAX) {
+        arena_fail(a, CBX_ERR_INTERNAL, "op_linear_cat: %d weights (1..%d)", n, OP_LINEAR_CAT_MAX);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!w[i]) return NULL;
+        if (act && (act[i] < -1 || act[i] > UN_CLAMP)) {
+            arena_fail(a, CBX_ERR_INTERNAL, "op_linear_cat: activation %d", act[i]);
+            return NULL;
+        }
+    }
+    const struct backend *be = arena_backend(a);
+    if (!be->k.linear_cat) {
+        struct tensor *out = NULL;
+        for (int i = 0; i < n; i++) {
+            struct tensor *y = op_linear_ex(a, x, w[i], NULL, act ? act[i] : -1, NULL);
+            out = i ? op_concat(a, out, y, x->ndim - 1) : y;
+        }
+        return out;
+    }
+    int64_t N = 0;
+    for (int i = 0; i < n; i++) {
+        if (!linear_ok(a, "op_linear_cat", x, w[i], NULL)) return NULL;
+        if (w[i]->type != w[0]->type) {
+            arena_fail(a, CBX_ERR_INTERNAL, "op_linear_cat: weights of %s and %s", dtype_name(w[0]->type),
+                       dtype_name(w[i]->type));
+            return NULL;
+        }
+        N += w[i]->ne[0];
+    }
+    int64_t ne[TENSOR_MAX_DIMS];
+    for (int d = 0; d < x->ndim; d++) ne[d] = x->ne[d];
+    ne[x->ndim - 1] = N;
+    struct tensor *out = arena_tensor(a, TYPE_F32, x->ndim, ne);
+    if (!out) return NULL;
+    int none[OP_LINEAR_CAT_MAX] = {-1, -1, -1, -1};
+    be->k.linear_cat(a, out, x, n, w, act ? act : none);
     return arena_status(a) == CBX_OK ? out : NULL;
 }
 

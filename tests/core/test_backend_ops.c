@@ -244,6 +244,20 @@ static struct tensor *c_linear_ex(struct arena *a, int v)
                               : in_f32(a, 73, ND(M, N), -1, 1);
     return op_linear_ex(a, x, w, b, act[v], r);
 }
+/* op_linear_cat: 0 f32 q, k, v of two rows (K 1024); 1 q4_0 gate + SiLU
+ * and up, one row (K 2048); 2 q8_0 three parts of unequal width, three
+ * rows; 3 f32 two parts over 9 rows (the GEMM path) */
+static struct tensor *c_linear_cat(struct arena *a, int v)
+{
+    static const enum dtype t[4] = {TYPE_F32, TYPE_Q4_0, TYPE_Q8_0, TYPE_F32};
+    static const int nw[4] = {3, 2, 3, 2}, rows[4] = {2, 1, 3, 9};
+    static const int64_t kk[4] = {1024, 2048, 256, 320}, nn[4][3] = {{96, 64, 64}, {150, 150, 0}, {40, 7, 33}, {50, 70, 0}};
+    static const int acts[4][3] = {{-1, -1, -1}, {UN_SILU, -1, -1}, {UN_GELU_TANH, -1, UN_SILU}, {-1, UN_SILU, -1}};
+    const struct tensor *w[3];
+    for (int i = 0; i < nw[v]; i++) w[i] = in_w(a, t[v], 74 + (uint64_t)(3 * v + i), ND(nn[v][i], kk[v]));
+    struct tensor *x = in_f32(a, 75, ND(rows[v], kk[v]), -1, 1);
+    return op_linear_cat(a, x, nw[v], w, v == 0 ? NULL : acts[v]);
+}
 static struct tensor *c_matmul(struct arena *a, int v)
 {
     switch (v) {
@@ -615,6 +629,10 @@ static const struct tcase cases[] = {
     {"linear f32 K 2048 three rows", c_linear, 48 + 0, 1e-5, 1e-5},
     {"linear q8_0 K 2048 three rows", c_linear, 48 + 3, 1e-5, 3e-2},
     {"linear q4_0 K 2048 three rows", c_linear, 48 + 4, 1e-5, 3e-2},
+    {"linear_cat f32 q, k, v two rows", c_linear_cat, 0, 1e-5, 1e-5},
+    {"linear_cat q4_0 gate silu + up", c_linear_cat, 1, 1e-5, 3e-2},
+    {"linear_cat q8_0 three widths three rows", c_linear_cat, 2, 1e-5, 3e-2},
+    {"linear_cat f32 nine rows", c_linear_cat, 3, 1e-5, 1e-5},
     {"matmul batched", c_matmul, 0, 1e-5, 0},
     {"matmul broadcast batch", c_matmul, 1, 1e-5, 0},
     {"matmul strided views", c_matmul, 2, 1e-5, 0},

@@ -30,6 +30,35 @@ struct gemv_epi {
     const float *res;
 };
 
+/* The weights of one decode GEMV launch (op_linear_cat: up to
+ * OP_LINEAR_CAT_MAX of one type and width, outputs side by side in y):
+ * part i takes blocks [blk0, next part's blk0) and writes columns
+ * [col, col + N) through its own activation; bias and residual are the
+ * launch's (a group of one). */
+struct gemv_part {
+    const char *w; /* N rows of nb0 bytes */
+    int64_t nb0, N, col;
+    int act;
+    unsigned blk0;
+};
+struct gemv_group {
+    int n;
+    struct gemv_part p[OP_LINEAR_CAT_MAX];
+    const char *bias;
+    int64_t bias_nb;
+    const float *res;
+};
+
+/* this block's part */
+__device__ static inline struct gemv_part gemv_pick(const struct gemv_group &g)
+{
+    struct gemv_part pp = g.p[0];
+#pragma unroll
+    for (int i = 1; i < OP_LINEAR_CAT_MAX; i++)
+        if (i < g.n && blockIdx.x >= g.p[i].blk0) pp = g.p[i];
+    return pp;
+}
+
 /* output o of row r: the product's sum v (+ bias[o]) through the epilogue */
 __device__ static inline void gemv_put(float *y, int64_t ldy, int r, int64_t o, float v, const char *bias,
                                        int64_t bias_nb, const struct gemv_epi &e)
@@ -135,16 +164,15 @@ __global__ static void k_gemv(float *y, int64_t ldy, const float *x, int M, int6
  *    quants as 16-bit words, and widens each as quant.c does (d * q). */
 
 template <int S>
-__global__ static void k_gemv_f32(float *y, int64_t ldy, const float *x, int M, int64_t K, int64_t N,
-                                  const float *w, int64_t ldw, const char *bias, int64_t bias_nb,
-                                  struct gemv_epi e)
+__global__ static void k_gemv_f32(float *y, int64_t ldy, const float *x, int M, int64_t K, struct gemv_group g)
 {
     __shared__ float sh[S > 1 ? GEMV_WARPS : 1][GEMV_ROWS];
+    const struct gemv_part pp = gemv_pick(g);
     const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
-    const int64_t o = (int64_t)blockIdx.x * (GEMV_WARPS / S) + wi / S;
+    const int64_t N = pp.N, o = (int64_t)(blockIdx.x - pp.blk0) * (GEMV_WARPS / S) + wi / S;
     const int64_t K4 = K / 4, per = (K4 + S - 1) / S, beg = (wi % S) * per, end = beg + per < K4 ? beg + per : K4;
     float acc[GEMV_ROWS] = {0, 0, 0, 0};
-    const float4 *row = (const float4 *)(w + (o < N ? o : 0) * ldw);
+    const float4 *row = (const float4 *)(pp.w + (o < N ? o : 0) * pp.nb0);
     /* GEMV_UNROLL weight loads in flight per lane before the products */
     for (int64_t i0 = beg + lane; o < N && i0 < end; i0 += 32 * GEMV_UNROLL) {
         float4 wv[GEMV_UNROLL];
@@ -165,18 +193,18 @@ __global__ static void k_gemv_f32(float *y, int64_t ldy, const float *x, int M, 
             }
         }
     }
-    gemv_finish<S>(y, ldy, M, N, o, acc, bias, bias_nb, e, sh);
+    gemv_finish<S>(y + pp.col, ldy, M, N, o, acc, g.bias, g.bias_nb, gemv_epi{pp.act, g.res}, sh);
 }
 
 template <int TYPE, int S>
-__global__ static void k_gemv_q(float *y, int64_t ldy, const float *x, int M, int64_t K, int64_t N,
-                                const char *w, int64_t nb0, const char *bias, int64_t bias_nb, struct gemv_epi e)
+__global__ static void k_gemv_q(float *y, int64_t ldy, const float *x, int M, int64_t K, struct gemv_group g)
 {
     constexpr int BS = TYPE == TYPE_Q8_0 ? 34 : 18;
     __shared__ float sh[S > 1 ? GEMV_WARPS : 1][GEMV_ROWS];
+    const struct gemv_part pp = gemv_pick(g);
     const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
-    const int64_t o = (int64_t)blockIdx.x * (GEMV_WARPS / S) + wi / S;
-    const char *row = w + (o < N ? o : 0) * nb0;
+    const int64_t N = pp.N, o = (int64_t)(blockIdx.x - pp.blk0) * (GEMV_WARPS / S) + wi / S;
+    const char *row = pp.w + (o < N ? o : 0) * pp.nb0;
     float acc[GEMV_ROWS] = {0, 0, 0, 0};
     const int64_t nblk = K / QK, per = (nblk + S - 1) / S, beg = (wi % S) * per,
                   end = beg + per < nblk ? beg + per : nblk;
@@ -212,7 +240,7 @@ __global__ static void k_gemv_q(float *y, int64_t ldy, const float *x, int M, in
             acc[r] += a;
         }
     }
-    gemv_finish<S>(y, ldy, M, N, o, acc, bias, bias_nb, e, sh);
+    gemv_finish<S>(y + pp.col, ldy, M, N, o, acc, g.bias, g.bias_nb, gemv_epi{pp.act, g.res}, sh);
 }
 
 /* Warps per output: enough that each lane's loads are in flight at once
@@ -228,45 +256,73 @@ static unsigned gemv_grid(int64_t N, int S)
     return (unsigned)((N + GEMV_WARPS / S - 1) / (GEMV_WARPS / S));
 }
 
+/* k_gemv_f32 (TYPE_F32) or k_gemv_q with S warps per output */
 template <int TYPE>
-static void gemv_q(cudaStream_t st, int S, float *y, int64_t ldy, const float *x, int M, int64_t K, int64_t N,
-                   const char *w, int64_t nb0, const char *bias, int64_t bias_nb, const struct gemv_epi &e)
+static void gemv_launch(cudaStream_t st, int S, unsigned gr, float *y, int64_t ldy, const float *x, int m, int64_t K,
+                        const struct gemv_group &g)
 {
-    const unsigned g = gemv_grid(N, S), t = 32 * GEMV_WARPS;
-    if (S == 4) k_gemv_q<TYPE, 4><<<g, t, 0, st>>>(y, ldy, x, M, K, N, w, nb0, bias, bias_nb, e);
-    else if (S == 2) k_gemv_q<TYPE, 2><<<g, t, 0, st>>>(y, ldy, x, M, K, N, w, nb0, bias, bias_nb, e);
-    else k_gemv_q<TYPE, 1><<<g, t, 0, st>>>(y, ldy, x, M, K, N, w, nb0, bias, bias_nb, e);
+    const unsigned t = 32 * GEMV_WARPS;
+    if (TYPE == TYPE_F32) {
+        if (S == 4) k_gemv_f32<4><<<gr, t, 0, st>>>(y, ldy, x, m, K, g);
+        else if (S == 2) k_gemv_f32<2><<<gr, t, 0, st>>>(y, ldy, x, m, K, g);
+        else k_gemv_f32<1><<<gr, t, 0, st>>>(y, ldy, x, m, K, g);
+    } else {
+        if (S == 4) k_gemv_q<TYPE, 4><<<gr, t, 0, st>>>(y, ldy, x, m, K, g);
+        else if (S == 2) k_gemv_q<TYPE, 2><<<gr, t, 0, st>>>(y, ldy, x, m, K, g);
+        else k_gemv_q<TYPE, 1><<<gr, t, 0, st>>>(y, ldy, x, m, K, g);
+    }
 }
 
-/* The fast decode GEMV for w when one fits (see above); false otherwise. */
+/* Whether the fast decode GEMV takes weight w (F32 rows 16-byte aligned,
+ * or contiguous Q8_0 / Q4_0 rows 2-byte aligned). */
+static bool gemv_fits(const struct tensor *w)
+{
+    if (w->ne[0] > (int64_t)INT32_MAX) return false;
+    if (w->type == TYPE_F32) return w->nb[1] == 4 && w->nb[0] % 16 == 0 && (uintptr_t)w->data % 16 == 0;
+    return (w->type == TYPE_Q8_0 || w->type == TYPE_Q4_0) && w->nb[0] % 2 == 0 && (uintptr_t)w->data % 2 == 0 &&
+           w->nb[1] == (int64_t)(dtype_traits(w->type)->size / (size_t)QK);
+}
+
+/* The fast decode GEMV over weights w[0..n) of one type (gemv_fits), the
+ * products side by side in y (ld ldy), part i through act[i]; bias and
+ * residual as gemv_group. false (nothing launched) when it does not fit. */
+static bool gemv_fast_group(struct arena *a, float *y, int64_t ldy, const float *x, int64_t M, int64_t K, int n,
+                            const struct tensor *const *w, const int *act, const char *bias, int64_t bias_nb,
+                            const float *res)
+{
+    if (M > GEMV_ROWS || K % 4 || (uintptr_t)x % 16 || n < 1 || n > OP_LINEAR_CAT_MAX) return false;
+    const int type = (int)w[0]->type;
+    for (int i = 0; i < n; i++)
+        if ((int)w[i]->type != type || !gemv_fits(w[i])) return false;
+    const int S = type == TYPE_F32 ? gemv_split(K / 4, 32 * GEMV_UNROLL) : gemv_split(K / QK, 32);
+    struct gemv_group g;
+    memset(&g, 0, sizeof g);
+    g.n = n;
+    g.bias = bias;
+    g.bias_nb = bias_nb;
+    g.res = res;
+    int64_t col = 0, blocks = 0;
+    for (int i = 0; i < n; i++) {
+        g.p[i] = gemv_part{(const char *)w[i]->data, w[i]->nb[0], w[i]->ne[0], col, act[i], (unsigned)blocks};
+        col += w[i]->ne[0];
+        blocks += gemv_grid(w[i]->ne[0], S);
+    }
+    if (blocks > (int64_t)INT32_MAX) return false;
+    cudaStream_t st = cuda_of(a)->st;
+    const unsigned gr = (unsigned)blocks;
+    const int m = (int)M;
+    if (type == TYPE_F32) gemv_launch<TYPE_F32>(st, S, gr, y, ldy, x, m, K, g);
+    else if (type == TYPE_Q8_0) gemv_launch<TYPE_Q8_0>(st, S, gr, y, ldy, x, m, K, g);
+    else gemv_launch<TYPE_Q4_0>(st, S, gr, y, ldy, x, m, K, g);
+    cu_launched(a, "linear gemv");
+    return true;
+}
+
+/* The fast decode GEMV for one weight (see above); false otherwise. */
 static bool gemv_fast(struct arena *a, float *y, int64_t ldy, const float *x, int64_t M, int64_t K,
                       const struct tensor *w, const char *bias, int64_t bias_nb, const struct gemv_epi &e)
 {
-    const int64_t N = w->ne[0];
-    if (M > GEMV_ROWS || K % 4 || (uintptr_t)x % 16 || N > (int64_t)INT32_MAX) return false;
-    cudaStream_t st = cuda_of(a)->st;
-    const int m = (int)M;
-    if (w->type == TYPE_F32 && w->nb[1] == 4 && w->nb[0] % 16 == 0 && (uintptr_t)w->data % 16 == 0) {
-        const float *wf = (const float *)w->data;
-        const int64_t ld = w->nb[0] / 4;
-        const int S = gemv_split(K / 4, 32 * GEMV_UNROLL);
-        const unsigned g = gemv_grid(N, S), t = 32 * GEMV_WARPS;
-        if (S == 4) k_gemv_f32<4><<<g, t, 0, st>>>(y, ldy, x, m, K, N, wf, ld, bias, bias_nb, e);
-        else if (S == 2) k_gemv_f32<2><<<g, t, 0, st>>>(y, ldy, x, m, K, N, wf, ld, bias, bias_nb, e);
-        else k_gemv_f32<1><<<g, t, 0, st>>>(y, ldy, x, m, K, N, wf, ld, bias, bias_nb, e);
-    } else if ((w->type == TYPE_Q8_0 || w->type == TYPE_Q4_0) && w->nb[0] % 2 == 0 &&
-               (uintptr_t)w->data % 2 == 0 &&
-               w->nb[1] == (int64_t)(dtype_traits(w->type)->size / (size_t)QK)) { /* contiguous rows */
-        const int S = gemv_split(K / QK, 32);
-        if (w->type == TYPE_Q8_0)
-            gemv_q<TYPE_Q8_0>(st, S, y, ldy, x, m, K, N, (const char *)w->data, w->nb[0], bias, bias_nb, e);
-        else
-            gemv_q<TYPE_Q4_0>(st, S, y, ldy, x, m, K, N, (const char *)w->data, w->nb[0], bias, bias_nb, e);
-    } else {
-        return false;
-    }
-    cu_launched(a, "linear gemv");
-    return true;
+    return gemv_fast_group(a, y, ldy, x, M, K, 1, &w, &e.act, bias, bias_nb, e.res);
 }
 
 /* rows [0, nc) of a weight (any type) -> dst[nc, K] F32 */
@@ -431,6 +487,31 @@ static void cuda_linear_ex(struct arena *a, struct tensor *out, const struct ten
     if (r && arena_status(a) == CBX_OK) k->binary(a, out, r, out, BIN_ADD);
 }
 
+/* op_linear_cat: one decode GEMV launch over every weight where that
+ * kernel runs; otherwise each product into its columns of out, then its
+ * activation in place */
+static void cuda_linear_cat(struct arena *a, struct tensor *out, const struct tensor *x, int n,
+                            const struct tensor *const *w, const int *act)
+{
+    const int64_t K = x->ne[x->ndim - 1], M = tensor_nrows(x), N = out->ne[out->ndim - 1];
+    if (tensor_nelements(out) == 0) return;
+    const float *xc = cuda_f32_contig(a, x);
+    if (!xc) return;
+    float *y = (float *)out->data;
+    if (K > 0 && gemv_fast_group(a, y, N, xc, M, K, n, w, act, NULL, 0, NULL)) return;
+    int64_t col = 0;
+    for (int i = 0; i < n && arena_status(a) == CBX_OK; i++) {
+        cuda_linear_rows(a, y + col, N, xc, M, K, w[i], NULL);
+        if (act[i] >= 0 && arena_status(a) == CBX_OK) {
+            struct tensor part = *out; /* columns [col, col + N_i) */
+            part.data = y + col;
+            part.ne[part.ndim - 1] = w[i]->ne[0];
+            arena_backend(a)->k.unary(a, &part, &part, (enum unop)act[i], 0.0f, 0.0f);
+        }
+        col += w[i]->ne[0];
+    }
+}
+
 /* ---- matmul ------------------------------------------------------------------ */
 
 /* How cuBLAS sees Z^T for a row-major [r, c] matrix Z with element strides
@@ -532,5 +613,6 @@ void cuda_register_linear(struct kernels *k)
 {
     k->linear = cuda_linear;
     k->linear_ex = cuda_linear_ex;
+    k->linear_cat = cuda_linear_cat;
     k->matmul = cuda_matmul;
 }
