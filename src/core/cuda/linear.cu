@@ -488,8 +488,9 @@ static void cuda_linear_ex(struct arena *a, struct tensor *out, const struct ten
 }
 
 /* op_linear_cat: one decode GEMV launch over every weight where that
- * kernel runs; otherwise each product into its columns of out, then its
- * activation in place */
+ * kernel runs; otherwise each product (and its activation) in a
+ * contiguous scratch, copied into its columns of out (the elementwise
+ * kernels write contiguous results) */
 static void cuda_linear_cat(struct arena *a, struct tensor *out, const struct tensor *x, int n,
                             const struct tensor *const *w, const int *act)
 {
@@ -501,14 +502,18 @@ static void cuda_linear_cat(struct arena *a, struct tensor *out, const struct te
     if (K > 0 && gemv_fast_group(a, y, N, xc, M, K, n, w, act, NULL, 0, NULL)) return;
     int64_t col = 0;
     for (int i = 0; i < n && arena_status(a) == CBX_OK; i++) {
-        cuda_linear_rows(a, y + col, N, xc, M, K, w[i], NULL);
-        if (act[i] >= 0 && arena_status(a) == CBX_OK) {
-            struct tensor part = *out; /* columns [col, col + N_i) */
-            part.data = y + col;
-            part.ne[part.ndim - 1] = w[i]->ne[0];
-            arena_backend(a)->k.unary(a, &part, &part, (enum unop)act[i], 0.0f, 0.0f);
-        }
-        col += w[i]->ne[0];
+        const int64_t Ni = w[i]->ne[0];
+        const int64_t ne[2] = {M, Ni};
+        struct tensor *part = arena_tensor(a, TYPE_F32, 2, ne);
+        if (!part) return;
+        cuda_linear_rows(a, (float *)part->data, Ni, xc, M, K, w[i], NULL);
+        if (act[i] >= 0 && arena_status(a) == CBX_OK)
+            arena_backend(a)->k.unary(a, part, part, (enum unop)act[i], 0.0f, 0.0f);
+        if (arena_status(a) == CBX_OK)
+            cu_ok(a, cudaMemcpy2DAsync(y + col, (size_t)N * 4, part->data, (size_t)Ni * 4, (size_t)Ni * 4,
+                                       (size_t)M, cudaMemcpyDeviceToDevice, cuda_of(a)->st),
+                  "linear_cat columns");
+        col += Ni;
     }
 }
 
