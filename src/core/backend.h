@@ -51,9 +51,11 @@ struct kernels {
     void (*linear_ex)(struct arena *a, struct tensor *out, const struct tensor *x,
                       const struct tensor *w, const struct tensor *b, int act,
                       const struct tensor *r);
-    /* op_linear_cat (optional: NULL runs op_linear_ex per weight, op_concat) */
-    void (*linear_cat)(struct arena *a, struct tensor *out, const struct tensor *x, int n,
-                       const struct tensor *const *w, const int *act);
+    /* op_linear_cat (optional: NULL runs the norm, op_linear_ex per weight,
+     * op_concat); b and act always arrays of n */
+    void (*linear_cat)(struct arena *a, struct tensor *out, const struct tensor *x,
+                       const struct linear_norm *norm, int n, const struct tensor *const *w,
+                       const struct tensor *const *b, const int *act);
     void (*matmul)(struct arena *a, struct tensor *out, const struct tensor *x,
                    const struct tensor *y);
     /* ops_conv.c */

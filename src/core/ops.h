@@ -130,16 +130,27 @@ struct tensor *op_linear(struct arena *a, const struct tensor *x,
  * launches). */
 struct tensor *op_linear_ex(struct arena *a, const struct tensor *x, const struct tensor *w,
                             const struct tensor *b, int act, const struct tensor *r);
-/* Several products of one input, side by side: out[..., N0 + N1 + ...] =
- * [act0(x @ w0^T) | act1(x @ w1^T) | ...], n (1..OP_LINEAR_CAT_MAX)
- * weights of one type and input width, act[i] an enum unop or -1 (act
- * NULL: none), no bias. The same floats as op_linear_ex per weight and
- * op_concat, which it runs where the backend has no linear_cat kernel; a
- * kernel computes every part in one launch (the CUDA decode GEMV: q, k and
- * v, or gate and up, as one kernel). */
+/* A normalisation of a product's input over its innermost dim: layer
+ * norm (g, b: op_layer_norm) or RMS norm (g: op_rms_norm); g, b F32 [K]
+ * or NULL. */
+enum linear_norm_kind { LINEAR_NORM_LAYER, LINEAR_NORM_RMS };
+struct linear_norm {
+    enum linear_norm_kind kind;
+    const struct tensor *g, *b;
+    float eps;
+};
+/* Several products of one (optionally normalised) input, side by side:
+ * out[..., N0 + N1 + ...] = [act0(h @ w0^T + b0) | act1(h @ w1^T + b1) |
+ * ...], h = norm(x) (norm NULL: h = x), n (1..OP_LINEAR_CAT_MAX) weights
+ * of one type and input width, b NULL or b[i] F32 [Ni] or NULL, act[i] an
+ * enum unop or -1 (act NULL: none). The same floats as the norm op, then
+ * op_linear_ex per weight and op_concat, which it runs where the backend
+ * has no linear_cat kernel; a kernel computes every part in one launch
+ * (the CUDA decode GEMV: the norm in its prologue, then q, k and v, or
+ * gate and up, as one kernel). */
 #define OP_LINEAR_CAT_MAX 4
-struct tensor *op_linear_cat(struct arena *a, const struct tensor *x, int n, const struct tensor *const *w,
-                             const int *act);
+struct tensor *op_linear_cat(struct arena *a, const struct tensor *x, const struct linear_norm *norm, int n,
+                             const struct tensor *const *w, const struct tensor *const *b, const int *act);
 /* out[..., M, N] = x[..., M, K] @ y[..., K, N], F32, batch dims broadcast. */
 struct tensor *op_matmul(struct arena *a, const struct tensor *x, const struct tensor *y);
 

@@ -83,13 +83,36 @@ struct tensor *op_linear_ex(struct arena *a, const struct tensor *x, const struc
     return arena_status(a) == CBX_OK ? out : NULL;
 }
 
-struct tensor *op_linear_cat(struct arena *a, const struct tensor *x, int n, const struct tensor *const *w,
-                             const int *act)
+/* op_linear_cat's input h: x, or its norm */
+static struct tensor *norm_input(struct arena *a, const struct tensor *x, const struct linear_norm *norm)
+{
+    if (!norm) return (struct tensor *)x;
+    return norm->kind == LINEAR_NORM_LAYER ? op_layer_norm(a, x, norm->g, norm->b, norm->eps)
+                                           : op_rms_norm(a, x, norm->g, norm->eps);
+}
+
+struct tensor *op_linear_cat(struct arena *a, const struct tensor *x, const struct linear_norm *norm, int n,
+                             const struct tensor *const *w, const struct tensor *const *b, const int *act)
 {
     if (!x || !w) return NULL;
     if (n < 1 || n > OP_LINEAR_CAT_MAX) {
         arena_fail(a, CBX_ERR_INTERNAL, "op_linear_cat: %d weights (1..%d)", n, OP_LINEAR_CAT_MAX);
         return NULL;
+    }
+    const int64_t K = x->ndim ? x->ne[x->ndim - 1] : 0;
+    if (norm) {
+        const struct tensor *p[2] = {norm->g, norm->b};
+        for (int i = 0; i < 2; i++)
+            if (p[i] && (p[i]->type != TYPE_F32 || p[i]->ndim != 1 || p[i]->ne[0] != K ||
+                         (i == 1 && norm->kind != LINEAR_NORM_LAYER))) {
+                arena_fail(a, CBX_ERR_INTERNAL, "op_linear_cat: norm %s of %s [%lld] for width %lld",
+                           i ? "bias" : "weight", dtype_name(p[i]->type), (long long)p[i]->ne[0], (long long)K);
+                return NULL;
+            }
+        if (norm->kind != LINEAR_NORM_LAYER && norm->kind != LINEAR_NORM_RMS) {
+            arena_fail(a, CBX_ERR_INTERNAL, "op_linear_cat: norm kind %d", (int)norm->kind);
+            return NULL;
+        }
     }
     for (int i = 0; i < n; i++) {
         if (!w[i]) return NULL;
@@ -100,16 +123,17 @@ struct tensor *op_linear_cat(struct arena *a, const struct tensor *x, int n, con
     }
     const struct backend *be = arena_backend(a);
     if (!be->k.linear_cat) {
+        const struct tensor *h = norm_input(a, x, norm);
         struct tensor *out = NULL;
-        for (int i = 0; i < n; i++) {
-            struct tensor *y = op_linear_ex(a, x, w[i], NULL, act ? act[i] : -1, NULL);
+        for (int i = 0; h && i < n; i++) {
+            struct tensor *y = op_linear_ex(a, h, w[i], b ? b[i] : NULL, act ? act[i] : -1, NULL);
             out = i ? op_concat(a, out, y, x->ndim - 1) : y;
         }
         return out;
     }
     int64_t N = 0;
     for (int i = 0; i < n; i++) {
-        if (!linear_ok(a, "op_linear_cat", x, w[i], NULL)) return NULL;
+        if (!linear_ok(a, "op_linear_cat", x, w[i], b ? b[i] : NULL)) return NULL;
         if (w[i]->type != w[0]->type) {
             arena_fail(a, CBX_ERR_INTERNAL, "op_linear_cat: weights of %s and %s", dtype_name(w[0]->type),
                        dtype_name(w[i]->type));
@@ -122,8 +146,9 @@ struct tensor *op_linear_cat(struct arena *a, const struct tensor *x, int n, con
     ne[x->ndim - 1] = N;
     struct tensor *out = arena_tensor(a, TYPE_F32, x->ndim, ne);
     if (!out) return NULL;
-    int none[OP_LINEAR_CAT_MAX] = {-1, -1, -1, -1};
-    be->k.linear_cat(a, out, x, n, w, act ? act : none);
+    const int none[OP_LINEAR_CAT_MAX] = {-1, -1, -1, -1};
+    const struct tensor *nob[OP_LINEAR_CAT_MAX] = {NULL, NULL, NULL, NULL};
+    be->k.linear_cat(a, out, x, norm, n, w, b ? b : nob, act ? act : none);
     return arena_status(a) == CBX_OK ? out : NULL;
 }
 

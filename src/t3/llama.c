@@ -41,12 +41,13 @@ struct tensor *llama_layer_forward(struct arena *a, const struct t3_backbone *bb
     const struct llama_layer *l = &bb->llama[il];
     const int64_t H = bb->n_head, Hk = bb->n_kv_head;
     const int64_t Dh = bb->head_dim, I = l->gate_proj_w->ne[0];
-    struct tensor *h = op_rms_norm(a, hs, l->input_layernorm_w, bb->eps);
-    /* LlamaAttention: projections -> heads -> RoPE on q, k -> cache -> SDPA
-     * -> o_proj. q, k and v are column blocks of one product [B, T, (H +
-     * 2 Hk) Dh]; q and k, side by side, rotate as H + Hk heads. */
+    /* LlamaAttention on input_layernorm(hs): projections -> heads -> RoPE
+     * on q, k -> cache -> SDPA -> o_proj. q, k and v are column blocks of
+     * one product [B, T, (H + 2 Hk) Dh] of the normalised input; q and k,
+     * side by side, rotate as H + Hk heads. */
+    const struct linear_norm n1 = {LINEAR_NORM_RMS, l->input_layernorm_w, NULL, bb->eps};
     const struct tensor *wqkv[3] = {l->q_proj_w, l->k_proj_w, l->v_proj_w};
-    struct tensor *qkv = op_linear_cat(a, h, 3, wqkv, NULL);
+    struct tensor *qkv = op_linear_cat(a, hs, &n1, 3, wqkv, NULL, NULL);
     struct tensor *qk = rope(a, op_split_heads(a, op_slice(a, qkv, 2, 0, (H + Hk) * Dh), H + Hk), pos, kv,
                              &bb->rope);
     struct tensor *q = op_slice(a, qk, 1, 0, H), *k = op_slice(a, qk, 1, H, Hk);
@@ -54,11 +55,12 @@ struct tensor *llama_layer_forward(struct arena *a, const struct t3_backbone *bb
     struct tensor *o = kv_cache_attend(a, kv, il, q, k, v, kv_only);
     if (kv_only || !o) return o;
     struct tensor *x = op_linear_ex(a, o, l->o_proj_w, NULL, -1, hs); /* hs + o_proj(o) */
-    /* LlamaMLP: down(silu(gate(h)) * up(h)), gate and up one product */
-    h = op_rms_norm(a, x, l->post_attention_layernorm_w, bb->eps);
+    /* LlamaMLP on post_attention_layernorm(x): down(silu(gate(h)) * up(h)),
+     * gate and up one product */
+    const struct linear_norm n2 = {LINEAR_NORM_RMS, l->post_attention_layernorm_w, NULL, bb->eps};
     const struct tensor *wgu[2] = {l->gate_proj_w, l->up_proj_w};
     const int act[2] = {UN_SILU, -1};
-    struct tensor *gu = op_linear_cat(a, h, 2, wgu, act);
+    struct tensor *gu = op_linear_cat(a, x, &n2, 2, wgu, NULL, act);
     struct tensor *m = op_mul(a, op_slice(a, gu, 2, 0, I), op_slice(a, gu, 2, I, I));
     return op_linear_ex(a, m, l->down_proj_w, NULL, -1, x);
 }

@@ -246,17 +246,35 @@ static struct tensor *c_linear_ex(struct arena *a, int v)
 }
 /* op_linear_cat: 0 f32 q, k, v of two rows (K 1024); 1 q4_0 gate + SiLU
  * and up, one row (K 2048); 2 q8_0 three parts of unequal width, three
- * rows; 3 f32 two parts over 9 rows (the GEMM path) */
+ * rows; 3 f32 two parts over 9 rows (the GEMM path). With a norm of the
+ * input: 4 f32 layer norm, bias, gelu_tanh, one row (K 1024: GPT-2's
+ * c_fc); 5 q4_0 RMS norm, gate + SiLU and up, two rows (K 2048); 6 q8_0
+ * layer norm without affine, three parts with biases, three rows; 7 f32
+ * RMS norm over 9 rows (the GEMM path); 8 f32 layer norm, bias, K 4096
+ * (split GEMV) */
 static struct tensor *c_linear_cat(struct arena *a, int v)
 {
-    static const enum dtype t[4] = {TYPE_F32, TYPE_Q4_0, TYPE_Q8_0, TYPE_F32};
-    static const int nw[4] = {3, 2, 3, 2}, rows[4] = {2, 1, 3, 9};
-    static const int64_t kk[4] = {1024, 2048, 256, 320}, nn[4][3] = {{96, 64, 64}, {150, 150, 0}, {40, 7, 33}, {50, 70, 0}};
-    static const int acts[4][3] = {{-1, -1, -1}, {UN_SILU, -1, -1}, {UN_GELU_TANH, -1, UN_SILU}, {-1, UN_SILU, -1}};
-    const struct tensor *w[3];
-    for (int i = 0; i < nw[v]; i++) w[i] = in_w(a, t[v], 74 + (uint64_t)(3 * v + i), ND(nn[v][i], kk[v]));
-    struct tensor *x = in_f32(a, 75, ND(rows[v], kk[v]), -1, 1);
-    return op_linear_cat(a, x, nw[v], w, v == 0 ? NULL : acts[v]);
+    static const enum dtype t[9] = {TYPE_F32, TYPE_Q4_0, TYPE_Q8_0, TYPE_F32, TYPE_F32,
+                                    TYPE_Q4_0, TYPE_Q8_0, TYPE_F32, TYPE_F32};
+    static const int nw[9] = {3, 2, 3, 2, 1, 2, 3, 2, 1}, rows[9] = {2, 1, 3, 9, 1, 2, 3, 9, 1};
+    static const int64_t kk[9] = {1024, 2048, 256, 320, 1024, 2048, 256, 320, 4096};
+    static const int64_t nn[9][3] = {{96, 64, 64}, {150, 150, 0}, {40, 7, 33}, {50, 70, 0}, {200, 0, 0},
+                                     {150, 150, 0}, {40, 7, 33}, {50, 70, 0}, {90, 0, 0}};
+    static const int acts[9][3] = {{-1, -1, -1}, {UN_SILU, -1, -1}, {UN_GELU_TANH, -1, UN_SILU}, {-1, UN_SILU, -1},
+                                   {UN_GELU_TANH, -1, -1}, {UN_SILU, -1, -1}, {-1, UN_SILU, -1}, {UN_SILU, -1, -1},
+                                   {-1, -1, -1}};
+    const struct tensor *w[3], *b[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < nw[v]; i++) {
+        w[i] = in_w(a, t[v], 74 + (uint64_t)(3 * v + i), ND(nn[v][i], kk[v]));
+        if (v == 4 || v == 6 || v == 8) b[i] = in_f32(a, 120 + (uint64_t)(3 * v + i), ND(nn[v][i]), -1, 1);
+    }
+    /* a mean well away from zero, as a residual stream's */
+    struct tensor *x = in_f32(a, 75, ND(rows[v], kk[v]), v < 4 ? -1 : 0.5f, v < 4 ? 1 : 3);
+    struct linear_norm nm = {v == 5 || v == 7 ? LINEAR_NORM_RMS : LINEAR_NORM_LAYER, NULL, NULL,
+                             v == 6 ? 1e-5f : 1e-6f};
+    if (v != 6) nm.g = in_f32(a, 76, ND(kk[v]), 0.5f, 1.5f);
+    if (nm.kind == LINEAR_NORM_LAYER && v != 6) nm.b = in_f32(a, 77, ND(kk[v]), -1, 1);
+    return op_linear_cat(a, x, v < 4 ? NULL : &nm, nw[v], w, b, v == 0 ? NULL : acts[v]);
 }
 static struct tensor *c_matmul(struct arena *a, int v)
 {
@@ -337,7 +355,7 @@ static struct tensor *c_attention(struct arena *a, int v)
     if (v == 7) { Tq = 6; Tk = 4; }
     if (v == 9) { B = 1; Hq = 2; Hk = 1; Tq = 2; Tk = 9000; D = 8; }
     if (v >= 11 && v <= 14) { Tq = 1; Tk = v == 13 ? 700 : v == 14 ? 300 : 1000; D = v == 13 ? 32 : 64; }
-    if (v >= 15) {
+    if (v >= 15 && v <= 20) {
         static const int64_t fl[6][3] = {{130, 150, 64}, {100, 170, 64}, {67, 129, 128},
                                          {90, 70, 64},   {65, 64, 64},   {40, 1000, 32}};
         Tq = fl[v - 15][0];
@@ -347,7 +365,8 @@ static struct tensor *c_attention(struct arena *a, int v)
     struct tensor *q = in_f32(a, 90, ND(B, Hq, Tq, D), -1, 1);
     struct tensor *k = in_f32(a, 91, ND(B, Hk, Tk, D), -1, 1);
     struct tensor *vv = in_f32(a, 92, ND(B, Hk, Tk, D), -1, 1);
-    if (v == 8 || v == 19) {
+    if (v == 21) { B = 3; Tq = 1; Tk = 500; D = 20; }
+    if (v == 8 || v == 19 || v == 21) {
         const int perm[4] = {0, 2, 1, 3};
         q = op_permute(a, in_f32(a, 93, ND(B, Tq, Hq, D), -1, 1), perm);
         k = op_permute(a, in_f32(a, 94, ND(B, Tk, Hk, D), -1, 1), perm);
@@ -633,6 +652,11 @@ static const struct tcase cases[] = {
     {"linear_cat q4_0 gate silu + up", c_linear_cat, 1, 1e-5, 3e-2},
     {"linear_cat q8_0 three widths three rows", c_linear_cat, 2, 1e-5, 3e-2},
     {"linear_cat f32 nine rows", c_linear_cat, 3, 1e-5, 1e-5},
+    {"linear_cat f32 layer norm, bias, gelu_tanh", c_linear_cat, 4, 1e-5, 1e-5},
+    {"linear_cat q4_0 rms norm, gate silu + up, two rows", c_linear_cat, 5, 1e-5, 3e-2},
+    {"linear_cat q8_0 plain layer norm, biases, three rows", c_linear_cat, 6, 1e-5, 3e-2},
+    {"linear_cat f32 rms norm nine rows", c_linear_cat, 7, 1e-5, 1e-5},
+    {"linear_cat f32 layer norm K 4096", c_linear_cat, 8, 1e-5, 1e-5},
     {"matmul batched", c_matmul, 0, 1e-5, 0},
     {"matmul broadcast batch", c_matmul, 1, 1e-5, 0},
     {"matmul strided views", c_matmul, 2, 1e-5, 0},
@@ -683,6 +707,7 @@ static const struct tcase cases[] = {
     {"attention tiles q8_0 kv causal Tq > Tk", c_attention, 18, 1e-5, 1e-5},
     {"attention tiles permuted -inf row", c_attention, 19, 1e-5, 1e-5},
     {"attention tiles D 32 1000 keys", c_attention, 20, 1e-5, 1e-5},
+    {"attention decode D 20 permuted views", c_attention, 21, 1e-5, 1e-5},
     {"rope", c_rope, 0, 1e-6, 1e-5},
     {"rope partial n_dims", c_rope, 1, 1e-6, 1e-5},
     {"rope llama3 scaling", c_rope, 2, 1e-6, 1e-5},

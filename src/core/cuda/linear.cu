@@ -33,20 +33,25 @@ struct gemv_epi {
 /* The weights of one decode GEMV launch (op_linear_cat: up to
  * OP_LINEAR_CAT_MAX of one type and width, outputs side by side in y):
  * part i takes blocks [blk0, next part's blk0) and writes columns
- * [col, col + N) through its own activation; bias and residual are the
- * launch's (a group of one). */
+ * [col, col + N) through its own bias and activation; the residual is the
+ * launch's (a group of one). norm >= 0 (enum linear_norm_kind): the input
+ * rows are normalised first (gemv_norm_rows), ng/nb the norm's weight and
+ * bias (F32 or NULL). */
 struct gemv_part {
     const char *w; /* N rows of nb0 bytes */
     int64_t nb0, N, col;
     int act;
     unsigned blk0;
+    const char *bias;
+    int64_t bias_nb;
 };
 struct gemv_group {
     int n;
     struct gemv_part p[OP_LINEAR_CAT_MAX];
-    const char *bias;
-    int64_t bias_nb;
     const float *res;
+    int norm;
+    const float *ng, *nb;
+    float eps;
 };
 
 /* this block's part */
@@ -109,6 +114,65 @@ __device__ static inline void gemv_finish(float *y, int64_t ldy, int M, int64_t 
         }
 }
 
+/* The norm prologue (g.norm >= 0): rows [0, M) of x [M, K] into sx
+ * (shared, (M + 2) * K floats: the rows, then the norm's weight and bias)
+ * normalised as the norm kernels do (ops_nn.c): mean and mean square in
+ * double over the block in one reduction, the affine map in double.
+ * K % 4 == 0. The rows, weight and bias are loaded in one pass (the
+ * prologue waits on memory once) with few registers, so the product's
+ * occupancy stays as without it. Every thread of the block calls it (it
+ * synchronises the block). */
+__device__ static void gemv_norm_rows(float *sx, const float *x, int M, int64_t K, const struct gemv_group &g)
+{
+    __shared__ double red[GEMV_WARPS][2 * GEMV_ROWS];
+    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, K4 = (int)(K / 4), n4 = (M + 2) * K4;
+    const bool layer = g.norm == LINEAR_NORM_LAYER;
+    float4 *s4 = (float4 *)sx;
+#pragma unroll 4
+    for (int e = threadIdx.x; e < n4; e += blockDim.x) {
+        const int r = e / K4, i = e - r * K4;
+        const float *src = r < M ? x : r == M ? g.ng : g.nb;
+        const float d = r == M ? 1.0f : 0.0f; /* no weight: 1; no bias: 0 */
+        s4[e] = src ? __ldg((const float4 *)src + (r < M ? e : i)) : make_float4(d, d, d, d);
+    }
+    __syncthreads();
+    for (int r = 0; r < M; r++) {
+        double s1 = 0, s2 = 0;
+        for (int i = threadIdx.x; i < K4; i += blockDim.x) {
+            const float4 v = s4[r * K4 + i];
+            s1 += (double)v.x + (double)v.y + (double)v.z + (double)v.w;
+            s2 += (double)v.x * v.x + (double)v.y * v.y + (double)v.z * v.z + (double)v.w * v.w;
+        }
+        for (int off = 16; off > 0; off >>= 1) {
+            s1 += __shfl_xor_sync(0xffffffffu, s1, off);
+            s2 += __shfl_xor_sync(0xffffffffu, s2, off);
+        }
+        if (lane == 0) {
+            red[wi][2 * r] = s1;
+            red[wi][2 * r + 1] = s2;
+        }
+    }
+    __syncthreads();
+    const float4 *g4 = s4 + M * K4, *b4 = g4 + K4;
+    for (int r = 0; r < M; r++) {
+        double s1 = 0, s2 = 0;
+        for (int w = 0; w < GEMV_WARPS; w++) {
+            s1 += red[w][2 * r];
+            s2 += red[w][2 * r + 1];
+        }
+        const double mean = layer ? s1 / (double)K : 0.0, var = s2 / (double)K - mean * mean;
+        const double rstd = 1.0 / sqrt((var > 0 ? var : 0.0) + (double)g.eps);
+        for (int i = threadIdx.x; i < K4; i += blockDim.x) {
+            const float4 v = s4[r * K4 + i], gv = g4[i], bv = b4[i];
+            s4[r * K4 + i] = make_float4((float)(((double)v.x - mean) * rstd * gv.x + bv.x),
+                                         (float)(((double)v.y - mean) * rstd * gv.y + bv.y),
+                                         (float)(((double)v.z - mean) * rstd * gv.z + bv.z),
+                                         (float)(((double)v.w - mean) * rstd * gv.w + bv.w));
+        }
+    }
+    __syncthreads();
+}
+
 /* One warp per output o. Block types: each lane takes whole blocks (lane,
  * lane + 32, ...: the warp reads consecutive blocks), widening each
  * element exactly as d_block_elem; F16/BF16 rows with 4-byte aligned
@@ -164,43 +228,68 @@ __global__ static void k_gemv(float *y, int64_t ldy, const float *x, int M, int6
  *    quants as 16-bit words, and widens each as quant.c does (d * q). */
 
 template <int S>
-__global__ static void k_gemv_f32(float *y, int64_t ldy, const float *x, int M, int64_t K, struct gemv_group g)
+__global__ static void __launch_bounds__(32 * GEMV_WARPS, 3) k_gemv_f32(float *y, int64_t ldy, const float *x, int M, int64_t K, struct gemv_group g)
 {
     __shared__ float sh[S > 1 ? GEMV_WARPS : 1][GEMV_ROWS];
+    extern __shared__ float4 sx4[]; /* the normalised rows (g.norm >= 0) */
     const struct gemv_part pp = gemv_pick(g);
     const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
     const int64_t N = pp.N, o = (int64_t)(blockIdx.x - pp.blk0) * (GEMV_WARPS / S) + wi / S;
     const int64_t K4 = K / 4, per = (K4 + S - 1) / S, beg = (wi % S) * per, end = beg + per < K4 ? beg + per : K4;
     float acc[GEMV_ROWS] = {0, 0, 0, 0};
     const float4 *row = (const float4 *)(pp.w + (o < N ? o : 0) * pp.nb0);
-    /* GEMV_UNROLL weight loads in flight per lane before the products */
+    /* GEMV_UNROLL weight loads in flight per lane before the products; the
+     * first round's are issued before the norm prologue */
+    float4 wv[GEMV_UNROLL];
+#define GEMV_LOAD_F32(i0)                                                           \
+    _Pragma("unroll") for (int u = 0; u < GEMV_UNROLL; u++)                         \
+    {                                                                               \
+        const int64_t i = (i0) + 32 * u;                                            \
+        wv[u] = o < N && i < end ? __ldg(row + i) : make_float4(0, 0, 0, 0);        \
+    }
+    GEMV_LOAD_F32(beg + lane);
+    const float *xs = x;
+    if (g.norm >= 0) {
+        gemv_norm_rows((float *)sx4, x, M, K, g);
+        xs = (const float *)sx4;
+    }
     for (int64_t i0 = beg + lane; o < N && i0 < end; i0 += 32 * GEMV_UNROLL) {
-        float4 wv[GEMV_UNROLL];
-#pragma unroll
-        for (int u = 0; u < GEMV_UNROLL; u++) {
-            const int64_t i = i0 + 32 * u;
-            wv[u] = i < end ? __ldg(row + i) : make_float4(0, 0, 0, 0);
-        }
         for (int r = 0; r < M; r++) {
-            const float4 *xr = (const float4 *)(x + r * K);
+            const float4 *xr = (const float4 *)(xs + r * K);
 #pragma unroll
             for (int u = 0; u < GEMV_UNROLL; u++) {
                 const int64_t i = i0 + 32 * u;
                 if (i < end) {
-                    const float4 xv = __ldg(xr + i);
+                    const float4 xv = xr[i];
                     acc[r] += wv[u].x * xv.x + wv[u].y * xv.y + wv[u].z * xv.z + wv[u].w * xv.w;
                 }
             }
         }
+        GEMV_LOAD_F32(i0 + 32 * GEMV_UNROLL);
     }
-    gemv_finish<S>(y + pp.col, ldy, M, N, o, acc, g.bias, g.bias_nb, gemv_epi{pp.act, g.res}, sh);
+#undef GEMV_LOAD_F32
+    gemv_finish<S>(y + pp.col, ldy, M, N, o, acc, pp.bias, pp.bias_nb, gemv_epi{pp.act, g.res}, sh);
+}
+
+/* a Q8_0 / Q4_0 block's scale and quants, as 16-bit words */
+template <int TYPE>
+struct qraw {
+    uint16_t u[TYPE == TYPE_Q8_0 ? 17 : 9];
+};
+template <int TYPE>
+__device__ static inline void q_load(struct qraw<TYPE> &q, const char *row, int64_t bi, bool ok)
+{
+    constexpr int BS = TYPE == TYPE_Q8_0 ? 34 : 18;
+    const uint16_t *b16 = (const uint16_t *)(row + bi * BS);
+#pragma unroll
+    for (int j = 0; j < BS / 2; j++) q.u[j] = ok ? __ldg(b16 + j) : 0;
 }
 
 template <int TYPE, int S>
-__global__ static void k_gemv_q(float *y, int64_t ldy, const float *x, int M, int64_t K, struct gemv_group g)
+__global__ static void __launch_bounds__(32 * GEMV_WARPS, 3) k_gemv_q(float *y, int64_t ldy, const float *x, int M, int64_t K, struct gemv_group g)
 {
-    constexpr int BS = TYPE == TYPE_Q8_0 ? 34 : 18;
     __shared__ float sh[S > 1 ? GEMV_WARPS : 1][GEMV_ROWS];
+    extern __shared__ float4 sx4[]; /* the normalised rows (g.norm >= 0) */
     const struct gemv_part pp = gemv_pick(g);
     const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
     const int64_t N = pp.N, o = (int64_t)(blockIdx.x - pp.blk0) * (GEMV_WARPS / S) + wi / S;
@@ -208,39 +297,47 @@ __global__ static void k_gemv_q(float *y, int64_t ldy, const float *x, int M, in
     float acc[GEMV_ROWS] = {0, 0, 0, 0};
     const int64_t nblk = K / QK, per = (nblk + S - 1) / S, beg = (wi % S) * per,
                   end = beg + per < nblk ? beg + per : nblk;
+    /* the first block's loads are issued before the norm prologue */
+    struct qraw<TYPE> q;
+    q_load<TYPE>(q, row, beg + lane, o < N && beg + lane < end);
+    const float *xs = x;
+    if (g.norm >= 0) {
+        gemv_norm_rows((float *)sx4, x, M, K, g);
+        xs = (const float *)sx4;
+    }
     for (int64_t bi = beg + lane; o < N && bi < end; bi += 32) {
-        const uint16_t *b16 = (const uint16_t *)(row + bi * BS);
-        const float d = scalar_fp16_to_f32(__ldg(b16));
+        const float d = scalar_fp16_to_f32(q.u[0]);
         float wv[QK];
         if (TYPE == TYPE_Q8_0) {
 #pragma unroll
             for (int j = 0; j < QK / 2; j++) {
-                const uint16_t u = __ldg(b16 + 1 + j);
+                const uint16_t u = q.u[1 + j];
                 wv[2 * j] = d * (float)(int8_t)(u & 0xff);
                 wv[2 * j + 1] = d * (float)(int8_t)(u >> 8);
             }
         } else {
 #pragma unroll
             for (int j = 0; j < QK / 4; j++) {
-                const uint16_t u = __ldg(b16 + 1 + j);
+                const uint16_t u = q.u[1 + j];
                 wv[2 * j] = d * (float)((int)(u & 0x0f) - 8);
                 wv[2 * j + 1] = d * (float)((int)((u >> 8) & 0x0f) - 8);
                 wv[QK / 2 + 2 * j] = d * (float)((int)((u >> 4) & 0x0f) - 8);
                 wv[QK / 2 + 2 * j + 1] = d * (float)((int)(u >> 12) - 8);
             }
         }
+        q_load<TYPE>(q, row, bi + 32, bi + 32 < end);
         for (int r = 0; r < M; r++) {
-            const float4 *xb = (const float4 *)(x + r * K + bi * QK);
+            const float4 *xb = (const float4 *)(xs + r * K + bi * QK);
             float a = 0;
 #pragma unroll
             for (int j = 0; j < QK / 4; j++) {
-                const float4 xv = __ldg(xb + j);
+                const float4 xv = xb[j];
                 a += wv[4 * j] * xv.x + wv[4 * j + 1] * xv.y + wv[4 * j + 2] * xv.z + wv[4 * j + 3] * xv.w;
             }
             acc[r] += a;
         }
     }
-    gemv_finish<S>(y + pp.col, ldy, M, N, o, acc, g.bias, g.bias_nb, gemv_epi{pp.act, g.res}, sh);
+    gemv_finish<S>(y + pp.col, ldy, M, N, o, acc, pp.bias, pp.bias_nb, gemv_epi{pp.act, g.res}, sh);
 }
 
 /* Warps per output: enough that each lane's loads are in flight at once
@@ -262,14 +359,15 @@ static void gemv_launch(cudaStream_t st, int S, unsigned gr, float *y, int64_t l
                         const struct gemv_group &g)
 {
     const unsigned t = 32 * GEMV_WARPS;
+    const size_t sm = g.norm >= 0 ? (size_t)(m + 2) * (size_t)K * 4 : 0; /* gemv_norm_rows */
     if (TYPE == TYPE_F32) {
-        if (S == 4) k_gemv_f32<4><<<gr, t, 0, st>>>(y, ldy, x, m, K, g);
-        else if (S == 2) k_gemv_f32<2><<<gr, t, 0, st>>>(y, ldy, x, m, K, g);
-        else k_gemv_f32<1><<<gr, t, 0, st>>>(y, ldy, x, m, K, g);
+        if (S == 4) k_gemv_f32<4><<<gr, t, sm, st>>>(y, ldy, x, m, K, g);
+        else if (S == 2) k_gemv_f32<2><<<gr, t, sm, st>>>(y, ldy, x, m, K, g);
+        else k_gemv_f32<1><<<gr, t, sm, st>>>(y, ldy, x, m, K, g);
     } else {
-        if (S == 4) k_gemv_q<TYPE, 4><<<gr, t, 0, st>>>(y, ldy, x, m, K, g);
-        else if (S == 2) k_gemv_q<TYPE, 2><<<gr, t, 0, st>>>(y, ldy, x, m, K, g);
-        else k_gemv_q<TYPE, 1><<<gr, t, 0, st>>>(y, ldy, x, m, K, g);
+        if (S == 4) k_gemv_q<TYPE, 4><<<gr, t, sm, st>>>(y, ldy, x, m, K, g);
+        else if (S == 2) k_gemv_q<TYPE, 2><<<gr, t, sm, st>>>(y, ldy, x, m, K, g);
+        else k_gemv_q<TYPE, 1><<<gr, t, sm, st>>>(y, ldy, x, m, K, g);
     }
 }
 
@@ -283,14 +381,23 @@ static bool gemv_fits(const struct tensor *w)
            w->nb[1] == (int64_t)(dtype_traits(w->type)->size / (size_t)QK);
 }
 
+/* The most shared memory the decode GEMV's norm prologue takes ((M + 2)
+ * * K floats; more runs the norm kernel first) */
+#define GEMV_NORM_SMEM (40 * 1024)
+
 /* The fast decode GEMV over weights w[0..n) of one type (gemv_fits), the
- * products side by side in y (ld ldy), part i through act[i]; bias and
- * residual as gemv_group. false (nothing launched) when it does not fit. */
+ * products side by side in y (ld ldy), part i through b[i] and act[i];
+ * the residual as gemv_group's; norm (or NULL) in the prologue. false
+ * (nothing launched) when it does not fit. */
 static bool gemv_fast_group(struct arena *a, float *y, int64_t ldy, const float *x, int64_t M, int64_t K, int n,
-                            const struct tensor *const *w, const int *act, const char *bias, int64_t bias_nb,
-                            const float *res)
+                            const struct tensor *const *w, const struct tensor *const *b, const int *act,
+                            const float *res, const struct linear_norm *norm)
 {
     if (M > GEMV_ROWS || K % 4 || (uintptr_t)x % 16 || n < 1 || n > OP_LINEAR_CAT_MAX) return false;
+    if (norm && ((size_t)(M + 2) * (size_t)K * 4 > GEMV_NORM_SMEM ||
+                 (norm->g && (!tensor_is_contiguous(norm->g) || (uintptr_t)norm->g->data % 16)) ||
+                 (norm->b && (!tensor_is_contiguous(norm->b) || (uintptr_t)norm->b->data % 16))))
+        return false;
     const int type = (int)w[0]->type;
     for (int i = 0; i < n; i++)
         if ((int)w[i]->type != type || !gemv_fits(w[i])) return false;
@@ -298,12 +405,17 @@ static bool gemv_fast_group(struct arena *a, float *y, int64_t ldy, const float 
     struct gemv_group g;
     memset(&g, 0, sizeof g);
     g.n = n;
-    g.bias = bias;
-    g.bias_nb = bias_nb;
     g.res = res;
+    g.norm = norm ? (int)norm->kind : -1;
+    if (norm) {
+        g.ng = norm->g ? (const float *)norm->g->data : NULL;
+        g.nb = norm->b ? (const float *)norm->b->data : NULL;
+        g.eps = norm->eps;
+    }
     int64_t col = 0, blocks = 0;
     for (int i = 0; i < n; i++) {
-        g.p[i] = gemv_part{(const char *)w[i]->data, w[i]->nb[0], w[i]->ne[0], col, act[i], (unsigned)blocks};
+        g.p[i] = gemv_part{(const char *)w[i]->data, w[i]->nb[0], w[i]->ne[0], col, act[i], (unsigned)blocks,
+                           b[i] ? (const char *)b[i]->data : NULL, b[i] ? b[i]->nb[0] : 0};
         col += w[i]->ne[0];
         blocks += gemv_grid(w[i]->ne[0], S);
     }
@@ -320,9 +432,9 @@ static bool gemv_fast_group(struct arena *a, float *y, int64_t ldy, const float 
 
 /* The fast decode GEMV for one weight (see above); false otherwise. */
 static bool gemv_fast(struct arena *a, float *y, int64_t ldy, const float *x, int64_t M, int64_t K,
-                      const struct tensor *w, const char *bias, int64_t bias_nb, const struct gemv_epi &e)
+                      const struct tensor *w, const struct tensor *b, const struct gemv_epi &e)
 {
-    return gemv_fast_group(a, y, ldy, x, M, K, 1, &w, &e.act, bias, bias_nb, e.res);
+    return gemv_fast_group(a, y, ldy, x, M, K, 1, &w, &b, &e.act, e.res, NULL);
 }
 
 /* rows [0, nc) of a weight (any type) -> dst[nc, K] F32 */
@@ -394,7 +506,7 @@ void cuda_linear_rows(struct arena *a, float *y, int64_t ldy, const float *x, in
         }
         return;
     }
-    if (gemv_fast(a, y, ldy, x, M, K, w, bias, bias_nb, gemv_epi{-1, NULL})) return;
+    if (gemv_fast(a, y, ldy, x, M, K, w, b, gemv_epi{-1, NULL})) return;
     if (w->type == TYPE_F32 && w->nb[0] % 4 == 0 && (w->nb[0] / 4 >= K || N == 1)) {
         if (!sgemm(a, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, (const float *)w->data,
                    N == 1 ? K : w->nb[0] / 4, x, K, 0.0f, y, ldy))
@@ -477,9 +589,7 @@ static void cuda_linear_ex(struct arena *a, struct tensor *out, const struct ten
     const float *xc = cuda_f32_contig(a, x);
     if (!xc) return;
     const struct gemv_epi e = {act, r ? (const float *)r->data : NULL};
-    const char *bias = b ? (const char *)b->data : NULL;
-    if (K > 0 && (!r || tensor_is_contiguous(r)) &&
-        gemv_fast(a, (float *)out->data, N, xc, M, K, w, bias, b ? b->nb[0] : 0, e))
+    if (K > 0 && (!r || tensor_is_contiguous(r)) && gemv_fast(a, (float *)out->data, N, xc, M, K, w, b, e))
         return;
     cuda_linear_rows(a, (float *)out->data, N, xc, M, K, w, b);
     const struct kernels *k = &arena_backend(a)->k;
@@ -487,26 +597,39 @@ static void cuda_linear_ex(struct arena *a, struct tensor *out, const struct ten
     if (r && arena_status(a) == CBX_OK) k->binary(a, out, r, out, BIN_ADD);
 }
 
-/* op_linear_cat: one decode GEMV launch over every weight where that
- * kernel runs; otherwise each product (and its activation) in a
- * contiguous scratch, copied into its columns of out (the elementwise
- * kernels write contiguous results) */
-static void cuda_linear_cat(struct arena *a, struct tensor *out, const struct tensor *x, int n,
-                            const struct tensor *const *w, const int *act)
+/* op_linear_cat: one decode GEMV launch over every weight, the norm in
+ * its prologue, where that kernel runs; otherwise the norm kernel, then
+ * each product (and its activation) in a contiguous scratch, copied into
+ * its columns of out (the elementwise kernels write contiguous results) */
+static void cuda_linear_cat(struct arena *a, struct tensor *out, const struct tensor *x,
+                            const struct linear_norm *norm, int n, const struct tensor *const *w,
+                            const struct tensor *const *b, const int *act)
 {
     const int64_t K = x->ne[x->ndim - 1], M = tensor_nrows(x), N = out->ne[out->ndim - 1];
     if (tensor_nelements(out) == 0) return;
     const float *xc = cuda_f32_contig(a, x);
     if (!xc) return;
     float *y = (float *)out->data;
-    if (K > 0 && gemv_fast_group(a, y, N, xc, M, K, n, w, act, NULL, 0, NULL)) return;
+    if (K > 0 && gemv_fast_group(a, y, N, xc, M, K, n, w, b, act, NULL, norm)) return;
+    if (norm) {
+        const int64_t ne[2] = {M, K};
+        struct tensor *h = arena_tensor(a, TYPE_F32, 2, ne);
+        if (!h) return;
+        struct tensor xs = *h;
+        xs.data = (void *)xc;
+        const struct kernels *k = &arena_backend(a)->k;
+        if (norm->kind == LINEAR_NORM_LAYER) k->layer_norm(a, h, &xs, norm->g, norm->b, norm->eps);
+        else k->rms_norm(a, h, &xs, norm->g, norm->eps);
+        if (arena_status(a) != CBX_OK) return;
+        xc = (const float *)h->data;
+    }
     int64_t col = 0;
     for (int i = 0; i < n && arena_status(a) == CBX_OK; i++) {
         const int64_t Ni = w[i]->ne[0];
         const int64_t ne[2] = {M, Ni};
         struct tensor *part = arena_tensor(a, TYPE_F32, 2, ne);
         if (!part) return;
-        cuda_linear_rows(a, (float *)part->data, Ni, xc, M, K, w[i], NULL);
+        cuda_linear_rows(a, (float *)part->data, Ni, xc, M, K, w[i], b[i]);
         if (act[i] >= 0 && arena_status(a) == CBX_OK)
             arena_backend(a)->k.unary(a, part, part, (enum unop)act[i], 0.0f, 0.0f);
         if (arena_status(a) == CBX_OK)
