@@ -10,8 +10,9 @@
  * online softmax in float registers); otherwise one block per query row
  * (k_attention: scores in shared memory or global scratch for long keys,
  * F32 dot products, double softmax sum, the weighted sum of v split over
- * the block); a decode row over many keys is split over blocks of 32 keys
- * and recombined (k_attn_split). A query that sees no key gives zeros
+ * the block); a decode row over many keys is split over blocks of 64 keys,
+ * the last block of the row combining them (k_attn_decode, one launch;
+ * float softmax parts, double combine). A query that sees no key gives zeros
  * (ops_nn.c, convention 2). */
 #include <math.h>
 
@@ -593,178 +594,179 @@ k_attn_flash(float *out, struct tv q, struct tv k, struct tv v, struct tv bias, 
     }
 }
 
-/* Decode (Tq 1, no probability export) over many keys: the keys are split
- * into ATT_SPLIT_KEYS-sized chunks, one block each, so a step with few
- * heads still fills the GPU. A block loads its chunks of k and v into
- * shared memory together with coalesced reads (widening F16/Q8_0 there),
- * takes ATT_PARTS threads a key for the scores and leaves its chunk's max
- * m, exp-sum l and unnormalised sum o[D]; k_attn_combine rescales them by
- * exp(m - M) to the row's max M. */
-#define ATT_SPLIT_KEYS 32
-#define ATT_PARTS (ATT_THREADS / ATT_SPLIT_KEYS)
+/* Decode (Tq 1, no probability export), one launch: the keys in chunks
+ * of AD_KEYS, a row's nsplit blocks (enough to fill the GPU, fixed for a
+ * launch so a recorded step replays at every length) taking chunks sp,
+ * sp + nsplit, ... A block's ATT_THREADS threads are AD_GROUPS groups of
+ * AD_G; a group takes AD_KEYS / AD_GROUPS keys of a chunk (a warp's
+ * groups adjacent rows, so the warp reads consecutive rows) and a thread
+ * D / AD_G of their dims: scores by shuffles in the group, an online
+ * softmax over the block's chunks, then the block's max M, exp-sum l and
+ * unnormalised sum o[D] left in scratch. The blocks count themselves in
+ * on the row's ticket (cuda_backend.tickets); the last one rescales every
+ * block's part by exp(M - max) in block order (the same sums whichever
+ * block is last), writes the row and puts the ticket back. */
+#define AD_KEYS 64
+#define AD_G 8
+#define AD_GROUPS (ATT_THREADS / AD_G)
+#define AD_PER (AD_KEYS / AD_GROUPS)
 
-/* rows [j0, j0 + n) of head (b, hk) of k and of v -> tk, tvv [n][D + 1]
- * (F32); each thread issues TILE_UNROLL loads of each before it stores
- * one, so the two chunks cost a few memory round trips together, not one
- * per element */
-#define TILE_UNROLL 8
-__device__ static void load_split_tiles(float *tk, float *tvv, const struct tv &k, const struct tv &v, int64_t b,
-                                        int64_t hk, int64_t j0, int n, int D)
+/* dims [d0, d0 + n) (n <= DPT) of row j of head (b, hk) -> f; vec: F32
+ * rows 16-byte aligned, n == DPT (float4 loads) */
+template <int DPT>
+__device__ static inline void kv_dims(float *f, const struct tv &t, int64_t b, int64_t hk, int64_t j, int d0, int n,
+                                      bool vec)
 {
-    const int total = n * D, step = (int)blockDim.x;
-    for (int e0 = threadIdx.x; e0 < total; e0 += step * TILE_UNROLL) {
-        float vk[TILE_UNROLL], vv[TILE_UNROLL];
+    if (vec) {
+        const float4 *r = (const float4 *)(t.p + b * t.nb[0] + hk * t.nb[1] + j * t.nb[2]) + d0 / 4;
 #pragma unroll
-        for (int u = 0; u < TILE_UNROLL; u++) {
-            const int e = e0 + u * step, jj = e / D;
-            vk[u] = e < total ? kv_ld(k, b, hk, j0 + jj, e - jj * D) : 0.0f;
-            vv[u] = e < total ? kv_ld(v, b, hk, j0 + jj, e - jj * D) : 0.0f;
+        for (int u = 0; u < DPT / 4; u++) {
+            const float4 v = r[u];
+            f[4 * u] = v.x;
+            f[4 * u + 1] = v.y;
+            f[4 * u + 2] = v.z;
+            f[4 * u + 3] = v.w;
         }
+        return;
+    }
 #pragma unroll
-        for (int u = 0; u < TILE_UNROLL; u++) {
-            const int e = e0 + u * step, jj = e / D;
-            if (e < total) {
-                tk[jj * (D + 1) + (e - jj * D)] = vk[u];
-                tvv[jj * (D + 1) + (e - jj * D)] = vv[u];
+    for (int u = 0; u < DPT; u++) f[u] = u < n ? kv_ld(t, b, hk, j, d0 + u) : 0.0f;
+}
+
+/* DPT: dims a thread holds (D <= AD_G * DPT) */
+template <int DPT>
+__global__ static void __launch_bounds__(ATT_THREADS)
+    k_attn_decode(float *out, float *pm, float *pl, float *po, unsigned *tickets, struct tv q, struct tv k,
+                  struct tv v, struct tv bias, bool has_bias, float scale, int64_t nsplit, const int32_t *len,
+                  bool vec)
+{
+    __shared__ float gm[AD_GROUPS], gl[AD_GROUPS];
+    __shared__ float go[AD_GROUPS][AD_G * DPT + 1];
+    __shared__ float red[ATT_THREADS / 32];
+    __shared__ double dred[ATT_THREADS / 32];
+    __shared__ double wt[ATT_THREADS];
+    __shared__ bool last;
+    const int64_t sp = blockIdx.x, h = blockIdx.y, b = blockIdx.z, Hq = q.ne[1];
+    const int D = (int)q.ne[3], dpt = (D + AD_G - 1) / AD_G;
+    const int64_t Tk = len ? (*len < 0 ? 0 : *len < k.ne[2] ? *len : k.ne[2]) : k.ne[2];
+    const int64_t nact = (Tk + AD_KEYS - 1) / AD_KEYS, row = b * Hq + h;
+    if (sp >= nact && !(sp == 0 && nact == 0)) return; /* past the keys present */
+    const int64_t hk = h / (Hq / k.ne[1]);
+    const int t = threadIdx.x, gi = t / AD_G, lane8 = t % AD_G, d0 = lane8 * dpt;
+    const int nd = D - d0 < dpt ? (D - d0 > 0 ? D - d0 : 0) : dpt;
+    const char *qr = q.p + b * q.nb[0] + h * q.nb[1];
+    float qd[DPT], od[DPT], m = -INFINITY, l = 0;
+#pragma unroll
+    for (int e = 0; e < DPT; e++) {
+        qd[e] = e < nd ? *(const float *)(qr + (d0 + e) * q.nb[3]) : 0.0f;
+        od[e] = 0;
+    }
+    /* this block's chunks sp, sp + nsplit, ...: the group's running max m,
+     * exp-sum l and sum od, rescaled as the max grows */
+    for (int64_t c = sp; c < nact; c += nsplit) {
+        /* the chunk's loads at once (a warp's groups: adjacent rows) */
+        float kd[AD_PER][DPT], vd[AD_PER][DPT], s[AD_PER];
+#pragma unroll
+        for (int u = 0; u < AD_PER; u++) {
+            const int64_t j = c * AD_KEYS + gi + (int64_t)u * AD_GROUPS;
+            if (j < Tk) {
+                kv_dims<DPT>(kd[u], k, b, hk, j, d0, nd, vec);
+                kv_dims<DPT>(vd[u], v, b, hk, j, d0, nd, vec);
             }
         }
+        float mc = -INFINITY;
+#pragma unroll
+        for (int u = 0; u < AD_PER; u++) {
+            const int64_t j = c * AD_KEYS + gi + (int64_t)u * AD_GROUPS;
+            float dot = 0;
+#pragma unroll
+            for (int e = 0; e < DPT; e++)
+                if (e < nd && j < Tk) dot += qd[e] * kd[u][e];
+            for (int o = 1; o < AD_G; o <<= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+            s[u] = -INFINITY;
+            if (j < Tk) {
+                s[u] = dot * scale;
+                if (has_bias) s[u] += *(const float *)(bias.p + b * bias.nb[0] + h * bias.nb[1] + j * bias.nb[3]);
+            }
+            mc = fmaxf(mc, s[u]);
+        }
+        if (mc == -INFINITY) continue;
+        if (mc > m) { /* rescale what came before to the new max */
+            const float r = m == -INFINITY ? 0.0f : expf(m - mc);
+            l *= r;
+#pragma unroll
+            for (int e = 0; e < DPT; e++) od[e] *= r;
+            m = mc;
+        }
+#pragma unroll
+        for (int u = 0; u < AD_PER; u++)
+            if (s[u] != -INFINITY) {
+                const float p = expf(s[u] - m);
+                l += p;
+#pragma unroll
+                for (int e = 0; e < DPT; e++) od[e] += p * vd[u][e];
+            }
     }
+    if (lane8 == 0) {
+        gm[gi] = m;
+        gl[gi] = l;
+    }
+#pragma unroll
+    for (int e = 0; e < DPT; e++)
+        if (e < nd) go[gi][d0 + e] = od[e];
     __syncthreads();
-}
-
-__global__ static void k_attn_split(float *pm, double *pl, float *po, struct tv q, struct tv k,
-                                    struct tv v, struct tv bias, bool has_bias, float scale,
-                                    int64_t nsplit, const int32_t *len)
-{
-    __shared__ float qs[ATT_THREADS];
-    __shared__ float ts[ATT_SPLIT_KEYS * (ATT_THREADS + 1)], tsv[ATT_SPLIT_KEYS * (ATT_THREADS + 1)];
-    __shared__ float s[ATT_SPLIT_KEYS];
-    __shared__ float red[ATT_THREADS];
-    __shared__ double dred[ATT_THREADS];
-    const int64_t sp = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int64_t Hq = q.ne[1];
-    const int D = (int)q.ne[3];
-    /* attn_params.kv_len: the keys present, read here so a recorded step
-     * replays at every length */
-    const int64_t Tk = len ? (*len < 0 ? 0 : *len < k.ne[2] ? *len : k.ne[2]) : k.ne[2];
-    const int64_t hk = h / (Hq / k.ne[1]);
-    const int64_t j0 = sp * ATT_SPLIT_KEYS;
-    const int n = Tk - j0 <= 0 ? 0 : Tk - j0 < ATT_SPLIT_KEYS ? (int)(Tk - j0) : ATT_SPLIT_KEYS;
-    const int64_t row = (b * Hq + h) * nsplit + sp;
-    float *o = po + row * D;
-    if (n == 0) { /* past the keys present: nothing to add */
-        for (int d = threadIdx.x; d < D; d += blockDim.x) o[d] = 0;
-        if (threadIdx.x == 0) {
-            pm[row] = -INFINITY;
-            pl[row] = 0;
-        }
-        return;
-    }
-    const char *qr = q.p + b * q.nb[0] + h * q.nb[1];
-    for (int d = threadIdx.x; d < D; d += blockDim.x) qs[d] = *(const float *)(qr + d * q.nb[3]);
-    load_split_tiles(ts, tsv, k, v, b, hk, j0, n, D);
-    /* ATT_PARTS threads a key, each every ATT_PARTS-th dim, their sums
-     * added by shuffles (the parts of one key are adjacent lanes) */
-    float m = -INFINITY;
-    {
-        const int jj = threadIdx.x / ATT_PARTS, p = threadIdx.x % ATT_PARTS;
-        const float *kr = ts + jj * (D + 1);
-        float dot = 0;
-        if (jj < n)
-            for (int d = p; d < D; d += ATT_PARTS) dot += qs[d] * kr[d];
-        for (int o2 = 1; o2 < ATT_PARTS; o2 <<= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o2);
-        if (jj < n && p == 0) {
-            float sj = dot * scale;
-            if (has_bias) sj += *(const float *)(bias.p + b * bias.nb[0] + h * bias.nb[1] + (j0 + jj) * bias.nb[3]);
-            s[jj] = sj;
-            m = sj;
-        }
-    }
-    m = block_max(m, red);
-    if (m == -INFINITY) {
-        for (int d = threadIdx.x; d < D; d += blockDim.x) o[d] = 0;
-        if (threadIdx.x == 0) {
-            pm[row] = m;
-            pl[row] = 0;
-        }
-        return;
-    }
-    double acc = 0;
-    for (int jj = threadIdx.x; jj < n; jj += blockDim.x) {
-        const float e = (float)exp((double)s[jj] - m);
-        s[jj] = e;
-        acc += e;
-    }
-    const double l = block_sum(acc, dred); /* synchronises: s is complete */
-    const int P = blockDim.x / D, t = threadIdx.x, d = t % D, p = t / D;
-    float od = 0;
-    if (p < P)
-        for (int jj = p; jj < n; jj += P)
-            if (s[jj] != 0) od += s[jj] * tsv[jj * (D + 1) + d];
-    red[t] = od;
-    __syncthreads();
-    if (p == 0) {
-        float tot = 0;
-        for (int pp = 0; pp < P; pp++) tot += red[pp * D + d];
-        o[d] = tot;
-    }
-    if (threadIdx.x == 0) {
-        pm[row] = m;
-        pl[row] = l;
-    }
-}
-
-/* One block per row; the splits' weights exp(m - M) (and their l) are
- * computed once into shared memory, COMBINE_MAX splits at a time. */
-#define COMBINE_MAX 256
-__global__ static void k_attn_combine(float *out, const float *pm, const double *pl,
-                                      const float *po, int64_t nsplit, int64_t D)
-{
-    __shared__ double wt[COMBINE_MAX];
-    __shared__ float red[32];
-    __shared__ double dred[32];
-    const int64_t r = blockIdx.x; /* b * Hq + h */
-    const float *m = pm + r * nsplit;
     float M = -INFINITY;
-    for (int64_t i = threadIdx.x; i < nsplit; i += blockDim.x) M = fmaxf(M, m[i]);
-    M = block_max(M, red);
-    float *y = out + r * D;
-    if (M == -INFINITY) {
-        for (int64_t d = threadIdx.x; d < D; d += blockDim.x) y[d] = 0;
-        return;
+    for (int g = 0; g < AD_GROUPS; g++) M = fmaxf(M, gm[g]);
+    const int64_t part = row * nsplit + sp;
+    for (int d = t; d < D; d += blockDim.x) {
+        float acc = 0;
+        for (int g = 0; g < AD_GROUPS; g++)
+            if (gm[g] != -INFINITY) acc += go[g][d] * expf(gm[g] - M);
+        po[part * D + d] = acc;
     }
-    double l = 0, o[2] = {0, 0}; /* D <= 2 * blockDim (ATT_THREADS) */
-    for (int64_t i0 = 0; i0 < nsplit; i0 += COMBINE_MAX) {
-        const int64_t n = nsplit - i0 < COMBINE_MAX ? nsplit - i0 : COMBINE_MAX;
-        double part = 0;
-        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-            const float mi = m[i0 + i];
-            wt[i] = mi == -INFINITY ? 0.0 : exp((double)mi - M);
+    if (t == 0) {
+        float L = 0;
+        for (int g = 0; g < AD_GROUPS; g++)
+            if (gm[g] != -INFINITY) L += gl[g] * expf(gm[g] - M);
+        pm[part] = M;
+        pl[part] = L;
+    }
+    /* count in; the last chunk of the row combines the row's chunks */
+    __threadfence();
+    __syncthreads();
+    /* the blocks that work: min(nsplit, nact), 1 without keys */
+    const int64_t nc = nact < 1 ? 1 : nact < nsplit ? nact : nsplit;
+    if (t == 0) last = atomicAdd(&tickets[row], 1u) == (unsigned)(nc - 1);
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const float *rm = pm + row * nsplit, *rl = pl + row * nsplit, *ro = po + row * nsplit * D;
+    float mx = -INFINITY;
+    for (int64_t i = t; i < nc; i += blockDim.x) mx = fmaxf(mx, __ldcg(rm + i));
+    const float Mx = block_max(mx, red);
+    float *y = out + row * D;
+    if (Mx == -INFINITY) { /* sees no key */
+        for (int d = t; d < D; d += blockDim.x) y[d] = 0;
+    } else {
+        double L = 0, o = 0;
+        for (int64_t i0 = 0; i0 < nc; i0 += ATT_THREADS) {
+            const int n = nc - i0 < ATT_THREADS ? (int)(nc - i0) : ATT_THREADS;
+            if (t < n) {
+                const float mi = __ldcg(rm + i0 + t);
+                wt[t] = mi == -INFINITY ? 0.0 : exp((double)mi - Mx);
+                L += (double)__ldcg(rl + i0 + t) * wt[t];
+            }
+            __syncthreads();
+            if (t < D) {
+#pragma unroll 8
+                for (int i = 0; i < n; i++) o += (double)__ldcg(ro + (i0 + i) * D + t) * wt[i];
+            }
+            __syncthreads();
         }
-        __syncthreads();
-        if (threadIdx.x == 0)
-            for (int64_t i = 0; i < n; i++) part += pl[r * nsplit + i0 + i] * wt[i];
-        l += part;
-        for (int u = 0; u < 2; u++) {
-            const int64_t d = threadIdx.x + u * (int64_t)blockDim.x;
-            if (d < D)
-                for (int64_t i = 0; i < n; i += 8) { /* 8 loads in flight, then the sums in order */
-                    float pv[8];
-#pragma unroll
-                    for (int j = 0; j < 8; j++)
-                        pv[j] = i + j < n && wt[i + j] != 0 ? po[(r * nsplit + i0 + i + j) * D + d] : 0.0f;
-#pragma unroll
-                    for (int j = 0; j < 8; j++)
-                        if (i + j < n && wt[i + j] != 0) o[u] += pv[j] * wt[i + j];
-                }
-        }
-        __syncthreads();
+        L = block_sum(L, dred);
+        if (t < D) y[t] = (float)(o / L);
     }
-    l = block_sum(threadIdx.x == 0 ? l : 0.0, dred);
-    for (int u = 0; u < 2; u++) {
-        const int64_t d = threadIdx.x + u * (int64_t)blockDim.x;
-        if (d < D) y[d] = (float)(o[u] / l);
-    }
+    if (t == 0) tickets[row] = 0;
 }
 
 static void cuda_attention(struct arena *a, struct tensor *out, const struct tensor *q,
@@ -798,19 +800,36 @@ static void cuda_attention(struct arena *a, struct tensor *out, const struct ten
         v = &vs;
         len = NULL;
     }
-    if (split && (len || Tk >= 2 * ATT_SPLIT_KEYS)) {
-        const int64_t nsplit = (Tk + ATT_SPLIT_KEYS - 1) / ATT_SPLIT_KEYS, rows = B * Hq;
+    if (split && (len || Tk >= 2 * AD_KEYS)) {
+        const int64_t rows = B * Hq, chunks = Tk > 0 ? (Tk + AD_KEYS - 1) / AD_KEYS : 1;
+        const int64_t fill = (2 * (int64_t)cuda_of(a)->sms + rows - 1) / rows; /* two blocks an SM */
+        const int64_t nsplit = chunks < fill ? chunks : fill > 0 ? fill : 1;
+        if (rows > CUDA_TICKETS) {
+            arena_fail(a, CBX_ERR_UNSUPPORTED, "attention: %lld decode rows over %lld keys", (long long)rows,
+                       (long long)Tk);
+            return;
+        }
         float *pm = (float *)arena_alloc(a, (size_t)(rows * nsplit) * 4);
-        double *pl = (double *)arena_alloc(a, (size_t)(rows * nsplit) * 8);
+        float *pl = (float *)arena_alloc(a, (size_t)(rows * nsplit) * 4);
         float *po = (float *)arena_alloc(a, (size_t)(rows * nsplit * D) * 4);
         if (!pm || !pl || !po) return;
         struct tv bv = bias ? tv_of(bias) : tv_of(q);
+        /* F32 rows of 16-byte aligned dims: float4 loads */
+        const int dpt = (int)((D + AD_G - 1) / AD_G);
+        const bool vec = k->type == TYPE_F32 && v->type == TYPE_F32 && k->nb[3] == 4 && v->nb[3] == 4 &&
+                         D % AD_G == 0 && (uintptr_t)k->data % 16 == 0 && (uintptr_t)v->data % 16 == 0 &&
+                         k->nb[0] % 16 == 0 && k->nb[1] % 16 == 0 && k->nb[2] % 16 == 0 && v->nb[0] % 16 == 0 &&
+                         v->nb[1] % 16 == 0 && v->nb[2] % 16 == 0;
         dim3 grid((unsigned)nsplit, (unsigned)Hq, (unsigned)B);
-        k_attn_split<<<grid, ATT_THREADS, 0, st>>>(pm, pl, po, tv_of(q), tv_of(k), tv_of(v), bv,
-                                                   bias != NULL, p->scale, nsplit, len);
-        if (!cu_launched(a, "attention (split keys)")) return;
-        k_attn_combine<<<(unsigned)rows, 64, 0, st>>>((float *)out->data, pm, pl, po, nsplit, D);
-        cu_launched(a, "attention (combine)");
+        if (dpt <= 8)
+            k_attn_decode<8><<<grid, ATT_THREADS, 0, st>>>((float *)out->data, pm, pl, po, cuda_of(a)->tickets,
+                                                           tv_of(q), tv_of(k), tv_of(v), bv, bias != NULL, p->scale,
+                                                           nsplit, len, vec && dpt == 8);
+        else
+            k_attn_decode<16><<<grid, ATT_THREADS, 0, st>>>((float *)out->data, pm, pl, po, cuda_of(a)->tickets,
+                                                            tv_of(q), tv_of(k), tv_of(v), bv, bias != NULL, p->scale,
+                                                            nsplit, len, vec && dpt == 16);
+        cu_launched(a, "attention (decode)");
         return;
     }
     /* many queries: the flash kernel (head dim a multiple of 4, at most 128) */
