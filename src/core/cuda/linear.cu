@@ -225,10 +225,13 @@ __global__ static void k_gemv(float *y, int64_t ldy, const float *x, int M, int6
  *  - F32 rows 16-byte aligned: float4 loads of the weight and x;
  *  - Q8_0 / Q4_0 rows (2-byte aligned blocks): each lane takes whole
  *    blocks (the warp reads consecutive ones), loads the scale once and the
- *    quants as 16-bit words, and widens each as quant.c does (d * q). */
+ *    quants as 16-bit words, and widens each as quant.c does (d * q).
+ * Launch bounds: at most 80 registers, three blocks an SM (as before the
+ * norm prologue). */
 
 template <int S>
-__global__ static void __launch_bounds__(32 * GEMV_WARPS, 3) k_gemv_f32(float *y, int64_t ldy, const float *x, int M, int64_t K, struct gemv_group g)
+__global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
+    k_gemv_f32(float *y, int64_t ldy, const float *x, int M, int64_t K, struct gemv_group g)
 {
     __shared__ float sh[S > 1 ? GEMV_WARPS : 1][GEMV_ROWS];
     extern __shared__ float4 sx4[]; /* the normalised rows (g.norm >= 0) */
@@ -286,7 +289,8 @@ __device__ static inline void q_load(struct qraw<TYPE> &q, const char *row, int6
 }
 
 template <int TYPE, int S>
-__global__ static void __launch_bounds__(32 * GEMV_WARPS, 3) k_gemv_q(float *y, int64_t ldy, const float *x, int M, int64_t K, struct gemv_group g)
+__global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
+    k_gemv_q(float *y, int64_t ldy, const float *x, int M, int64_t K, struct gemv_group g)
 {
     __shared__ float sh[S > 1 ? GEMV_WARPS : 1][GEMV_ROWS];
     extern __shared__ float4 sx4[]; /* the normalised rows (g.norm >= 0) */
