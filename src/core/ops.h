@@ -131,8 +131,8 @@ struct tensor *op_linear(struct arena *a, const struct tensor *x,
 struct tensor *op_linear_ex(struct arena *a, const struct tensor *x, const struct tensor *w,
                             const struct tensor *b, int act, const struct tensor *r);
 /* A normalisation of a product's input over its innermost dim: layer
- * norm (g, b: op_layer_norm) or RMS norm (g: op_rms_norm); g, b F32 [K]
- * or NULL. */
+ * norm (g, b: op_layer_norm) or RMS norm (g: op_rms_norm); g, b
+ * F32/F16/BF16 [K] (as those ops take them) or NULL. */
 enum linear_norm_kind { LINEAR_NORM_LAYER, LINEAR_NORM_RMS };
 struct linear_norm {
     enum linear_norm_kind kind;

@@ -103,8 +103,8 @@ struct tensor *op_linear_cat(struct arena *a, const struct tensor *x, const stru
     if (norm) {
         const struct tensor *p[2] = {norm->g, norm->b};
         for (int i = 0; i < 2; i++)
-            if (p[i] && (p[i]->type != TYPE_F32 || p[i]->ndim != 1 || p[i]->ne[0] != K ||
-                         (i == 1 && norm->kind != LINEAR_NORM_LAYER))) {
+            if (p[i] && ((p[i]->type != TYPE_F32 && p[i]->type != TYPE_F16 && p[i]->type != TYPE_BF16) ||
+                         p[i]->ndim != 1 || p[i]->ne[0] != K || (i == 1 && norm->kind != LINEAR_NORM_LAYER))) {
                 arena_fail(a, CBX_ERR_INTERNAL, "op_linear_cat: norm %s of %s [%lld] for width %lld",
                            i ? "bias" : "weight", dtype_name(p[i]->type), (long long)p[i]->ne[0], (long long)K);
                 return NULL;

@@ -251,9 +251,11 @@ static struct tensor *c_linear_ex(struct arena *a, int v)
  * c_fc); 5 q4_0 RMS norm, gate + SiLU and up, two rows (K 2048); 6 q8_0
  * layer norm without affine, three parts with biases, three rows; 7 f32
  * RMS norm over 9 rows (the GEMM path); 8 f32 layer norm, bias, K 4096
- * (split GEMV) */
+ * (split GEMV); 9 = 5 with a BF16 norm weight (the norm op first) */
 static struct tensor *c_linear_cat(struct arena *a, int v)
 {
+    const bool bf16_g = v == 9;
+    if (bf16_g) v = 5;
     static const enum dtype t[9] = {TYPE_F32, TYPE_Q4_0, TYPE_Q8_0, TYPE_F32, TYPE_F32,
                                     TYPE_Q4_0, TYPE_Q8_0, TYPE_F32, TYPE_F32};
     static const int nw[9] = {3, 2, 3, 2, 1, 2, 3, 2, 1}, rows[9] = {2, 1, 3, 9, 1, 2, 3, 9, 1};
@@ -272,7 +274,7 @@ static struct tensor *c_linear_cat(struct arena *a, int v)
     struct tensor *x = in_f32(a, 75, ND(rows[v], kk[v]), v < 4 ? -1 : 0.5f, v < 4 ? 1 : 3);
     struct linear_norm nm = {v == 5 || v == 7 ? LINEAR_NORM_RMS : LINEAR_NORM_LAYER, NULL, NULL,
                              v == 6 ? 1e-5f : 1e-6f};
-    if (v != 6) nm.g = in_f32(a, 76, ND(kk[v]), 0.5f, 1.5f);
+    if (v != 6) nm.g = bf16_g ? in_w(a, TYPE_BF16, 76, ND(kk[v])) : in_f32(a, 76, ND(kk[v]), 0.5f, 1.5f);
     if (nm.kind == LINEAR_NORM_LAYER && v != 6) nm.b = in_f32(a, 77, ND(kk[v]), -1, 1);
     return op_linear_cat(a, x, v < 4 ? NULL : &nm, nw[v], w, b, v == 0 ? NULL : acts[v]);
 }
@@ -657,6 +659,7 @@ static const struct tcase cases[] = {
     {"linear_cat q8_0 plain layer norm, biases, three rows", c_linear_cat, 6, 1e-5, 3e-2},
     {"linear_cat f32 rms norm nine rows", c_linear_cat, 7, 1e-5, 1e-5},
     {"linear_cat f32 layer norm K 4096", c_linear_cat, 8, 1e-5, 1e-5},
+    {"linear_cat q4_0 bf16 rms norm weight, two rows", c_linear_cat, 9, 1e-5, 3e-2},
     {"matmul batched", c_matmul, 0, 1e-5, 0},
     {"matmul broadcast batch", c_matmul, 1, 1e-5, 0},
     {"matmul strided views", c_matmul, 2, 1e-5, 0},

@@ -36,7 +36,7 @@ struct gemv_epi {
  * [col, col + N) through its own bias and activation; the residual is the
  * launch's (a group of one). norm >= 0 (enum linear_norm_kind): the input
  * rows are normalised first (gemv_norm_rows), ng/nb the norm's weight and
- * bias (F32 or NULL). */
+ * bias (F32 or NULL; other types run the norm kernel first). */
 struct gemv_part {
     const char *w; /* N rows of nb0 bytes */
     int64_t nb0, N, col;
@@ -399,8 +399,10 @@ static bool gemv_fast_group(struct arena *a, float *y, int64_t ldy, const float 
 {
     if (M > GEMV_ROWS || K % 4 || (uintptr_t)x % 16 || n < 1 || n > OP_LINEAR_CAT_MAX) return false;
     if (norm && ((size_t)(M + 2) * (size_t)K * 4 > GEMV_NORM_SMEM ||
-                 (norm->g && (!tensor_is_contiguous(norm->g) || (uintptr_t)norm->g->data % 16)) ||
-                 (norm->b && (!tensor_is_contiguous(norm->b) || (uintptr_t)norm->b->data % 16))))
+                 (norm->g && (norm->g->type != TYPE_F32 || !tensor_is_contiguous(norm->g) ||
+                              (uintptr_t)norm->g->data % 16)) ||
+                 (norm->b && (norm->b->type != TYPE_F32 || !tensor_is_contiguous(norm->b) ||
+                              (uintptr_t)norm->b->data % 16))))
         return false;
     const int type = (int)w[0]->type;
     for (int i = 0; i < n; i++)
