@@ -32,8 +32,9 @@
  * one. Peak RSS is the process high-water mark (VmHWM), reset per
  * type through /proc/self/clear_refs.
  *
- * S3Gen runs as the engine runs it: in one arena kept across calls, with
- * BF16 products for quantised weights (s3gen_default_bf16); each
+ * T3 and S3Gen run in memory as the engine keeps it (engine_work: T3's
+ * workspace and S3Gen's arena, taking blocks in turn from one pool, kept
+ * across calls). S3Gen runs as the engine runs it, with BF16 products for quantised weights (s3gen_default_bf16); each
  * repetition also times it with the other precision (e2e_s3gen_other,
  * ratio to the default).
  *
@@ -113,6 +114,8 @@ static int run_type(const char *path, int wtype, int N, const struct bench_opts 
            *pc = calloc((size_t)o->reps, sizeof(double)), *pw = calloc((size_t)o->reps, sizeof(double)),
            *so = calloc((size_t)o->reps, sizeof(double));
     struct arena *s3ws = NULL;
+    struct arena_pool *pool = NULL;
+    struct t3_workspace *t3ws = NULL;
     struct t3_prefix *pfx = NULL;
     int32_t *tokw = NULL;
     struct model *m = NULL;
@@ -164,8 +167,14 @@ static int run_type(const char *path, int wtype, int N, const struct bench_opts 
     struct s3gen_params sp = s3gen_default_params();
     sp.bf16 = s3gen_default_bf16((enum dtype)wtype);
     res->bf16 = sp.bf16;
-    if (!(s3ws = arena_create(be, 0))) goto done;
+    /* memory as the engine keeps it (engine_work): T3's workspace and
+     * S3Gen's arena take their blocks in turn from one pool */
+    if (!(pool = arena_pool_create(be)) || !(s3ws = arena_create(be, 0)) || !(t3ws = t3_workspace_create(be)))
+        goto done;
+    arena_set_pool(s3ws, pool);
+    t3_workspace_set_pool(t3ws, pool);
     sp.ws = s3ws;
+    gp.ws = t3ws;
     feed = malloc(sizeof(int32_t) * (size_t)(N + ENGINE_N_SIL));
     if (!feed) goto done;
     double tp0 = bench_now();
@@ -259,6 +268,8 @@ done:
     free(s3t);
     free(so);
     arena_free(s3ws);
+    t3_workspace_free(t3ws);
+    arena_pool_free(pool);
     return ok;
 }
 

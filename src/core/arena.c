@@ -1,7 +1,9 @@
 /* arena.c - bump allocator; see arena.h for the invariants. */
 #include "arena.h"
 
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,14 @@ struct block {
     struct block *next;
     char *mem;        /* backend memory (or host for host blocks) */
     size_t size, used;
+    bool be_mem;      /* mem is from backend_buf_alloc (may go to a pool) */
+};
+
+struct arena_pool {
+    const struct backend *be;
+    pthread_mutex_t lock;
+    struct block *idle;
+    size_t idle_bytes;
 };
 
 #define MAX_SCRATCH 8
@@ -27,6 +37,7 @@ struct arena {
     size_t block_size;
     struct block *data;   /* backend blocks, first is current */
     struct block *host;   /* host blocks for descriptors and scratch */
+    struct arena_pool *pool;  /* invariant 5; NULL: none */
     size_t used, peak;
     cbx_status status;
     char msg[ERR_MAX];
@@ -36,10 +47,75 @@ static void free_blocks(struct block *b, const struct backend *be)
 {
     while (b) {
         struct block *n = b->next;
-        if (be) backend_buf_free(be, b->mem); else free(b->mem);
+        if (be && b->be_mem) backend_buf_free(be, b->mem); else free(b->mem);
         free(b);
         b = n;
     }
+}
+
+struct arena_pool *arena_pool_create(const struct backend *be)
+{
+    struct arena_pool *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    if (pthread_mutex_init(&p->lock, NULL)) {
+        free(p);
+        return NULL;
+    }
+    p->be = be;
+    return p;
+}
+
+void arena_pool_free(struct arena_pool *p)
+{
+    if (!p) return;
+    free_blocks(p->idle, p->be);
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+}
+
+size_t arena_pool_idle_bytes(const struct arena_pool *p)
+{
+    if (!p) return 0;
+    pthread_mutex_lock((pthread_mutex_t *)&p->lock);
+    const size_t n = p->idle_bytes;
+    pthread_mutex_unlock((pthread_mutex_t *)&p->lock);
+    return n;
+}
+
+/* The smallest idle block of p holding need bytes, taken out; NULL: none. */
+static struct block *pool_take(struct arena_pool *p, size_t need)
+{
+    pthread_mutex_lock(&p->lock);
+    struct block **best = NULL;
+    for (struct block **b = &p->idle; *b; b = &(*b)->next)
+        if ((*b)->size >= need && (!best || (*b)->size < (*best)->size)) best = b;
+    struct block *r = NULL;
+    if (best) {
+        r = *best;
+        *best = r->next;
+        p->idle_bytes -= r->size;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return r;
+}
+
+/* Moves the backend blocks of *list to p (the rest stay, emptied). */
+static void pool_give(struct arena_pool *p, struct block **list)
+{
+    pthread_mutex_lock(&p->lock);
+    for (struct block **b = list; *b;) {
+        struct block *c = *b;
+        c->used = 0;
+        if (!c->be_mem) {
+            b = &c->next;
+            continue;
+        }
+        *b = c->next;
+        c->next = p->idle;
+        p->idle = c;
+        p->idle_bytes += c->size;
+    }
+    pthread_mutex_unlock(&p->lock);
 }
 
 struct arena *arena_create(const struct backend *be, size_t block_size)
@@ -47,7 +123,7 @@ struct arena *arena_create(const struct backend *be, size_t block_size)
     struct arena *a = calloc(1, sizeof *a);
     if (!a) return NULL;
     a->be = be;
-    a->block_size = block_size ? block_size : (size_t)64 << 20;
+    a->block_size = block_size ? block_size : (size_t)16 << 20;
     return a;
 }
 
@@ -56,7 +132,7 @@ void arena_free(struct arena *a)
     if (!a) return;
     for (int i = 0; i < MAX_SCRATCH; i++) arena_free(a->child[i]);
     free_blocks(a->data, a->be);
-    free_blocks(a->host, NULL);
+    free_blocks(a->host, a->be);
     free(a);
 }
 
@@ -74,6 +150,29 @@ void arena_reset(struct arena *a)
     a->msg[0] = 0;
 }
 
+void arena_set_pool(struct arena *a, struct arena_pool *p)
+{
+    a->pool = p;
+    for (int i = 0; i < MAX_SCRATCH; i++)
+        if (a->child[i]) arena_set_pool(a->child[i], p);
+}
+
+void arena_release(struct arena *a)
+{
+    arena_reset(a);
+    for (int i = 0; i < MAX_SCRATCH; i++)
+        if (a->child[i]) arena_release(a->child[i]);
+    if (!a->pool) return;
+    pool_give(a->pool, &a->data);
+    pool_give(a->pool, &a->host);
+}
+
+void arena_release_idle(struct arena *a)
+{
+    for (int i = 0; i < MAX_SCRATCH; i++)
+        if (a->child[i] && !a->child_busy[i]) arena_release(a->child[i]);
+}
+
 const struct backend *arena_backend(const struct arena *a) { return a->be; }
 
 void arena_set_bf16(struct arena *a, bool on) { a->bf16 = on; }
@@ -87,6 +186,7 @@ struct arena *arena_scratch(struct arena *parent)
         if (parent->child_busy[i]) continue;
         if (!parent->child[i] && !(parent->child[i] = arena_create(parent->be, 0))) break;
         struct arena *c = parent->child[i];
+        c->pool = parent->pool;
         arena_reset(c);
         c->bf16 = parent->bf16;
         c->row_exact = parent->row_exact;
@@ -143,11 +243,18 @@ static void *bump(struct arena *a, struct block **list, size_t n, bool host)
         }
     }
     size_t bs = host ? ((size_t)1 << 20) : a->block_size;
-    if (bs < need) bs = need;
-    struct block *b = calloc(1, sizeof *b);
+    if (bs < need && host) bs = need;
+    /* backend blocks: the block size doubled until the request fits, so
+     * requests that grow from call to call (a stream's chunks) find room
+     * in a block made for an earlier one */
+    while (bs < need) bs = bs > SIZE_MAX / 2 ? need : 2 * bs;
+    const bool be_mem = !host && a->be;
+    struct block *b = be_mem && a->pool ? pool_take(a->pool, need) : NULL;
     if (b) {
-        if (host || !a->be) b->mem = aligned_alloc(ALIGN, bs);
-        else b->mem = backend_buf_alloc(a->be, bs);
+        bs = b->size;
+    } else if ((b = calloc(1, sizeof *b))) {
+        b->be_mem = be_mem;
+        b->mem = be_mem ? backend_buf_alloc(a->be, bs) : aligned_alloc(ALIGN, bs);
     }
     if (!b || !b->mem) {
         free(b);

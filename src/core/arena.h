@@ -11,6 +11,12 @@
  *  4. Scratch arenas (arena_scratch) are children owned by their parent:
  *     they keep their memory until the parent is freed, so a parent kept
  *     across calls lets repeated calls run without touching new pages.
+ *  5. An arena given a pool (arena_set_pool; children inherit it) hands
+ *     its blocks of backend memory to the pool on arena_release() and
+ *     takes blocks from there before asking the backend for new ones. So
+ *     stages that run one after another (T3, then S3Gen) share memory
+ *     whose pages are already touched, and the process holds the larger
+ *     stage's memory, not the sum.
  * Tensor descriptors themselves live in host memory owned by the arena,
  * even when the data lives on a device.
  * Thread safety: one thread at a time per arena (children included). */
@@ -24,13 +30,33 @@
 #include "tensor.h"
 
 struct arena;
+struct arena_pool;
 struct backend;
+
+/* A pool of idle blocks of backend be for arenas of be (invariant 5).
+ * NULL when out of memory. Freed after every arena using it; frees the
+ * idle blocks. Thread safety: arenas of different threads may share a
+ * pool (its list is locked). */
+struct arena_pool *arena_pool_create(const struct backend *be);
+void arena_pool_free(struct arena_pool *p); /* no-op on NULL */
+/* Bytes of backend memory idle in p. */
+size_t arena_pool_idle_bytes(const struct arena_pool *p);
 
 /* block_size: bytes per data block (grown when a request is larger).
  * NULL on allocation failure. */
 struct arena *arena_create(const struct backend *be, size_t block_size);
 void arena_free(struct arena *a); /* no-op on NULL */
 void arena_reset(struct arena *a);  /* also clears the sticky error */
+/* Use pool p (of a's backend; NULL: none) for a and its scratch arenas
+ * from now on. */
+void arena_set_pool(struct arena *a, struct arena_pool *p);
+/* arena_reset, then a's blocks of backend memory and those of its scratch
+ * arenas go to its pool (none: kept, as arena_reset). No scratch arena
+ * may be in use. */
+void arena_release(struct arena *a);
+/* The blocks of a's scratch arenas not in use (and of theirs) to a's pool:
+ * for a stage whose intermediates are dead to leave them to the next. */
+void arena_release_idle(struct arena *a);
 const struct backend *arena_backend(const struct arena *a);
 
 /* A new contiguous tensor of the arena's backend; NULL after a failure.

@@ -34,6 +34,7 @@
  * call and made again when a call comes with another backend. */
 struct engine_work {
     const struct backend *be;
+    struct arena_pool *pool; /* blocks T3 and S3Gen take in turn */
     struct t3_workspace *t3;
     struct arena *s3;
 };
@@ -195,6 +196,7 @@ void engine_work_free(struct engine_work *w)
     if (!w) return;
     t3_workspace_free(w->t3);
     arena_free(w->s3);
+    arena_pool_free(w->pool);
     free(w);
 }
 
@@ -206,10 +208,14 @@ static bool work_for(struct engine_work *w, const struct backend *be)
     if (w->be != be) {
         t3_workspace_free(w->t3);
         arena_free(w->s3);
+        arena_pool_free(w->pool);
         w->t3 = NULL;
         w->s3 = NULL;
+        w->pool = NULL;
         w->be = be;
     }
+    /* without a pool each stage keeps its own blocks */
+    if (!w->pool) w->pool = arena_pool_create(be);
     return true;
 }
 
@@ -217,7 +223,7 @@ static bool work_for(struct engine_work *w, const struct backend *be)
 static struct t3_workspace *work_t3(struct engine_work *w, const struct backend *be)
 {
     if (!work_for(w, be)) return NULL;
-    if (!w->t3) w->t3 = t3_workspace_create(be);
+    if (!w->t3 && (w->t3 = t3_workspace_create(be))) t3_workspace_set_pool(w->t3, w->pool);
     return w->t3;
 }
 
@@ -225,7 +231,7 @@ static struct t3_workspace *work_t3(struct engine_work *w, const struct backend 
 static struct arena *work_s3(struct engine_work *w, const struct backend *be)
 {
     if (!work_for(w, be)) return NULL;
-    if (!w->s3) w->s3 = arena_create(be, 0);
+    if (!w->s3 && (w->s3 = arena_create(be, 0))) arena_set_pool(w->s3, w->pool);
     return w->s3;
 }
 
@@ -729,6 +735,7 @@ static cbx_status stream_segment(const struct engine_model *m, const struct back
     sp.seed = engine_seed(p->seed, i, 0); /* the seed T3 uses (no retries) */
     sp.bf16 = use_bf16(m, p);
     sp.first_prompt_tokens = p->stream_first_prompt_tokens;
+    sp.ws = work_s3(p->work, be);
     struct s3gen_ref ref = {voice->prompt_token, voice->n_prompt_token, voice->prompt_feat, voice->n_prompt_feat,
                             voice->embedding};
     const int64_t k = p->stream_prompt_tokens;
@@ -860,6 +867,15 @@ cbx_status engine_synthesize(const struct engine_model *m, const struct backend 
     if (rc != CBX_OK) return rc;
     struct conds tmp;
     voice = with_exaggeration(m, voice, p, &tmp);
+    /* without the caller's working memory, one for this call: its
+     * segments and stages then share their blocks (engine_work) */
+    struct engine_params own_p;
+    struct engine_work *own_work = NULL;
+    if (!p->work && (own_work = engine_work_create())) {
+        own_p = *p;
+        own_p.work = own_work;
+        p = &own_p;
+    }
 
     const double t_start = now();
     struct engine_segments S = {0};
@@ -964,5 +980,6 @@ cleanup:
     if (rc == CBX_OK) st->prefix_saved = prefix_cache_persist(m->pc, pe, st->prefix_note);
     prefix_cache_release(m->pc, pe);
     engine_segments_free(&S);
+    engine_work_free(own_work);
     return rc;
 }

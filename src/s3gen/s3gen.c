@@ -90,6 +90,7 @@ struct tensor *s3gen_inference(struct arena *a, const struct s3gen *s, const int
 {
     if (mel_out) *mel_out = NULL;
     struct tensor *mel = s3gen_flow_mel(a, s, tokens, n, ref, p);
+    arena_release_idle(a); /* the flow's intermediates, for HiFT's */
     /* output_wavs, _ = hift_inference(mel, cache_source = empty) */
     struct tensor *wav = hift_inference(a, s->mel2wav, mel, p->seed, NULL, NULL); /* [1, L] */
     if (!wav) return NULL;
@@ -146,7 +147,7 @@ cbx_status s3gen_vocode(const struct s3gen *s, const struct backend *be, const i
     *pcm = out;
     *n_pcm = tensor_nelements(wav);
 cleanup:
-    if (p->ws) arena_reset(a);
+    if (p->ws) arena_release(a);
     else arena_free(a);
     return rc;
 }

@@ -485,6 +485,11 @@ void t3_workspace_free(struct t3_workspace *w)
     free(w);
 }
 
+void t3_workspace_set_pool(struct t3_workspace *w, struct arena_pool *p)
+{
+    for (int i = 0; i < WS_N; i++) arena_set_pool(w->a[i], p);
+}
+
 /* ---- voice prefix ---------------------------------------------------------- */
 
 void t3_prefix_free(struct t3_prefix *p)
@@ -753,6 +758,9 @@ void t3_seq_free(struct t3_seq *s)
     free(s->seen);
     free(s->idx);
     free(s->logits);
+    /* the caller's workspace: its blocks to its pool, if any */
+    if (s->ar && s->ar != s->own)
+        for (int i = 0; i < WS_N; i++) arena_release(s->ar[i]);
     free_arenas(s->own);
     free(s);
 }

@@ -116,10 +116,14 @@ struct tensor *t3_prepare_input_embeds(struct arena *a, const struct t3_model *m
  * per-layer scratch and the per-step values keep their blocks, so calls
  * after the first fault in no new pages (a ~410-position prefill touches
  * hundreds of MB). Belongs to one caller at a time; tied to the backend it
- * was made for. */
+ * was made for. With a pool (core/arena.h, invariant 5), a sequence's end
+ * (t3_seq_free) hands the blocks to the pool instead, for the next stage
+ * of the caller (S3Gen) and the next sequence to take. */
+struct arena_pool;
 struct t3_workspace;
 struct t3_workspace *t3_workspace_create(const struct backend *be); /* NULL: no memory */
 void t3_workspace_free(struct t3_workspace *w);                      /* no-op on NULL */
+void t3_workspace_set_pool(struct t3_workspace *w, struct arena_pool *p);
 
 struct t3_gen_params {
     struct sampler_params s;  /* GPT-2: 0.8, top_k 1000, top_p 0.95, 0, 1.2;

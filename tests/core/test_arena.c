@@ -4,13 +4,125 @@
  * children are distinct, children inherit the backend and the BF16 hint,
  * arena_reset of the parent gives every child back, running out of
  * children is reported in the parent, and freeing the parent frees them
- * (LeakSanitizer in the sanitizer build). */
+ * (LeakSanitizer in the sanitizer build).
+ * Pools (invariant 5): a released arena's blocks go to its pool and the
+ * next arena of the pool takes them (same memory), the smallest block
+ * that fits first; an arena without a pool keeps its blocks; scratch
+ * children inherit the pool, arena_release_idle hands over only the
+ * children not in use; two threads sharing a pool keep their data; idle
+ * blocks are freed with the pool. */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/arena.h"
 #include "core/backend.h"
 #include "testutil.h"
+
+#define MIB ((size_t)1 << 20)
+
+struct worker {
+    struct arena_pool *pool;
+    const struct backend *be;
+    unsigned char tag;
+    int bad;
+};
+
+/* Takes, fills, checks and releases arena memory 100 times. */
+static void *work(void *arg)
+{
+    struct worker *w = arg;
+    struct arena *a = arena_create(w->be, 0);
+    if (!a) {
+        w->bad = -1;
+        return NULL;
+    }
+    arena_set_pool(a, w->pool);
+    for (int i = 0; i < 100; i++) {
+        const size_t n = (size_t)(1 + (i * 7 + w->tag) % 20) * MIB;
+        unsigned char *p = arena_alloc(a, n);
+        if (!p) {
+            w->bad = -1;
+            break;
+        }
+        memset(p, w->tag, n);
+        for (size_t k = 0; k < n; k += 4093) w->bad += p[k] != w->tag;
+        arena_release(a);
+    }
+    arena_free(a);
+    return NULL;
+}
+
+static void pools(const struct backend *cpu)
+{
+    struct arena_pool *pool = arena_pool_create(cpu);
+    struct arena *a = arena_create(cpu, 16 * MIB), *b = arena_create(cpu, 16 * MIB), *c = arena_create(cpu, 0);
+    CHECK(pool && a && b && c && arena_pool_idle_bytes(pool) == 0, "a new pool is empty");
+    if (!pool || !a || !b || !c) goto done;
+    arena_set_pool(a, pool);
+    arena_set_pool(b, pool);
+
+    /* a's block to the pool, then to b */
+    char *pa = arena_alloc(a, 8 * MIB);
+    memset(pa, 3, 8 * MIB);
+    arena_release(a);
+    const size_t idle = arena_pool_idle_bytes(pool);
+    char *pb = arena_alloc(b, 8 * MIB);
+    printf("pool: %zu MiB idle after a's release; b takes %p (a had %p), %zu idle after\n", idle / MIB,
+           (void *)pb, (void *)pa, arena_pool_idle_bytes(pool));
+    CHECK(idle >= 8 * MIB && pb == pa && arena_pool_idle_bytes(pool) == 0,
+          "a released block is the next arena's memory");
+    CHECK(arena_used(a) == 0 && arena_status(a) == CBX_OK, "a released arena is reset");
+
+    /* without a pool, release keeps the blocks */
+    char *pc = arena_alloc(c, 8 * MIB);
+    arena_release(c);
+    CHECK(arena_alloc(c, 8 * MIB) == pc, "an arena without a pool keeps its block");
+
+    /* the smallest block that fits: b holds one 16 MiB block, a takes one
+     * for 40 MiB of its own (the block size doubled until it fits: 64
+     * MiB); both released; 10 MiB takes the small one, 50 the large one */
+    char *big = arena_alloc(a, 40 * MIB);
+    arena_release(a);
+    arena_release(b);
+    CHECK(arena_pool_idle_bytes(pool) == 80 * MIB, "16 + 64 MiB idle (%zu MiB)", arena_pool_idle_bytes(pool) / MIB);
+    CHECK(arena_alloc(a, 10 * MIB) == pb, "10 MiB: the smallest idle block that fits");
+    CHECK(arena_alloc(b, 50 * MIB) == big, "50 MiB: the block that holds it");
+    arena_release(a);
+    arena_release(b);
+
+    /* children inherit the pool; only idle ones are handed over */
+    struct arena *s = arena_scratch(a), *busy = arena_scratch(a);
+    char *ps = s ? arena_alloc(s, 50 * MIB) : NULL;
+    char *pbusy = busy ? arena_alloc(busy, 60 * MIB) : NULL;
+    arena_scratch_done(a, s);
+    const size_t before = arena_pool_idle_bytes(pool);
+    arena_release_idle(a);
+    const size_t after = arena_pool_idle_bytes(pool);
+    printf("release_idle: %zu -> %zu MiB idle\n", before / MIB, after / MIB);
+    CHECK(ps && pbusy && after >= before + 50 * MIB && after < before + 110 * MIB,
+          "the idle child's block is handed over, the busy child's is not");
+    CHECK(arena_alloc(b, 45 * MIB) == ps, "and taken by another arena of the pool");
+    arena_scratch_done(a, busy);
+    arena_release(a);
+    arena_release(b);
+
+    /* two threads on one pool */
+    struct worker w[2] = {{pool, cpu, 0x5a, 0}, {pool, cpu, 0xa5, 0}};
+    pthread_t th[2];
+    int started = 0;
+    for (int i = 0; i < 2; i++) started += pthread_create(&th[i], NULL, work, &w[i]) == 0;
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    printf("threads: %d started, bad bytes %d and %d, %zu MiB idle\n", started, w[0].bad, w[1].bad,
+           arena_pool_idle_bytes(pool) / MIB);
+    CHECK(started == 2 && w[0].bad == 0 && w[1].bad == 0, "two threads sharing a pool keep their data");
+done:
+    arena_free(a);
+    arena_free(b);
+    arena_free(c);
+    arena_pool_free(pool); /* the idle blocks (LeakSanitizer) */
+    arena_pool_free(NULL);
+}
 
 int main(void)
 {
@@ -59,6 +171,7 @@ int main(void)
     CHECK(arena_status(a) == CBX_OK && arena_scratch(a) != NULL, "usable again after reset");
 
     arena_free(a); /* frees the children too */
+    pools(cpu);
     backend_cpu_free(cpu);
     return test_summary();
 }

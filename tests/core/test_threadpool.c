@@ -97,7 +97,9 @@ static void test_shared(atomic_int *hits)
     tp_shared_release(a);
     tp_shared_release(c);
     tp_shared_release(NULL);
-    sleep_ms(5);
+    /* the workers exit on their own: wait up to 5 s (a busy machine may
+     * take longer than a few ms to schedule them) */
+    for (int i = 0; i < 1000 && test_n_threads() != t0; i++) sleep_ms(5);
     CHECK(test_n_threads() == t0, "last release stops the workers: %d threads (want %d)", test_n_threads(), t0);
     struct threadpool *d = tp_shared(3);
     CHECK(d && once(d, 1000, 1, hits), "a pool made again after the last release");
