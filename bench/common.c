@@ -237,7 +237,7 @@ bool bench_synth_load(const char *prog, const char *file, bool (*keep)(const cha
 
 struct weights bench_synth_weights(const struct bench_synth *w, const char *what)
 {
-    struct weights s = {synth_find, w, 0, what};
+    struct weights s = {synth_find, w, 0, what, false};
     return s;
 }
 

@@ -68,6 +68,14 @@ const struct backend *weight_set_backend(const struct weight_set *s) { return s-
 
 size_t weight_set_host_bytes(const struct weight_set *s) { return s ? s->host_bytes : 0; }
 
+void weight_drop_source(const struct tensor *src)
+{
+    if (!src || !src->data) return;
+    const uintptr_t p = (uintptr_t)src->data, nb = tensor_nbytes(src);
+    const uintptr_t a = (p + 4095) & ~(uintptr_t)4095, e = (p + nb) & ~(uintptr_t)4095;
+    if (e > a) (void)madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
 static struct host_block *new_block(struct weight_set *s, size_t size, bool huge)
 {
     struct host_block *b = malloc(sizeof *b);

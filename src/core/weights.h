@@ -88,6 +88,15 @@ const struct tensor *weight_place(struct weight_set *s, const struct tensor *src
 struct tensor *weight_new(struct weight_set *s, enum dtype t, int ndim, const int64_t *ne, const char *name,
                           cbx_status *rc, char *err);
 
+/* Drops the whole pages inside src's bytes from this process
+ * (MADV_DONTNEED) once a loader holds its own copy (converted, derived,
+ * repacked): resident memory does not keep both, while the pages stay in
+ * the page cache, so a later read or load still finds them (MADV_PAGEOUT
+ * would evict them and make that read go to the disk). src must lie in a
+ * read-only file mapping (io/weights.h, weights.mapped): in other memory
+ * the bytes would read back as zeros. */
+void weight_drop_source(const struct tensor *src);
+
 /* Bytes of host memory the set holds (converted and repacked weights). */
 size_t weight_set_host_bytes(const struct weight_set *s);
 

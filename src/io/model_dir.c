@@ -274,6 +274,12 @@ const struct tensor *model_dir_find(const struct model_dir *md, enum model_compo
     return cp->st ? io_safetensors_find(cp->st, name) : pt_table_find(&cp->pt, name);
 }
 
+bool model_dir_mapped(const struct model_dir *md, enum model_component c)
+{
+    const struct component *cp = comp_of(md, c);
+    return cp && cp->st;
+}
+
 cbx_status model_dir_get(const struct model_dir *md, enum model_component c, const char *name,
                          int want_type, const struct tensor **out, char *err)
 {

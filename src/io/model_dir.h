@@ -51,6 +51,9 @@ const char *model_dir_path(const struct model_dir *md);
  * through data. */
 const struct tensor *model_dir_find(const struct model_dir *md,
                                     enum model_component c, const char *name);
+/* Whether component c's tensors lie in a read-only file mapping (a
+ * safetensors file) rather than memory (a .pt read in). */
+bool model_dir_mapped(const struct model_dir *md, enum model_component c);
 /* Same, but a missing tensor is an error naming file and tensor
  * (CBX_ERR_NOT_FOUND); with want_type >= 0 a different type is an error
  * too (CBX_ERR_FORMAT). */

@@ -200,7 +200,7 @@ static const struct tensor *find_fn(const void *ctx, int part, const char *name)
 
 struct weights model_weights(const struct model *m, enum model_component c)
 {
-    struct weights w = {find_fn, m, (int)c, model_component_name(c)};
+    struct weights w = {find_fn, m, (int)c, model_component_name(c), !m->md || model_dir_mapped(m->md, c)};
     return w;
 }
 

@@ -17,7 +17,7 @@ static const struct tensor *find_component(const void *ctx, int part, const char
 
 struct weights weights_from_model_dir(const struct model_dir *md, enum model_component c)
 {
-    struct weights w = {find_component, md, (int)c, model_component_name(c)};
+    struct weights w = {find_component, md, (int)c, model_component_name(c), model_dir_mapped(md, c)};
     return w;
 }
 
@@ -64,7 +64,7 @@ static const struct tensor *find_file(const void *ctx, int part, const char *nam
 
 struct weights weights_from_file(const struct weights_file *f, const char *what)
 {
-    struct weights w = {find_file, f, 0, what};
+    struct weights w = {find_file, f, 0, what, true};
     return w;
 }
 

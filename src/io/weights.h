@@ -5,6 +5,8 @@
 #ifndef CBX_IO_WEIGHTS_H
 #define CBX_IO_WEIGHTS_H
 
+#include <stdbool.h>
+
 #include "core/error.h"
 #include "core/tensor.h"
 #include "io/model_dir.h"
@@ -19,6 +21,11 @@ struct weights {
     const void *ctx;
     int part;
     const char *what; /* for messages: "t3", "s3gen", "ve" */
+    bool mapped;      /* the tensors' bytes lie in read-only file mappings
+                       * (GGUF, safetensors), so a loader may drop the pages
+                       * of a tensor it has made its own copy of
+                       * (core/weights.h weight_drop_source); false for a
+                       * .pt read into memory and tensors made in memory */
 };
 
 /* The tensors of one component of a model directory. */

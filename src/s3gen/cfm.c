@@ -135,6 +135,7 @@ static const struct tensor *derive(struct loader *L, const struct tensor *src, i
         fill(src, r, L->row);
         quantize_row(L->wtype, L->row, (char *)t->data + (size_t)r * rs, k);
     }
+    if (L->w->mapped) weight_drop_source(src); /* only the derived weight is read from now on */
     return t;
 }
 

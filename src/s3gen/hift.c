@@ -158,6 +158,7 @@ static struct hift_conv get_wn(struct loader *L, enum weight_role role, const in
     }
     to_f32(v, w->data);
     to_f32(g, gv);
+    if (L->w->mapped) weight_drop_source(v); /* only the folded weight is read from now on */
     int64_t n = v->ne[1] * v->ne[2];
     float *wd = w->data;
     for (int64_t o = 0; o < v->ne[0]; o++) {

@@ -14,13 +14,18 @@
  *  - conv1d / conv_transpose1d weights on cpu: an AMX panel slot where
  *    AMX-BF16 is ready, results equal to the unplaced weight's;
  *  - errors: an unconvertible type, rows not a whole number of blocks,
- *    chaining on *rc (a NULL source or an earlier failure does nothing).
+ *    chaining on *rc (a NULL source or an earlier failure does nothing);
+ *  - weight_drop_source on a file mapping: the whole pages inside the
+ *    tensor leave this process's resident memory (smaps), the bytes read
+ *    back unchanged from the file.
  * Extras are released with the set (ASan / LSan builds check the
  * memory). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "core/arena.h"
 #include "core/backend.h"
@@ -283,6 +288,58 @@ done:
     free(w);
 }
 
+/* Resident kB of the mapping that starts at p (/proc/self/smaps), -1 if not found. */
+static long rss_kb(const void *p)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[512];
+    long kb = -1;
+    bool in = false;
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) in = lo == (unsigned long)p;
+        else if (in && sscanf(line, "Rss: %ld kB", &kb) == 1) break;
+    }
+    if (f) fclose(f);
+    return kb;
+}
+
+static void drop_source(void)
+{
+    const size_t n = (size_t)2 << 20;
+    char path[] = "/tmp/cbx_test_weights_XXXXXX";
+    const int fd = mkstemp(path);
+    unsigned char *buf = malloc(n);
+    CHECK(fd >= 0 && buf, "temp file");
+    if (fd < 0 || !buf) {
+        free(buf);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) buf[i] = (unsigned char)(i * 31 + 7);
+    const bool wrote = write(fd, buf, n) == (ssize_t)n;
+    unsigned char *map = wrote ? mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+    close(fd);
+    unlink(path);
+    CHECK(map != MAP_FAILED, "file mapped");
+    if (map != MAP_FAILED) {
+        unsigned sum = 0;
+        for (size_t i = 0; i < n; i += 4096) sum += map[i];
+        const long before = rss_kb(map);
+        /* a tensor over bytes [100, n - 100): whole pages 4096 .. n - 4096 */
+        const int64_t ne[1] = {(int64_t)(n - 200) / 4};
+        const struct tensor t = tensor_make(TYPE_F32, 1, ne, map + 100, NULL);
+        weight_drop_source(&t);
+        const long after = rss_kb(map);
+        const bool same = memcmp(map, buf, n) == 0;
+        printf("weight_drop_source: mapping resident %ld kB -> %ld kB, bytes %s (sum %u)\n", before, after,
+               same ? "unchanged" : "CHANGED", sum);
+        CHECK(before >= 2000 && after >= 0 && after <= 8, "the tensor's whole pages leave resident memory");
+        CHECK(same, "and read back as the file's bytes");
+        munmap(map, n);
+    }
+    free(buf);
+}
+
 int main(void)
 {
     struct backend *cpu = backend_cpu_create(2);
@@ -293,6 +350,7 @@ int main(void)
     decode_linear(cpu, TYPE_Q4_0);
     decode_linear(cpu, TYPE_Q8_0);
     conv_weights(cpu);
+    drop_source();
     CHECK(weight_set_create(NULL) == NULL, "no set without a backend");
     backend_cpu_free(cpu);
     return test_summary();

@@ -160,7 +160,7 @@ int main(void)
         const char *vn = meanflow ? "meanflow" : "standard";
         struct wset *w = malloc(sizeof *w);
         make(w, meanflow);
-        struct weights src = {find, w, 0, "s3gen"};
+        struct weights src = {find, w, 0, "s3gen", false};
         struct s3gen_cfm c, cq;
         cbx_status rc = s3gen_cfm_load(&c, &src, cpu, TYPE_F32, err);
         CHECK(rc == CBX_OK, "%s load: %s", vn, err);

@@ -5,17 +5,12 @@
  *     owns the bytes (a converted weight), else into set memory when
  *     linear_pack_copies() (not with CBX_PACK=1: the copy's fresh pages
  *     cost load time), the source's whole pages then dropped from this
- *     process (MADV_DONTNEED on clean file pages: resident memory does not
- *     grow, while the pages stay in the page cache, so the next process to
- *     load the file still finds them; MADV_PAGEOUT would evict them and
- *     make that load read the disk). Weights that cannot be packed, or all
+ *     process (weight_drop_source). Weights that cannot be packed, or all
  *     when memory runs out, stay in the plain layout (the usual path).
  *   - conv1d / conv_transpose1d weights where AMX-BF16 may run: a slot for
  *     their AMX panels (made on first use, conv_amx.c).
  *   - everything else: the plain layout. */
 #include <stdlib.h>
-
-#include <sys/mman.h>
 
 #include "../backend.h"
 #include "../cpu_features.h"
@@ -33,15 +28,9 @@ cbx_status cpu_prepare_weight(const struct backend *be, struct weight_set *s, st
         if (weight_set_owns(s, t->data)) {
             (void)linear_pack(t, t->data, t);
         } else if (linear_pack_copies()) {
-            const char *p = t->data;
-            const size_t nb = tensor_nbytes(t);
-            void *dst = weight_set_host(s, nb, true);
-            if (dst && linear_pack(t, dst, t)) {
-                /* the whole pages inside the source only */
-                uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095;
-                uintptr_t e = ((uintptr_t)p + nb) & ~(uintptr_t)4095;
-                if (e > a) (void)madvise((void *)a, e - a, MADV_DONTNEED);
-            }
+            const struct tensor src = *t;
+            void *dst = weight_set_host(s, tensor_nbytes(t), true);
+            if (dst && linear_pack(t, dst, t)) weight_drop_source(&src);
         }
         return CBX_OK;
     }
