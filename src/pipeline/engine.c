@@ -735,7 +735,6 @@ static cbx_status stream_segment(const struct engine_model *m, const struct back
     sp.seed = engine_seed(p->seed, i, 0); /* the seed T3 uses (no retries) */
     sp.bf16 = use_bf16(m, p);
     sp.first_prompt_tokens = p->stream_first_prompt_tokens;
-    sp.ws = work_s3(p->work, be);
     struct s3gen_ref ref = {voice->prompt_token, voice->n_prompt_token, voice->prompt_feat, voice->n_prompt_feat,
                             voice->embedding};
     const int64_t k = p->stream_prompt_tokens;

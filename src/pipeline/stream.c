@@ -58,7 +58,7 @@ static double now(void)
 
 struct stream_params stream_default_params(void)
 {
-    struct stream_params p = {10, 20, 80, 2 * 1004, 0, 0, false, 0, NULL};
+    struct stream_params p = {10, 20, 80, 2 * 1004, 0, 0, false, 0};
     return p;
 }
 
@@ -104,8 +104,7 @@ cbx_status stream_create(const struct s3gen *s, const struct backend *be,
     st->t0 = now();
     st->next = p->first_tokens;
     st->step = p->chunk_tokens;
-    st->a = p->ws ? p->ws : arena_create(be, 0);
-    if (st->a) arena_reset(st->a);
+    st->a = arena_create(be, 0);
     if (st->a) arena_set_bf16(st->a, p->bf16);
     if (!st->a || grow((void **)&st->cyc, &st->cap_cyc, 1, sizeof(double), err) != CBX_OK) {
         stream_free(st);
@@ -119,8 +118,7 @@ cbx_status stream_create(const struct s3gen *s, const struct backend *be,
 void stream_free(struct stream *st)
 {
     if (!st) return;
-    if (st->a && st->a == st->p.ws) arena_release(st->a);
-    else arena_free(st->a);
+    arena_free(st->a);
     free(st->tok);
     free(st->mel);
     free(st->f0);

@@ -92,7 +92,6 @@
 #include "core/error.h"
 #include "s3gen/s3gen.h"
 
-struct arena;
 struct backend;
 
 #define STREAM_LOOKAHEAD_FRAMES 6 /* pre_lookahead_len 3 * token_mel_ratio 2 */
@@ -110,9 +109,6 @@ struct stream_params {
     uint64_t seed;         /* every run-time stream, as s3gen_params.seed */
     bool bf16;             /* as s3gen_params.bf16 */
     int first_prompt_tokens; /* invariant 7; 0: the whole prompt */
-    struct arena *ws;      /* the caller's arena of be for the chunks (used
-                            * by this stream alone until stream_free, which
-                            * releases it: core/arena.h); NULL: its own */
 };
 struct stream_params stream_default_params(void);
 
