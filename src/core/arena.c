@@ -123,7 +123,7 @@ struct arena *arena_create(const struct backend *be, size_t block_size)
     struct arena *a = calloc(1, sizeof *a);
     if (!a) return NULL;
     a->be = be;
-    a->block_size = block_size ? block_size : (size_t)16 << 20;
+    a->block_size = block_size ? block_size : (size_t)64 << 20;
     return a;
 }
 
