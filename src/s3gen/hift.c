@@ -265,6 +265,13 @@ static struct tensor *conv(struct arena *a, const struct tensor *x, const struct
     return op_conv1d(a, x, c->w, c->b, &p);
 }
 
+/* s's failure passed on to a, s reset (its tensors are dead). */
+static void drop(struct arena *a, struct arena *s)
+{
+    if (arena_status(s) != CBX_OK) arena_fail(a, arena_status(s), "%s", arena_errmsg(s));
+    arena_reset(s);
+}
+
 /* Intermediates of long signals (a ResBlock holds ~13 tensors of
  * [C, 120 T]) live in scratch arenas that are reset once a block's result
  * exists: a block computes in scratch s and only its last op allocates in
@@ -272,16 +279,8 @@ static struct tensor *conv(struct arena *a, const struct tensor *x, const struct
  * every intermediate. done(): pass s's failure on to a, reset s. */
 static struct tensor *done(struct arena *a, struct arena *s, struct tensor *y)
 {
-    if (arena_status(s) != CBX_OK) arena_fail(a, arena_status(s), "%s", arena_errmsg(s));
-    arena_reset(s);
+    drop(a, s);
     return arena_status(a) == CBX_OK ? y : NULL;
-}
-
-/* s's failure passed on to a, s reset (its tensors are dead). */
-static void drop(struct arena *a, struct arena *s)
-{
-    if (arena_status(s) != CBX_OK) arena_fail(a, arena_status(s), "%s", arena_errmsg(s));
-    arena_reset(s);
 }
 
 /* ResBlock.forward: for j: x = convs2[j](snake2(convs1[j](snake1(x)))) + x.
