@@ -84,7 +84,7 @@ bench_gpu() {
 # draw on the device inside the replayed graph
 profile() {
     local m ncu=/usr/local/cuda/bin/ncu
-    m="$(turbo_model)" || return 1
+    m="${MODEL:-$(turbo_model)}" || return 1
     CBX_CUDA_GRAPH=0 "$ncu" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
         --launch-skip 2000 --launch-count "${LAUNCHES:-680}" ./build-dev/chatterbox tokens --model "$m" \
         --backend cuda --text-ids "1 2 3 4 5 6 7 8" --max-tokens 14 --top-k 1 --quiet \

@@ -205,14 +205,15 @@ static const enum dtype lin_types[] = {TYPE_F32, TYPE_F16, TYPE_BF16, TYPE_Q8_0,
                                        TYPE_Q4_1, TYPE_Q5_0, TYPE_Q5_1};
 /* v: type index + 8 * shape (0: x [3, 5, 64] + bias, 1: x [1, 1, 64] (one
  * row), 2: x [4, 64] a transposed view, 3: x [70, 256] w [300, 256], 4: x
- * [2, 63] (odd K, float types only)) */
+ * [2, 63] (odd K, float types only), 7: x [4, 1024] w [300, 1024] (the
+ * decode GEMV's widest rows)) */
 static struct tensor *c_linear(struct arena *a, int v)
 {
     enum dtype t = lin_types[v % 8];
     int shape = v / 8;
     /* shapes 5, 6: the decode GEMV's split over K (4 and 2 warps an output) */
-    int64_t K = shape == 3 ? 256 : shape == 4 ? 63 : shape == 5 ? 4096 : shape == 6 ? 2048 : 64;
-    int64_t N = shape == 3 ? 300 : shape == 5 ? 101 : shape == 6 ? 37 : 48;
+    int64_t K = shape == 3 ? 256 : shape == 4 ? 63 : shape == 5 ? 4096 : shape == 6 ? 2048 : shape == 7 ? 1024 : 64;
+    int64_t N = shape == 3 || shape == 7 ? 300 : shape == 5 ? 101 : shape == 6 ? 37 : 48;
     struct tensor *w = in_w(a, t, 50 + (uint64_t)v, ND(N, K));
     struct tensor *b = in_f32(a, 51, ND(N), -1, 1);
     struct tensor *x;
@@ -223,6 +224,7 @@ static struct tensor *c_linear(struct arena *a, int v)
     case 4: x = in_f32(a, 56, ND(2, K), -1, 1); break;
     case 5: x = in_f32(a, 57, ND(1, 1, K), -1, 1); break;
     case 6: x = in_f32(a, 58, ND(3, K), -1, 1); break;
+    case 7: x = in_f32(a, 59, ND(4, K), -1, 1); break;
     default: x = in_f32(a, 55, ND(70, K), -1, 1); break;
     }
     return op_linear(a, x, w, shape == 2 ? NULL : b);
@@ -400,18 +402,19 @@ static struct tensor *c_attention(struct arena *a, int v)
 /* attention over the first kv_len keys, the length an operand on the
  * backend (attn_params.kv_len): 0 decode over a 300-key cache holding 137,
  * 1 q8_0 kv 700 of 1000, D 32, 2 f16 kv 1 of 40, 3 four causal queries
- * (not the decode kernel) 50 of 64 */
+ * (not the decode kernel) 50 of 64, 4 q8_0 kv 450 of 1000, D 64 (T3's
+ * quantised cache) */
 static struct tensor *c_attention_len(struct arena *a, int v)
 {
     const int64_t B = 2, Hq = 4, Hk = 2, Tq = v == 3 ? 4 : 1, D = v == 1 ? 32 : 64;
-    const int64_t Tk = v == 0 ? 300 : v == 1 ? 1000 : v == 2 ? 40 : 64;
-    const int32_t len = v == 0 ? 137 : v == 1 ? 700 : v == 2 ? 1 : 50;
+    const int64_t Tk = v == 0 ? 300 : v == 1 || v == 4 ? 1000 : v == 2 ? 40 : 64;
+    const int32_t len = v == 0 ? 137 : v == 1 ? 700 : v == 2 ? 1 : v == 4 ? 450 : 50;
     struct tensor *q = in_f32(a, 120, ND(B, Hq, Tq, D), -1, 1);
     struct tensor *k = in_f32(a, 121, ND(B, Hk, Tk, D), -1, 1);
     struct tensor *vv = in_f32(a, 122, ND(B, Hk, Tk, D), -1, 1);
-    if (v == 1 || v == 2) {
-        k = op_cast(a, k, v == 1 ? TYPE_Q8_0 : TYPE_F16);
-        vv = op_cast(a, vv, v == 1 ? TYPE_Q8_0 : TYPE_F16);
+    if (v == 1 || v == 2 || v == 4) {
+        k = op_cast(a, k, v == 2 ? TYPE_F16 : TYPE_Q8_0);
+        vv = op_cast(a, vv, v == 2 ? TYPE_F16 : TYPE_Q8_0);
     }
     struct attn_params p = {1.0f / sqrtf((float)D), v == 3, NULL, op_from_host(a, TYPE_I32, 1, NE(1), &len)};
     return op_attention(a, q, k, vv, NULL, &p);
@@ -650,6 +653,9 @@ static const struct tcase cases[] = {
     {"linear f32 K 2048 three rows", c_linear, 48 + 0, 1e-5, 1e-5},
     {"linear q8_0 K 2048 three rows", c_linear, 48 + 3, 1e-5, 3e-2},
     {"linear q4_0 K 2048 three rows", c_linear, 48 + 4, 1e-5, 3e-2},
+    {"linear f32 K 1024 four rows", c_linear, 56 + 0, 1e-5, 1e-5},
+    {"linear q8_0 K 1024 four rows", c_linear, 56 + 3, 1e-5, 3e-2},
+    {"linear q4_0 K 1024 four rows", c_linear, 56 + 4, 1e-5, 3e-2},
     {"linear_cat f32 q, k, v two rows", c_linear_cat, 0, 1e-5, 1e-5},
     {"linear_cat q4_0 gate silu + up", c_linear_cat, 1, 1e-5, 3e-2},
     {"linear_cat q8_0 three widths three rows", c_linear_cat, 2, 1e-5, 3e-2},
@@ -697,6 +703,7 @@ static const struct tcase cases[] = {
     {"attention kv_len q8_0 700 of 1000", c_attention_len, 1, 1e-5, 1e-5},
     {"attention kv_len f16 1 of 40", c_attention_len, 2, 1e-5, 1e-5},
     {"attention kv_len 4 causal queries", c_attention_len, 3, 1e-5, 1e-5},
+    {"attention kv_len q8_0 450 of 1000, D 64", c_attention_len, 4, 1e-5, 1e-5},
     {"copy_into_at f32", c_copy_into_at, 0, 0, 0},
     {"copy_into_at q8_0 last", c_copy_into_at, 1, 0, 0},
     {"copy_into_at f16 3 positions", c_copy_into_at, 2, 0, 0},

@@ -326,14 +326,6 @@ extern "C" struct backend *backend_cuda_create(int device, char *err)
         s = cublasSetMathMode(cb->blas, cb->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
     if (s != CUBLAS_STATUS_SUCCESS) {
         err_setf(err, CBX_ERR_INTERNAL, "cuda: cuBLAS initialisation failed (status %d)", (int)s);
-    } else if ((e = cudaMalloc(&cb->tickets, CUDA_TICKETS * sizeof *cb->tickets)) != cudaSuccess ||
-               (e = cudaMemset(cb->tickets, 0, CUDA_TICKETS * sizeof *cb->tickets)) != cudaSuccess) {
-        err_setf(err, e == cudaErrorMemoryAllocation ? CBX_ERR_NOMEM : CBX_ERR_INTERNAL, "cuda: device %d: %s",
-                 device, cudaGetErrorString(e));
-        cudaGetLastError();
-    }
-    if (s != CUBLAS_STATUS_SUCCESS || e != cudaSuccess) {
-        if (cb->tickets) cudaFree(cb->tickets);
         if (cb->blas) cublasDestroy(cb->blas);
         cudaStreamDestroy(cb->st);
         free(cb);
@@ -396,7 +388,6 @@ extern "C" void backend_cuda_free(struct backend *be)
         if (cb->prof->n) prof_print(cb->prof);
         free(cb->prof);
     }
-    cudaFree(cb->tickets);
     cublasDestroy(cb->blas);
     cudaStreamDestroy(cb->st);
     free(cb);

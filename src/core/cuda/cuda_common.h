@@ -40,12 +40,7 @@ struct cuda_backend {
     char name[64];
     struct cuda_prof *prof; /* CBX_CUDA_PROFILE=1 (implies sync_check): wall
                              * time per kernel step, printed at free */
-    unsigned *tickets;      /* CUDA_TICKETS zeroed counters: a kernel's blocks
-                             * count themselves in, the last one finishes
-                             * and puts its counter back to 0 (one stream:
-                             * launches never share them) */
 };
-#define CUDA_TICKETS 65536
 
 static inline struct cuda_backend *cuda_of(struct arena *a)
 {

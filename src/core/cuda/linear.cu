@@ -18,6 +18,7 @@
 #define GEMV_ROWS 4
 #define GEMV_WARPS 8
 #define GEMV_UNROLL 8
+#define GEMV_SEG 768 /* bytes of a quantised row a warp stages (k_gemv_qs) */
 #define DEQUANT_CHUNK_BYTES ((size_t)64 << 20)
 
 /* ---- decode GEMV ---------------------------------------------------------- */
@@ -74,15 +75,18 @@ __device__ static inline void gemv_put(float *y, int64_t ldy, int r, int64_t o, 
     y[r * ldy + o] = v;
 }
 
-/* lane 0 of each warp: the warp's sums acc[0..M) to y[r][o] */
-__device__ static inline void gemv_store(float *y, int64_t ldy, int M, int64_t o, float *acc, const char *bias,
-                                         int64_t bias_nb, const struct gemv_epi &e)
+/* lane 0 of each warp: the warp's sums acc[0..M) to y[r][o] (M <= MM,
+ * MM a compile-time count, so acc stays in registers) */
+template <int MM>
+__device__ static inline void gemv_store(float *y, int64_t ldy, int M, int64_t o, const float (&acc)[MM],
+                                         const char *bias, int64_t bias_nb, const struct gemv_epi &e)
 {
     const int lane = threadIdx.x & 31;
-    for (int r = 0; r < M; r++) {
+#pragma unroll
+    for (int r = 0; r < MM; r++) {
         float v = acc[r];
         for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-        if (lane == 0) gemv_put(y, ldy, r, o, v, bias, bias_nb, e);
+        if (lane == 0 && r < M) gemv_put(y, ldy, r, o, v, bias, bias_nb, e);
     }
 }
 
@@ -90,16 +94,17 @@ __device__ static inline void gemv_store(float *y, int64_t ldy, int M, int64_t o
  * acc[0..M) into sh[warp][], and part 0 adds the S parts in order and
  * stores them through gemv_put. S 1: gemv_store. Every thread of the
  * block calls it (it synchronises the block). */
-template <int S>
-__device__ static inline void gemv_finish(float *y, int64_t ldy, int M, int64_t N, int64_t o, float *acc,
+template <int S, int M>
+__device__ static inline void gemv_finish(float *y, int64_t ldy, int64_t N, int64_t o, float (&acc)[M],
                                           const char *bias, int64_t bias_nb, const struct gemv_epi &e,
                                           float (*sh)[GEMV_ROWS])
 {
     if (S == 1) {
-        if (o < N) gemv_store(y, ldy, M, o, acc, bias, bias_nb, e);
+        if (o < N) gemv_store<M>(y, ldy, M, o, acc, bias, bias_nb, e);
         return;
     }
     const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+#pragma unroll
     for (int r = 0; r < M; r++) {
         float v = acc[r];
         for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
@@ -107,6 +112,7 @@ __device__ static inline void gemv_finish(float *y, int64_t ldy, int M, int64_t 
     }
     __syncthreads();
     if (lane == 0 && wi % S == 0 && o < N)
+#pragma unroll
         for (int r = 0; r < M; r++) {
             float v = sh[wi][r];
             for (int j = 1; j < S; j++) v += sh[wi + j][r];
@@ -214,7 +220,7 @@ __global__ static void k_gemv(float *y, int64_t ldy, const float *x, int M, int6
             for (int r = 0; r < M; r++) acc[r] += wv * x[r * K + i];
         }
     }
-    gemv_store(y, ldy, M, o, acc, bias, bias_nb, gemv_epi{-1, NULL});
+    gemv_store<GEMV_ROWS>(y, ldy, M, o, acc, bias, bias_nb, gemv_epi{-1, NULL});
 }
 
 /* Decode GEMVs for the common weight layouts, one warp per output (S
@@ -229,9 +235,9 @@ __global__ static void k_gemv(float *y, int64_t ldy, const float *x, int M, int6
  * Launch bounds: at most 80 registers, three blocks an SM (as before the
  * norm prologue). */
 
-template <int S>
+template <int S, int M>
 __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
-    k_gemv_f32(float *y, int64_t ldy, const float *x, int M, int64_t K, struct gemv_group g)
+    k_gemv_f32(float *y, int64_t ldy, const float *x, int64_t K, struct gemv_group g)
 {
     __shared__ float sh[S > 1 ? GEMV_WARPS : 1][GEMV_ROWS];
     extern __shared__ float4 sx4[]; /* the normalised rows (g.norm >= 0) */
@@ -239,7 +245,9 @@ __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
     const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
     const int64_t N = pp.N, o = (int64_t)(blockIdx.x - pp.blk0) * (GEMV_WARPS / S) + wi / S;
     const int64_t K4 = K / 4, per = (K4 + S - 1) / S, beg = (wi % S) * per, end = beg + per < K4 ? beg + per : K4;
-    float acc[GEMV_ROWS] = {0, 0, 0, 0};
+    float acc[M];
+#pragma unroll
+    for (int r = 0; r < M; r++) acc[r] = 0;
     const float4 *row = (const float4 *)(pp.w + (o < N ? o : 0) * pp.nb0);
     /* GEMV_UNROLL weight loads in flight per lane before the products; the
      * first round's are issued before the norm prologue */
@@ -257,6 +265,7 @@ __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
         xs = (const float *)sx4;
     }
     for (int64_t i0 = beg + lane; o < N && i0 < end; i0 += 32 * GEMV_UNROLL) {
+#pragma unroll
         for (int r = 0; r < M; r++) {
             const float4 *xr = (const float4 *)(xs + r * K);
 #pragma unroll
@@ -264,84 +273,155 @@ __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
                 const int64_t i = i0 + 32 * u;
                 if (i < end) {
                     const float4 xv = xr[i];
-                    acc[r] += wv[u].x * xv.x + wv[u].y * xv.y + wv[u].z * xv.z + wv[u].w * xv.w;
+                    acc[r] = fmaf(wv[u].x, xv.x, acc[r]);
+                    acc[r] = fmaf(wv[u].y, xv.y, acc[r]);
+                    acc[r] = fmaf(wv[u].z, xv.z, acc[r]);
+                    acc[r] = fmaf(wv[u].w, xv.w, acc[r]);
                 }
             }
         }
         GEMV_LOAD_F32(i0 + 32 * GEMV_UNROLL);
     }
 #undef GEMV_LOAD_F32
-    gemv_finish<S>(y + pp.col, ldy, M, N, o, acc, pp.bias, pp.bias_nb, gemv_epi{pp.act, g.res}, sh);
+    gemv_finish<S, M>(y + pp.col, ldy, N, o, acc, pp.bias, pp.bias_nb, gemv_epi{pp.act, g.res}, sh);
 }
 
-/* a Q8_0 / Q4_0 block's scale and quants, as 16-bit words */
-template <int TYPE>
-struct qraw {
-    uint16_t u[TYPE == TYPE_Q8_0 ? 17 : 9];
-};
-template <int TYPE>
-__device__ static inline void q_load(struct qraw<TYPE> &q, const char *row, int64_t bi, bool ok)
+/* one block's product with the M rows of x at xb (row stride K): the
+ * block's elements widened as quant.c does (d * q), summed by FMA into a
+ * block sum added to acc[r]. Q4_0 bytes j hold elements j (low nibble)
+ * and j + 16 (high). q: the 16-bit words of the quants (2-byte aligned). */
+template <int TYPE, int M>
+__device__ static inline void q_block_dot(float (&acc)[M], float d, const uint16_t *q, const float *xb, int64_t K)
 {
-    constexpr int BS = TYPE == TYPE_Q8_0 ? 34 : 18;
-    const uint16_t *b16 = (const uint16_t *)(row + bi * BS);
+    float s[M];
 #pragma unroll
-    for (int j = 0; j < BS / 2; j++) q.u[j] = ok ? __ldg(b16 + j) : 0;
+    for (int r = 0; r < M; r++) s[r] = 0;
+    if (TYPE == TYPE_Q8_0) {
+#pragma unroll
+        for (int j = 0; j < QK / 4; j++) {
+            const uint16_t u0 = q[2 * j], u1 = q[2 * j + 1];
+            const float w0 = d * (float)(int8_t)(u0 & 0xff), w1 = d * (float)(int8_t)(u0 >> 8);
+            const float w2 = d * (float)(int8_t)(u1 & 0xff), w3 = d * (float)(int8_t)(u1 >> 8);
+#pragma unroll
+            for (int r = 0; r < M; r++) {
+                const float4 xv = ((const float4 *)(xb + r * K))[j];
+                s[r] = fmaf(w0, xv.x, s[r]);
+                s[r] = fmaf(w1, xv.y, s[r]);
+                s[r] = fmaf(w2, xv.z, s[r]);
+                s[r] = fmaf(w3, xv.w, s[r]);
+            }
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < QK / 8; j++) { /* bytes 4j .. 4j + 3 */
+            const uint16_t u0 = q[2 * j], u1 = q[2 * j + 1];
+            const float l0 = d * (float)((int)(u0 & 0x0f) - 8), l1 = d * (float)((int)((u0 >> 8) & 0x0f) - 8);
+            const float l2 = d * (float)((int)(u1 & 0x0f) - 8), l3 = d * (float)((int)((u1 >> 8) & 0x0f) - 8);
+            const float h0 = d * (float)((int)((u0 >> 4) & 0x0f) - 8), h1 = d * (float)((int)(u0 >> 12) - 8);
+            const float h2 = d * (float)((int)((u1 >> 4) & 0x0f) - 8), h3 = d * (float)((int)(u1 >> 12) - 8);
+#pragma unroll
+            for (int r = 0; r < M; r++) {
+                const float4 xl = ((const float4 *)(xb + r * K))[j], xh = ((const float4 *)(xb + r * K))[QK / 8 + j];
+                s[r] = fmaf(l0, xl.x, s[r]);
+                s[r] = fmaf(l1, xl.y, s[r]);
+                s[r] = fmaf(l2, xl.z, s[r]);
+                s[r] = fmaf(l3, xl.w, s[r]);
+                s[r] = fmaf(h0, xh.x, s[r]);
+                s[r] = fmaf(h1, xh.y, s[r]);
+                s[r] = fmaf(h2, xh.z, s[r]);
+                s[r] = fmaf(h3, xh.w, s[r]);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < M; r++) acc[r] += s[r];
 }
 
-template <int TYPE, int S>
+/* Q8_0 / Q4_0 rows with 2-byte aligned blocks: each lane takes whole
+ * blocks (the warp reads consecutive ones) as 16-bit words. */
+template <int TYPE, int S, int M>
 __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
-    k_gemv_q(float *y, int64_t ldy, const float *x, int M, int64_t K, struct gemv_group g)
+    k_gemv_q(float *y, int64_t ldy, const float *x, int64_t K, struct gemv_group g)
 {
+    constexpr int BW = TYPE == TYPE_Q8_0 ? 17 : 9; /* a block's 16-bit words */
     __shared__ float sh[S > 1 ? GEMV_WARPS : 1][GEMV_ROWS];
     extern __shared__ float4 sx4[]; /* the normalised rows (g.norm >= 0) */
     const struct gemv_part pp = gemv_pick(g);
     const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
     const int64_t N = pp.N, o = (int64_t)(blockIdx.x - pp.blk0) * (GEMV_WARPS / S) + wi / S;
-    const char *row = pp.w + (o < N ? o : 0) * pp.nb0;
-    float acc[GEMV_ROWS] = {0, 0, 0, 0};
+    const uint16_t *row = (const uint16_t *)(pp.w + (o < N ? o : 0) * pp.nb0);
+    float acc[M];
+#pragma unroll
+    for (int r = 0; r < M; r++) acc[r] = 0;
     const int64_t nblk = K / QK, per = (nblk + S - 1) / S, beg = (wi % S) * per,
                   end = beg + per < nblk ? beg + per : nblk;
     /* the first block's loads are issued before the norm prologue */
-    struct qraw<TYPE> q;
-    q_load<TYPE>(q, row, beg + lane, o < N && beg + lane < end);
+    uint16_t q[BW];
+#define GEMV_LOAD_Q(bi)                                                                 \
+    _Pragma("unroll") for (int j = 0; j < BW; j++) q[j] = o < N && (bi) < end ? __ldg(row + (bi) * BW + j) : 0;
+    GEMV_LOAD_Q(beg + lane);
     const float *xs = x;
     if (g.norm >= 0) {
         gemv_norm_rows((float *)sx4, x, M, K, g);
         xs = (const float *)sx4;
     }
     for (int64_t bi = beg + lane; o < N && bi < end; bi += 32) {
-        const float d = scalar_fp16_to_f32(q.u[0]);
-        float wv[QK];
-        if (TYPE == TYPE_Q8_0) {
+        uint16_t c[BW];
 #pragma unroll
-            for (int j = 0; j < QK / 2; j++) {
-                const uint16_t u = q.u[1 + j];
-                wv[2 * j] = d * (float)(int8_t)(u & 0xff);
-                wv[2 * j + 1] = d * (float)(int8_t)(u >> 8);
-            }
-        } else {
-#pragma unroll
-            for (int j = 0; j < QK / 4; j++) {
-                const uint16_t u = q.u[1 + j];
-                wv[2 * j] = d * (float)((int)(u & 0x0f) - 8);
-                wv[2 * j + 1] = d * (float)((int)((u >> 8) & 0x0f) - 8);
-                wv[QK / 2 + 2 * j] = d * (float)((int)((u >> 4) & 0x0f) - 8);
-                wv[QK / 2 + 2 * j + 1] = d * (float)((int)(u >> 12) - 8);
-            }
-        }
-        q_load<TYPE>(q, row, bi + 32, bi + 32 < end);
-        for (int r = 0; r < M; r++) {
-            const float4 *xb = (const float4 *)(xs + r * K + bi * QK);
-            float a = 0;
-#pragma unroll
-            for (int j = 0; j < QK / 4; j++) {
-                const float4 xv = xb[j];
-                a += wv[4 * j] * xv.x + wv[4 * j + 1] * xv.y + wv[4 * j + 2] * xv.z + wv[4 * j + 3] * xv.w;
-            }
-            acc[r] += a;
-        }
+        for (int j = 0; j < BW; j++) c[j] = q[j];
+        GEMV_LOAD_Q(bi + 32);
+        q_block_dot<TYPE, M>(acc, scalar_fp16_to_f32(c[0]), c + 1, xs + bi * QK, K);
     }
-    gemv_finish<S>(y + pp.col, ldy, M, N, o, acc, pp.bias, pp.bias_nb, gemv_epi{pp.act, g.res}, sh);
+#undef GEMV_LOAD_Q
+    gemv_finish<S, M>(y + pp.col, ldy, N, o, acc, pp.bias, pp.bias_nb, gemv_epi{pp.act, g.res}, sh);
+}
+
+/* Q8_0 / Q4_0 rows 16-byte aligned, K a multiple of 8 * S blocks: each
+ * warp copies its part of the row (per * block bytes, at most GEMV_SEG)
+ * into its shared stage with coalesced 16-byte loads, all in flight at
+ * once (before the norm prologue), then each lane takes whole blocks from
+ * there. Dynamic shared memory: the normalised rows (g.norm >= 0), then
+ * GEMV_WARPS stages. */
+template <int TYPE, int S, int M>
+__global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
+    k_gemv_qs(float *y, int64_t ldy, const float *x, int64_t K, struct gemv_group g)
+{
+    constexpr int BS = TYPE == TYPE_Q8_0 ? 34 : 18, CH = (GEMV_SEG / 16 + 31) / 32;
+    __shared__ float sh[S > 1 ? GEMV_WARPS : 1][GEMV_ROWS];
+    extern __shared__ float4 sx4[];
+    const struct gemv_part pp = gemv_pick(g);
+    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+    const int64_t N = pp.N, o = (int64_t)(blockIdx.x - pp.blk0) * (GEMV_WARPS / S) + wi / S;
+    const int64_t per = K / QK / S, beg = (wi % S) * per;
+    const int nch = (int)(per * BS / 16);
+    const uint4 *src = (const uint4 *)(pp.w + (o < N ? o : 0) * pp.nb0 + beg * BS);
+    uint4 c[CH];
+#pragma unroll
+    for (int u = 0; u < CH; u++) {
+        const int i = lane + 32 * u;
+        if (o < N && i < nch) c[u] = __ldg(src + i);
+    }
+    const float *xs = x;
+    const int64_t norm4 = g.norm >= 0 ? (int64_t)(M + 2) * K / 4 : 0;
+    if (g.norm >= 0) {
+        gemv_norm_rows((float *)sx4, x, M, K, g);
+        xs = (const float *)sx4;
+    }
+    uint4 *stage = (uint4 *)(sx4 + norm4) + wi * (GEMV_SEG / 16);
+#pragma unroll
+    for (int u = 0; u < CH; u++) {
+        const int i = lane + 32 * u;
+        if (o < N && i < nch) stage[i] = c[u];
+    }
+    __syncwarp();
+    float acc[M];
+#pragma unroll
+    for (int r = 0; r < M; r++) acc[r] = 0;
+    for (int64_t b = lane; o < N && b < per; b += 32) {
+        const uint16_t *blk = (const uint16_t *)((const char *)stage + b * BS);
+        q_block_dot<TYPE, M>(acc, scalar_fp16_to_f32(blk[0]), blk + 1, xs + (beg + b) * QK, K);
+    }
+    gemv_finish<S, M>(y + pp.col, ldy, N, o, acc, pp.bias, pp.bias_nb, gemv_epi{pp.act, g.res}, sh);
 }
 
 /* Warps per output: enough that each lane's loads are in flight at once
@@ -357,21 +437,46 @@ static unsigned gemv_grid(int64_t N, int S)
     return (unsigned)((N + GEMV_WARPS / S - 1) / (GEMV_WARPS / S));
 }
 
-/* k_gemv_f32 (TYPE_F32) or k_gemv_q with S warps per output */
-template <int TYPE>
-static void gemv_launch(cudaStream_t st, int S, unsigned gr, float *y, int64_t ldy, const float *x, int m, int64_t K,
-                        const struct gemv_group &g)
+/* The decode GEMV kernel of a type (F32: k_gemv_f32; Q8_0 / Q4_0:
+ * k_gemv_qs when staged, else k_gemv_q) for S warps per output and M
+ * rows, as compile-time counts */
+template <int TYPE, int S, int M>
+static void gemv_go(cudaStream_t st, unsigned gr, size_t sm, bool staged, float *y, int64_t ldy, const float *x,
+                    int64_t K, const struct gemv_group &g)
 {
     const unsigned t = 32 * GEMV_WARPS;
-    const size_t sm = g.norm >= 0 ? (size_t)(m + 2) * (size_t)K * 4 : 0; /* gemv_norm_rows */
-    if (TYPE == TYPE_F32) {
-        if (S == 4) k_gemv_f32<4><<<gr, t, sm, st>>>(y, ldy, x, m, K, g);
-        else if (S == 2) k_gemv_f32<2><<<gr, t, sm, st>>>(y, ldy, x, m, K, g);
-        else k_gemv_f32<1><<<gr, t, sm, st>>>(y, ldy, x, m, K, g);
-    } else {
-        if (S == 4) k_gemv_q<TYPE, 4><<<gr, t, sm, st>>>(y, ldy, x, m, K, g);
-        else if (S == 2) k_gemv_q<TYPE, 2><<<gr, t, sm, st>>>(y, ldy, x, m, K, g);
-        else k_gemv_q<TYPE, 1><<<gr, t, sm, st>>>(y, ldy, x, m, K, g);
+    if constexpr (TYPE == TYPE_F32) {
+        if constexpr (S <= 4) k_gemv_f32<S, M><<<gr, t, sm, st>>>(y, ldy, x, K, g);
+    } else if (staged) {
+        k_gemv_qs<TYPE, S, M><<<gr, t, sm, st>>>(y, ldy, x, K, g);
+    } else if constexpr (S <= 4) {
+        k_gemv_q<TYPE, S, M><<<gr, t, sm, st>>>(y, ldy, x, K, g);
+    }
+}
+
+template <int TYPE, int S>
+static void gemv_rows(cudaStream_t st, unsigned gr, size_t sm, bool staged, float *y, int64_t ldy, const float *x,
+                      int m, int64_t K, const struct gemv_group &g)
+{
+    switch (m) {
+    case 1: gemv_go<TYPE, S, 1>(st, gr, sm, staged, y, ldy, x, K, g); break;
+    case 2: gemv_go<TYPE, S, 2>(st, gr, sm, staged, y, ldy, x, K, g); break;
+    case 3: gemv_go<TYPE, S, 3>(st, gr, sm, staged, y, ldy, x, K, g); break;
+    default: gemv_go<TYPE, S, 4>(st, gr, sm, staged, y, ldy, x, K, g); break;
+    }
+}
+
+template <int TYPE>
+static void gemv_launch(cudaStream_t st, int S, unsigned gr, bool staged, float *y, int64_t ldy, const float *x,
+                        int m, int64_t K, const struct gemv_group &g)
+{
+    size_t sm = g.norm >= 0 ? (size_t)(m + 2) * (size_t)K * 4 : 0; /* gemv_norm_rows */
+    if (staged) sm += (size_t)GEMV_WARPS * GEMV_SEG;
+    switch (S) {
+    case 1: gemv_rows<TYPE, 1>(st, gr, sm, staged, y, ldy, x, m, K, g); break;
+    case 2: gemv_rows<TYPE, 2>(st, gr, sm, staged, y, ldy, x, m, K, g); break;
+    case 4: gemv_rows<TYPE, 4>(st, gr, sm, staged, y, ldy, x, m, K, g); break;
+    default: gemv_rows<TYPE, 8>(st, gr, sm, staged, y, ldy, x, m, K, g); break;
     }
 }
 
@@ -407,7 +512,23 @@ static bool gemv_fast_group(struct arena *a, float *y, int64_t ldy, const float 
     const int type = (int)w[0]->type;
     for (int i = 0; i < n; i++)
         if ((int)w[i]->type != type || !gemv_fits(w[i])) return false;
-    const int S = type == TYPE_F32 ? gemv_split(K / 4, 32 * GEMV_UNROLL) : gemv_split(K / QK, 32);
+    /* quantised rows: staged when every weight's rows are 16-byte aligned
+     * and some S (1, 2, 4, 8) gives parts of 8k blocks within GEMV_SEG
+     * bytes; then more parts while the grid is under two blocks an SM */
+    const int64_t nblk = K / QK, bs = type == TYPE_Q8_0 ? 34 : 18;
+    bool staged = type != TYPE_F32 && K % QK == 0;
+    for (int i = 0; staged && i < n; i++)
+        staged = w[i]->nb[0] % 16 == 0 && (uintptr_t)w[i]->data % 16 == 0;
+    int S = type == TYPE_F32 ? gemv_split(K / 4, 32 * GEMV_UNROLL) : gemv_split(K / QK, 32);
+    if (staged) {
+        S = 1;
+        while (S < 8 && !(nblk % (8 * S) == 0 && nblk / S * bs <= GEMV_SEG)) S *= 2;
+        staged = nblk % (8 * S) == 0 && nblk / S * bs <= GEMV_SEG;
+        int64_t rows = 0;
+        for (int i = 0; i < n; i++) rows += w[i]->ne[0];
+        while (staged && S < 8 && nblk % (16 * S) == 0 && rows * S / GEMV_WARPS < 2 * cuda_of(a)->sms) S *= 2;
+        if (!staged) S = gemv_split(K / QK, 32);
+    }
     struct gemv_group g;
     memset(&g, 0, sizeof g);
     g.n = n;
@@ -429,9 +550,9 @@ static bool gemv_fast_group(struct arena *a, float *y, int64_t ldy, const float 
     cudaStream_t st = cuda_of(a)->st;
     const unsigned gr = (unsigned)blocks;
     const int m = (int)M;
-    if (type == TYPE_F32) gemv_launch<TYPE_F32>(st, S, gr, y, ldy, x, m, K, g);
-    else if (type == TYPE_Q8_0) gemv_launch<TYPE_Q8_0>(st, S, gr, y, ldy, x, m, K, g);
-    else gemv_launch<TYPE_Q4_0>(st, S, gr, y, ldy, x, m, K, g);
+    if (type == TYPE_F32) gemv_launch<TYPE_F32>(st, S, gr, false, y, ldy, x, m, K, g);
+    else if (type == TYPE_Q8_0) gemv_launch<TYPE_Q8_0>(st, S, gr, staged, y, ldy, x, m, K, g);
+    else gemv_launch<TYPE_Q4_0>(st, S, gr, staged, y, ldy, x, m, K, g);
     cu_launched(a, "linear gemv");
     return true;
 }

@@ -16,7 +16,11 @@
  * (ops_nn.c, convention 2). */
 #include <math.h>
 
+#include <cooperative_groups.h>
+
 #include "cuda_common.h"
+
+namespace cg = cooperative_groups;
 
 #define NN_THREADS 256
 
@@ -594,38 +598,60 @@ k_attn_flash(float *out, struct tv q, struct tv k, struct tv v, struct tv bias, 
     }
 }
 
-/* Decode (Tq 1, no probability export), one launch: the keys in chunks
- * of AD_KEYS, a row's nsplit blocks (enough to fill the GPU, fixed for a
- * launch so a recorded step replays at every length) taking chunks sp,
- * sp + nsplit, ... A block's ATT_THREADS threads are AD_GROUPS groups of
- * AD_G; a group takes AD_KEYS / AD_GROUPS keys of a chunk (a warp's
+/* Decode (Tq 1, no probability export), one launch: a row's keys in
+ * chunks of AD_KEYS over a cluster of AD_CLUSTER blocks (a fixed grid, so
+ * a recorded step replays at every length), block sp taking chunks sp,
+ * sp + AD_CLUSTER, ... A block's ATT_THREADS threads are AD_GROUPS groups
+ * of AD_G; a group takes AD_KEYS / AD_GROUPS keys of a chunk (a warp's
  * groups adjacent rows, so the warp reads consecutive rows) and a thread
  * D / AD_G of their dims: scores by shuffles in the group, an online
  * softmax over the block's chunks, then the block's max M, exp-sum l and
- * unnormalised sum o[D] left in scratch. The blocks count themselves in
- * on the row's ticket (cuda_backend.tickets); the last one rescales every
- * block's part by exp(M - max) in block order (the same sums whichever
- * block is last), writes the row and puts the ticket back. */
+ * unnormalised sum o[D] in its shared memory. Block 0 of the cluster
+ * reads the others' through distributed shared memory and rescales each
+ * part by exp(M - max) in block order (double sums), then writes the row;
+ * the cluster waits for it before the blocks exit. */
 #define AD_KEYS 64
+#define AD_CLUSTER 8
 #define AD_G 8
 #define AD_GROUPS (ATT_THREADS / AD_G)
 #define AD_PER (AD_KEYS / AD_GROUPS)
 
-/* dims [d0, d0 + n) (n <= DPT) of row j of head (b, hk) -> f; vec: F32
- * rows 16-byte aligned, n == DPT (float4 loads) */
+/* How a decode block reads a cached row's dims (kv_dims) */
+enum kv_read {
+    KV_ANY,  /* element by element (kv_ld) */
+    KV_F32,  /* F32 rows 16-byte aligned, n == DPT: float4 loads */
+    KV_Q8_0, /* Q8_0 rows 2-byte aligned, n == DPT, d0 % DPT == 0 and DPT
+              * dividing QK: the block's scale, then the quants as 16-bit
+              * words, widened as quant.c does (d * q) */
+};
+
+/* dims [d0, d0 + n) (n <= DPT) of row j of head (b, hk) -> f */
 template <int DPT>
 __device__ static inline void kv_dims(float *f, const struct tv &t, int64_t b, int64_t hk, int64_t j, int d0, int n,
-                                      bool vec)
+                                      int mode)
 {
-    if (vec) {
-        const float4 *r = (const float4 *)(t.p + b * t.nb[0] + hk * t.nb[1] + j * t.nb[2]) + d0 / 4;
+    const char *r = t.p + b * t.nb[0] + hk * t.nb[1] + j * t.nb[2];
+    if (mode == KV_F32) {
+        const float4 *r4 = (const float4 *)r + d0 / 4;
 #pragma unroll
         for (int u = 0; u < DPT / 4; u++) {
-            const float4 v = r[u];
+            const float4 v = r4[u];
             f[4 * u] = v.x;
             f[4 * u + 1] = v.y;
             f[4 * u + 2] = v.z;
             f[4 * u + 3] = v.w;
+        }
+        return;
+    }
+    if (mode == KV_Q8_0) {
+        const uint16_t *blk = (const uint16_t *)(r + (d0 / QK) * 34);
+        const float d = scalar_fp16_to_f32(blk[0]);
+        const uint16_t *q = blk + 1 + (d0 % QK) / 2;
+#pragma unroll
+        for (int u = 0; u < DPT / 2; u++) {
+            const uint16_t w = q[u];
+            f[2 * u] = d * (float)(int8_t)(w & 0xff);
+            f[2 * u + 1] = d * (float)(int8_t)(w >> 8);
         }
         return;
     }
@@ -635,22 +661,18 @@ __device__ static inline void kv_dims(float *f, const struct tv &t, int64_t b, i
 
 /* DPT: dims a thread holds (D <= AD_G * DPT) */
 template <int DPT>
-__global__ static void __launch_bounds__(ATT_THREADS)
-    k_attn_decode(float *out, float *pm, float *pl, float *po, unsigned *tickets, struct tv q, struct tv k,
-                  struct tv v, struct tv bias, bool has_bias, float scale, int64_t nsplit, const int32_t *len,
-                  bool vec)
+__global__ static void __cluster_dims__(AD_CLUSTER, 1, 1) __launch_bounds__(ATT_THREADS)
+    k_attn_decode(float *out, struct tv q, struct tv k, struct tv v, struct tv bias, bool has_bias, float scale,
+                  const int32_t *len, int mode)
 {
     __shared__ float gm[AD_GROUPS], gl[AD_GROUPS];
     __shared__ float go[AD_GROUPS][AD_G * DPT + 1];
-    __shared__ float red[ATT_THREADS / 32];
-    __shared__ double dred[ATT_THREADS / 32];
-    __shared__ double wt[ATT_THREADS];
-    __shared__ bool last;
+    __shared__ float part_m, part_l, part_o[AD_G * DPT]; /* this block's part, read by block 0 */
+    cg::cluster_group cluster = cg::this_cluster();
     const int64_t sp = blockIdx.x, h = blockIdx.y, b = blockIdx.z, Hq = q.ne[1];
     const int D = (int)q.ne[3], dpt = (D + AD_G - 1) / AD_G;
     const int64_t Tk = len ? (*len < 0 ? 0 : *len < k.ne[2] ? *len : k.ne[2]) : k.ne[2];
     const int64_t nact = (Tk + AD_KEYS - 1) / AD_KEYS, row = b * Hq + h;
-    if (sp >= nact && !(sp == 0 && nact == 0)) return; /* past the keys present */
     const int64_t hk = h / (Hq / k.ne[1]);
     const int t = threadIdx.x, gi = t / AD_G, lane8 = t % AD_G, d0 = lane8 * dpt;
     const int nd = D - d0 < dpt ? (D - d0 > 0 ? D - d0 : 0) : dpt;
@@ -661,17 +683,17 @@ __global__ static void __launch_bounds__(ATT_THREADS)
         qd[e] = e < nd ? *(const float *)(qr + (d0 + e) * q.nb[3]) : 0.0f;
         od[e] = 0;
     }
-    /* this block's chunks sp, sp + nsplit, ...: the group's running max m,
-     * exp-sum l and sum od, rescaled as the max grows */
-    for (int64_t c = sp; c < nact; c += nsplit) {
+    /* this block's chunks sp, sp + AD_CLUSTER, ...: the group's running
+     * max m, exp-sum l and sum od, rescaled as the max grows */
+    for (int64_t c = sp; c < nact; c += AD_CLUSTER) {
         /* the chunk's loads at once (a warp's groups: adjacent rows) */
         float kd[AD_PER][DPT], vd[AD_PER][DPT], s[AD_PER];
 #pragma unroll
         for (int u = 0; u < AD_PER; u++) {
             const int64_t j = c * AD_KEYS + gi + (int64_t)u * AD_GROUPS;
             if (j < Tk) {
-                kv_dims<DPT>(kd[u], k, b, hk, j, d0, nd, vec);
-                kv_dims<DPT>(vd[u], v, b, hk, j, d0, nd, vec);
+                kv_dims<DPT>(kd[u], k, b, hk, j, d0, nd, mode);
+                kv_dims<DPT>(vd[u], v, b, hk, j, d0, nd, mode);
             }
         }
         float mc = -INFINITY;
@@ -717,56 +739,45 @@ __global__ static void __launch_bounds__(ATT_THREADS)
     __syncthreads();
     float M = -INFINITY;
     for (int g = 0; g < AD_GROUPS; g++) M = fmaxf(M, gm[g]);
-    const int64_t part = row * nsplit + sp;
     for (int d = t; d < D; d += blockDim.x) {
         float acc = 0;
         for (int g = 0; g < AD_GROUPS; g++)
             if (gm[g] != -INFINITY) acc += go[g][d] * expf(gm[g] - M);
-        po[part * D + d] = acc;
+        part_o[d] = acc;
     }
     if (t == 0) {
         float L = 0;
         for (int g = 0; g < AD_GROUPS; g++)
             if (gm[g] != -INFINITY) L += gl[g] * expf(gm[g] - M);
-        pm[part] = M;
-        pl[part] = L;
+        part_m = M;
+        part_l = L;
     }
-    /* count in; the last chunk of the row combines the row's chunks */
-    __threadfence();
-    __syncthreads();
-    /* the blocks that work: min(nsplit, nact), 1 without keys */
-    const int64_t nc = nact < 1 ? 1 : nact < nsplit ? nact : nsplit;
-    if (t == 0) last = atomicAdd(&tickets[row], 1u) == (unsigned)(nc - 1);
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    const float *rm = pm + row * nsplit, *rl = pl + row * nsplit, *ro = po + row * nsplit * D;
-    float mx = -INFINITY;
-    for (int64_t i = t; i < nc; i += blockDim.x) mx = fmaxf(mx, __ldcg(rm + i));
-    const float Mx = block_max(mx, red);
-    float *y = out + row * D;
-    if (Mx == -INFINITY) { /* sees no key */
-        for (int d = t; d < D; d += blockDim.x) y[d] = 0;
-    } else {
-        double L = 0, o = 0;
-        for (int64_t i0 = 0; i0 < nc; i0 += ATT_THREADS) {
-            const int n = nc - i0 < ATT_THREADS ? (int)(nc - i0) : ATT_THREADS;
-            if (t < n) {
-                const float mi = __ldcg(rm + i0 + t);
-                wt[t] = mi == -INFINITY ? 0.0 : exp((double)mi - Mx);
-                L += (double)__ldcg(rl + i0 + t) * wt[t];
-            }
-            __syncthreads();
-            if (t < D) {
-#pragma unroll 8
-                for (int i = 0; i < n; i++) o += (double)__ldcg(ro + (i0 + i) * D + t) * wt[i];
-            }
-            __syncthreads();
+    cluster.sync(); /* every part is in its block's shared memory */
+    if (sp == 0) {
+        double wt[AD_CLUSTER], L = 0;
+        float Mx = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < AD_CLUSTER; i++) Mx = fmaxf(Mx, *cluster.map_shared_rank(&part_m, i));
+#pragma unroll
+        for (int i = 0; i < AD_CLUSTER; i++) {
+            const float mi = *cluster.map_shared_rank(&part_m, i);
+            wt[i] = mi == -INFINITY ? 0.0 : exp((double)mi - Mx);
+            L += (double)*cluster.map_shared_rank(&part_l, i) * wt[i];
         }
-        L = block_sum(L, dred);
-        if (t < D) y[t] = (float)(o / L);
+        float *y = out + row * D;
+        for (int d = t; d < D; d += blockDim.x) {
+            if (Mx == -INFINITY) { /* sees no key */
+                y[d] = 0;
+                continue;
+            }
+            double o = 0;
+#pragma unroll
+            for (int i = 0; i < AD_CLUSTER; i++)
+                if (wt[i] != 0.0) o += (double)cluster.map_shared_rank(part_o, i)[d] * wt[i];
+            y[d] = (float)(o / L);
+        }
     }
-    if (t == 0) tickets[row] = 0;
+    cluster.sync(); /* block 0 has read every part */
 }
 
 static void cuda_attention(struct arena *a, struct tensor *out, const struct tensor *q,
@@ -801,34 +812,31 @@ static void cuda_attention(struct arena *a, struct tensor *out, const struct ten
         len = NULL;
     }
     if (split && (len || Tk >= 2 * AD_KEYS)) {
-        const int64_t rows = B * Hq, chunks = Tk > 0 ? (Tk + AD_KEYS - 1) / AD_KEYS : 1;
-        const int64_t fill = (2 * (int64_t)cuda_of(a)->sms + rows - 1) / rows; /* two blocks an SM */
-        const int64_t nsplit = chunks < fill ? chunks : fill > 0 ? fill : 1;
-        if (rows > CUDA_TICKETS) {
-            arena_fail(a, CBX_ERR_UNSUPPORTED, "attention: %lld decode rows over %lld keys", (long long)rows,
-                       (long long)Tk);
-            return;
-        }
-        float *pm = (float *)arena_alloc(a, (size_t)(rows * nsplit) * 4);
-        float *pl = (float *)arena_alloc(a, (size_t)(rows * nsplit) * 4);
-        float *po = (float *)arena_alloc(a, (size_t)(rows * nsplit * D) * 4);
-        if (!pm || !pl || !po) return;
         struct tv bv = bias ? tv_of(bias) : tv_of(q);
-        /* F32 rows of 16-byte aligned dims: float4 loads */
+        /* how the rows are read (kv_dims): F32 rows of 16-byte aligned
+         * dims by float4, contiguous Q8_0 rows of 2-byte aligned blocks by
+         * 16-bit words, else element by element */
         const int dpt = (int)((D + AD_G - 1) / AD_G);
-        const bool vec = k->type == TYPE_F32 && v->type == TYPE_F32 && k->nb[3] == 4 && v->nb[3] == 4 &&
-                         D % AD_G == 0 && (uintptr_t)k->data % 16 == 0 && (uintptr_t)v->data % 16 == 0 &&
-                         k->nb[0] % 16 == 0 && k->nb[1] % 16 == 0 && k->nb[2] % 16 == 0 && v->nb[0] % 16 == 0 &&
-                         v->nb[1] % 16 == 0 && v->nb[2] % 16 == 0;
-        dim3 grid((unsigned)nsplit, (unsigned)Hq, (unsigned)B);
+        const bool full = D % AD_G == 0 && k->type == v->type;
+        int mode = KV_ANY;
+        if (full && k->type == TYPE_F32 && k->nb[3] == 4 && v->nb[3] == 4 && (uintptr_t)k->data % 16 == 0 &&
+            (uintptr_t)v->data % 16 == 0 && k->nb[0] % 16 == 0 && k->nb[1] % 16 == 0 && k->nb[2] % 16 == 0 &&
+            v->nb[0] % 16 == 0 && v->nb[1] % 16 == 0 && v->nb[2] % 16 == 0)
+            mode = KV_F32;
+        const int64_t q8row = D / QK * 34;
+        if (full && k->type == TYPE_Q8_0 && D % QK == 0 && k->nb[3] == 1 && v->nb[3] == 1 &&
+            (uintptr_t)k->data % 2 == 0 && (uintptr_t)v->data % 2 == 0 && k->nb[0] % 2 == 0 && k->nb[1] % 2 == 0 &&
+            k->nb[2] == q8row && v->nb[0] % 2 == 0 && v->nb[1] % 2 == 0 && v->nb[2] == q8row)
+            mode = KV_Q8_0;
+        dim3 grid(AD_CLUSTER, (unsigned)Hq, (unsigned)B);
         if (dpt <= 8)
-            k_attn_decode<8><<<grid, ATT_THREADS, 0, st>>>((float *)out->data, pm, pl, po, cuda_of(a)->tickets,
-                                                           tv_of(q), tv_of(k), tv_of(v), bv, bias != NULL, p->scale,
-                                                           nsplit, len, vec && dpt == 8);
+            k_attn_decode<8><<<grid, ATT_THREADS, 0, st>>>((float *)out->data, tv_of(q), tv_of(k), tv_of(v), bv,
+                                                           bias != NULL, p->scale, len,
+                                                           dpt == 8 || mode == KV_ANY ? mode : KV_ANY);
         else
-            k_attn_decode<16><<<grid, ATT_THREADS, 0, st>>>((float *)out->data, pm, pl, po, cuda_of(a)->tickets,
-                                                            tv_of(q), tv_of(k), tv_of(v), bv, bias != NULL, p->scale,
-                                                            nsplit, len, vec && dpt == 16);
+            k_attn_decode<16><<<grid, ATT_THREADS, 0, st>>>((float *)out->data, tv_of(q), tv_of(k), tv_of(v), bv,
+                                                            bias != NULL, p->scale, len,
+                                                            dpt == 16 || mode == KV_ANY ? mode : KV_ANY);
         cu_launched(a, "attention (decode)");
         return;
     }
