@@ -5,7 +5,9 @@
  *
  * Precision: F32 GEMMs run in full F32 (cuBLAS default math, no TF32)
  * unless CBX_CUDA_TF32=1; CBX_CUDA_SYNC=1 synchronises after every kernel
- * so an execution fault is reported by the op that caused it. */
+ * so an execution fault is reported by the op that caused it.
+ * CBX_CUDA_PDL=0 turns programmatic dependent launch off (cuda_common.h,
+ * invariant 5; on by default from compute capability 9.0). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -196,6 +198,11 @@ static cbx_status prepare_weight(const struct backend *be, struct weight_set *s,
     return CBX_OK;
 }
 
+bool cuda_weight_placed(const struct tensor *t)
+{
+    return t->extra == (const void *)&cuda_weight_tag;
+}
+
 static void release_weight(const struct backend *be, struct tensor *t)
 {
     (void)be;
@@ -332,6 +339,8 @@ extern "C" struct backend *backend_cuda_create(int device, char *err)
         return NULL;
     }
     cb->sync_check = env_on("CBX_CUDA_SYNC");
+    const char *pdl = getenv("CBX_CUDA_PDL");
+    cb->pdl = prop.major >= 9 && !(pdl && strcmp(pdl, "0") == 0);
     if (env_on("CBX_CUDA_PROFILE") && (cb->prof = (struct cuda_prof *)calloc(1, sizeof *cb->prof))) {
         cb->sync_check = true;
         clock_gettime(CLOCK_MONOTONIC, &cb->prof->last);

@@ -14,7 +14,14 @@
  *  3. Device views (struct tv) are right-aligned to 4 dims like elem.h's
  *     elem_shape4: padded dims have ne 1 and stride 0; strides in bytes.
  *  4. Host scratch handed to cudaMemcpyAsync lives in the arena until its
- *     reset, and pageable copies are staged before the call returns. */
+ *     reset, and pageable copies are staged before the call returns.
+ *  5. Programmatic dependent launch (cu_launch with cuda_backend.pdl): such
+ *     a kernel may start while the kernel before it in the stream is still
+ *     running. It lets the next one start (cu_pdl_next), and reads or
+ *     writes nothing but placed weights (cuda_weight_placed: immutable)
+ *     before cu_pdl_wait, which returns once the kernel before it has
+ *     finished and its writes are visible. Without the attribute both are
+ *     no-ops. */
 #ifndef CBX_CUDA_COMMON_H
 #define CBX_CUDA_COMMON_H
 
@@ -40,7 +47,48 @@ struct cuda_backend {
     char name[64];
     struct cuda_prof *prof; /* CBX_CUDA_PROFILE=1 (implies sync_check): wall
                              * time per kernel step, printed at free */
+    bool pdl;               /* invariant 5: compute capability 9.0 or newer,
+                             * unless CBX_CUDA_PDL=0 */
 };
+
+/* Whether t is a weight placed by this backend (prepare_weight): its
+ * bytes never change while kernels run. */
+bool cuda_weight_placed(const struct tensor *t);
+
+/* ---- programmatic dependent launch (invariant 5) ----------------------- */
+
+__device__ static inline void cu_pdl_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ static inline void cu_pdl_next(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* k<<<grid, block, smem, st>>>(args...), as a programmatic dependent
+ * launch when pdl (the kernel keeps invariant 5); check with cu_launched */
+template <typename... P, typename... A>
+static inline void cu_launch(cudaStream_t st, bool pdl, void (*k)(P...), dim3 grid, dim3 block, size_t smem,
+                             A... args)
+{
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    (void)cudaLaunchKernelEx(&cfg, k, args...); /* an error stays for cu_launched */
+}
 
 static inline struct cuda_backend *cuda_of(struct arena *a)
 {

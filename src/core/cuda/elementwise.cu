@@ -94,6 +94,8 @@ __device__ static inline bool d_shift(struct tv &o, const struct dshift &sh)
 
 __global__ static void k_cpy(struct tv o, struct tv x, int64_t n, int size, struct dshift sh)
 {
+    cu_pdl_next();
+    cu_pdl_wait();
     if (!d_shift(o, sh)) return;
     CU_FOR(i, n) {
         const char *xp = x.p + tv_off(x, i);
@@ -128,6 +130,8 @@ __device__ static inline int64_t row_off3(const struct tv &v, int64_t r)
 __global__ static void k_cpy_blocks(struct tv o, struct tv x, int64_t rows, int64_t n,
                                     int xbs, int obs, int64_t row_bytes, struct dshift sh)
 {
+    cu_pdl_next();
+    cu_pdl_wait();
     if (!d_shift(o, sh)) return;
     const int64_t nblk = n / QK;
     if (x.type == o.type) {
@@ -212,9 +216,8 @@ static void cpy(struct arena *a, struct tensor *out, const struct tensor *x, str
         const int64_t work = x->type == out->type ? rows * row_bytes
                              : tx->quantized       ? rows * n
                                                    : rows * (n / QK);
-        k_cpy_blocks<<<cu_blocks(work, CU_THREADS), CU_THREADS, 0, st>>>(
-            ov, xv, rows, n, tx->quantized ? (int)tx->size : 0, to->quantized ? (int)to->size : 0,
-            row_bytes, sh);
+        cu_launch(st, cuda_of(a)->pdl, k_cpy_blocks, cu_blocks(work, CU_THREADS), CU_THREADS, 0, ov, xv, rows, n,
+                  tx->quantized ? (int)tx->size : 0, to->quantized ? (int)to->size : 0, row_bytes, sh);
         cu_launched(a, "cpy (block rows)");
         return;
     }
@@ -223,7 +226,8 @@ static void cpy(struct arena *a, struct tensor *out, const struct tensor *x, str
               "cpy");
         return;
     }
-    k_cpy<<<cu_blocks(total, CU_THREADS), CU_THREADS, 0, st>>>(ov, xv, total, (int)tx->size, sh);
+    cu_launch(st, cuda_of(a)->pdl, k_cpy, cu_blocks(total, CU_THREADS), CU_THREADS, 0, ov, xv, total, (int)tx->size,
+              sh);
     cu_launched(a, "cpy");
 }
 

@@ -53,6 +53,8 @@ struct gemv_group {
     int norm;
     const float *ng, *nb;
     float eps;
+    bool early; /* every part's weight is placed (cuda_weight_placed): its
+                 * loads go out before cu_pdl_wait */
 };
 
 /* this block's part */
@@ -199,7 +201,9 @@ __global__ static void k_gemv(float *y, int64_t ldy, const float *x, int M, int6
             const float *xb = x + bi * QK;
             for (int j = 0; j < QK; j++) {
                 const float wv = d_block_elem(type, blk, j);
-                for (int r = 0; r < M; r++) acc[r] += wv * xb[r * K + j];
+#pragma unroll
+                for (int r = 0; r < GEMV_ROWS; r++)
+                    if (r < M) acc[r] += wv * xb[r * K + j];
             }
         }
     } else if (pairs) {
@@ -208,16 +212,22 @@ __global__ static void k_gemv(float *y, int64_t ldy, const float *x, int M, int6
             const uint16_t h0 = (uint16_t)(u & 0xffff), h1 = (uint16_t)(u >> 16);
             const float w0 = type == TYPE_F16 ? scalar_fp16_to_f32(h0) : scalar_bf16_to_f32(h0);
             const float w1 = type == TYPE_F16 ? scalar_fp16_to_f32(h1) : scalar_bf16_to_f32(h1);
-            for (int r = 0; r < M; r++) acc[r] += w0 * x[r * K + i] + w1 * x[r * K + i + 1];
+#pragma unroll
+            for (int r = 0; r < GEMV_ROWS; r++)
+                if (r < M) acc[r] += w0 * x[r * K + i] + w1 * x[r * K + i + 1];
         }
         if ((K & 1) && lane == 0) {
             const float wv = d_ldf(type, row + (K - 1) * 2);
-            for (int r = 0; r < M; r++) acc[r] += wv * x[r * K + K - 1];
+#pragma unroll
+            for (int r = 0; r < GEMV_ROWS; r++)
+                if (r < M) acc[r] += wv * x[r * K + K - 1];
         }
     } else {
         for (int64_t i = lane; i < K; i += 32) {
             const float wv = d_ldf(type, row + i * nb1);
-            for (int r = 0; r < M; r++) acc[r] += wv * x[r * K + i];
+#pragma unroll
+            for (int r = 0; r < GEMV_ROWS; r++)
+                if (r < M) acc[r] += wv * x[r * K + i];
         }
     }
     gemv_store<GEMV_ROWS>(y, ldy, M, o, acc, bias, bias_nb, gemv_epi{-1, NULL});
@@ -250,7 +260,10 @@ __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
     for (int r = 0; r < M; r++) acc[r] = 0;
     const float4 *row = (const float4 *)(pp.w + (o < N ? o : 0) * pp.nb0);
     /* GEMV_UNROLL weight loads in flight per lane before the products; the
-     * first round's are issued before the norm prologue */
+     * first round's are issued before the norm prologue (and, for placed
+     * weights, before the wait on the kernel before) */
+    cu_pdl_next();
+    if (!g.early) cu_pdl_wait();
     float4 wv[GEMV_UNROLL];
 #define GEMV_LOAD_F32(i0)                                                           \
     _Pragma("unroll") for (int u = 0; u < GEMV_UNROLL; u++)                         \
@@ -259,6 +272,7 @@ __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
         wv[u] = o < N && i < end ? __ldg(row + i) : make_float4(0, 0, 0, 0);        \
     }
     GEMV_LOAD_F32(beg + lane);
+    cu_pdl_wait();
     const float *xs = x;
     if (g.norm >= 0) {
         gemv_norm_rows((float *)sx4, x, M, K, g);
@@ -355,11 +369,15 @@ __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
     for (int r = 0; r < M; r++) acc[r] = 0;
     const int64_t nblk = K / QK, per = (nblk + S - 1) / S, beg = (wi % S) * per,
                   end = beg + per < nblk ? beg + per : nblk;
-    /* the first block's loads are issued before the norm prologue */
+    /* the first block's loads are issued before the norm prologue (and,
+     * for placed weights, before the wait on the kernel before) */
+    cu_pdl_next();
+    if (!g.early) cu_pdl_wait();
     uint16_t q[BW];
 #define GEMV_LOAD_Q(bi)                                                                 \
     _Pragma("unroll") for (int j = 0; j < BW; j++) q[j] = o < N && (bi) < end ? __ldg(row + (bi) * BW + j) : 0;
     GEMV_LOAD_Q(beg + lane);
+    cu_pdl_wait();
     const float *xs = x;
     if (g.norm >= 0) {
         gemv_norm_rows((float *)sx4, x, M, K, g);
@@ -395,12 +413,15 @@ __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
     const int64_t per = K / QK / S, beg = (wi % S) * per;
     const int nch = (int)(per * BS / 16);
     const uint4 *src = (const uint4 *)(pp.w + (o < N ? o : 0) * pp.nb0 + beg * BS);
+    cu_pdl_next();
+    if (!g.early) cu_pdl_wait();
     uint4 c[CH];
 #pragma unroll
     for (int u = 0; u < CH; u++) {
         const int i = lane + 32 * u;
         if (o < N && i < nch) c[u] = __ldg(src + i);
     }
+    cu_pdl_wait();
     const float *xs = x;
     const int64_t norm4 = g.norm >= 0 ? (int64_t)(M + 2) * K / 4 : 0;
     if (g.norm >= 0) {
@@ -441,42 +462,42 @@ static unsigned gemv_grid(int64_t N, int S)
  * k_gemv_qs when staged, else k_gemv_q) for S warps per output and M
  * rows, as compile-time counts */
 template <int TYPE, int S, int M>
-static void gemv_go(cudaStream_t st, unsigned gr, size_t sm, bool staged, float *y, int64_t ldy, const float *x,
+static void gemv_go(cudaStream_t st, bool pdl, unsigned gr, size_t sm, bool staged, float *y, int64_t ldy, const float *x,
                     int64_t K, const struct gemv_group &g)
 {
     const unsigned t = 32 * GEMV_WARPS;
     if constexpr (TYPE == TYPE_F32) {
-        if constexpr (S <= 4) k_gemv_f32<S, M><<<gr, t, sm, st>>>(y, ldy, x, K, g);
+        if constexpr (S <= 4) cu_launch(st, pdl, k_gemv_f32<S, M>, gr, t, sm, y, ldy, x, K, g);
     } else if (staged) {
-        k_gemv_qs<TYPE, S, M><<<gr, t, sm, st>>>(y, ldy, x, K, g);
+        cu_launch(st, pdl, k_gemv_qs<TYPE, S, M>, gr, t, sm, y, ldy, x, K, g);
     } else if constexpr (S <= 4) {
-        k_gemv_q<TYPE, S, M><<<gr, t, sm, st>>>(y, ldy, x, K, g);
+        cu_launch(st, pdl, k_gemv_q<TYPE, S, M>, gr, t, sm, y, ldy, x, K, g);
     }
 }
 
 template <int TYPE, int S>
-static void gemv_rows(cudaStream_t st, unsigned gr, size_t sm, bool staged, float *y, int64_t ldy, const float *x,
+static void gemv_rows(cudaStream_t st, bool pdl, unsigned gr, size_t sm, bool staged, float *y, int64_t ldy, const float *x,
                       int m, int64_t K, const struct gemv_group &g)
 {
     switch (m) {
-    case 1: gemv_go<TYPE, S, 1>(st, gr, sm, staged, y, ldy, x, K, g); break;
-    case 2: gemv_go<TYPE, S, 2>(st, gr, sm, staged, y, ldy, x, K, g); break;
-    case 3: gemv_go<TYPE, S, 3>(st, gr, sm, staged, y, ldy, x, K, g); break;
-    default: gemv_go<TYPE, S, 4>(st, gr, sm, staged, y, ldy, x, K, g); break;
+    case 1: gemv_go<TYPE, S, 1>(st, pdl, gr, sm, staged, y, ldy, x, K, g); break;
+    case 2: gemv_go<TYPE, S, 2>(st, pdl, gr, sm, staged, y, ldy, x, K, g); break;
+    case 3: gemv_go<TYPE, S, 3>(st, pdl, gr, sm, staged, y, ldy, x, K, g); break;
+    default: gemv_go<TYPE, S, 4>(st, pdl, gr, sm, staged, y, ldy, x, K, g); break;
     }
 }
 
 template <int TYPE>
-static void gemv_launch(cudaStream_t st, int S, unsigned gr, bool staged, float *y, int64_t ldy, const float *x,
+static void gemv_launch(cudaStream_t st, bool pdl, int S, unsigned gr, bool staged, float *y, int64_t ldy, const float *x,
                         int m, int64_t K, const struct gemv_group &g)
 {
     size_t sm = g.norm >= 0 ? (size_t)(m + 2) * (size_t)K * 4 : 0; /* gemv_norm_rows */
     if (staged) sm += (size_t)GEMV_WARPS * GEMV_SEG;
     switch (S) {
-    case 1: gemv_rows<TYPE, 1>(st, gr, sm, staged, y, ldy, x, m, K, g); break;
-    case 2: gemv_rows<TYPE, 2>(st, gr, sm, staged, y, ldy, x, m, K, g); break;
-    case 4: gemv_rows<TYPE, 4>(st, gr, sm, staged, y, ldy, x, m, K, g); break;
-    default: gemv_rows<TYPE, 8>(st, gr, sm, staged, y, ldy, x, m, K, g); break;
+    case 1: gemv_rows<TYPE, 1>(st, pdl, gr, sm, staged, y, ldy, x, m, K, g); break;
+    case 2: gemv_rows<TYPE, 2>(st, pdl, gr, sm, staged, y, ldy, x, m, K, g); break;
+    case 4: gemv_rows<TYPE, 4>(st, pdl, gr, sm, staged, y, ldy, x, m, K, g); break;
+    default: gemv_rows<TYPE, 8>(st, pdl, gr, sm, staged, y, ldy, x, m, K, g); break;
     }
 }
 
@@ -533,6 +554,8 @@ static bool gemv_fast_group(struct arena *a, float *y, int64_t ldy, const float 
     memset(&g, 0, sizeof g);
     g.n = n;
     g.res = res;
+    g.early = true;
+    for (int i = 0; i < n; i++) g.early = g.early && cuda_weight_placed(w[i]);
     g.norm = norm ? (int)norm->kind : -1;
     if (norm) {
         g.ng = norm->g ? (const float *)norm->g->data : NULL;
@@ -550,9 +573,10 @@ static bool gemv_fast_group(struct arena *a, float *y, int64_t ldy, const float 
     cudaStream_t st = cuda_of(a)->st;
     const unsigned gr = (unsigned)blocks;
     const int m = (int)M;
-    if (type == TYPE_F32) gemv_launch<TYPE_F32>(st, S, gr, false, y, ldy, x, m, K, g);
-    else if (type == TYPE_Q8_0) gemv_launch<TYPE_Q8_0>(st, S, gr, staged, y, ldy, x, m, K, g);
-    else gemv_launch<TYPE_Q4_0>(st, S, gr, staged, y, ldy, x, m, K, g);
+    const bool pdl = cuda_of(a)->pdl;
+    if (type == TYPE_F32) gemv_launch<TYPE_F32>(st, pdl, S, gr, false, y, ldy, x, m, K, g);
+    else if (type == TYPE_Q8_0) gemv_launch<TYPE_Q8_0>(st, pdl, S, gr, staged, y, ldy, x, m, K, g);
+    else gemv_launch<TYPE_Q4_0>(st, pdl, S, gr, staged, y, ldy, x, m, K, g);
     cu_launched(a, "linear gemv");
     return true;
 }

@@ -669,6 +669,8 @@ __global__ static void __cluster_dims__(AD_CLUSTER, 1, 1) __launch_bounds__(ATT_
     __shared__ float go[AD_GROUPS][AD_G * DPT + 1];
     __shared__ float part_m, part_l, part_o[AD_G * DPT]; /* this block's part, read by block 0 */
     cg::cluster_group cluster = cg::this_cluster();
+    cu_pdl_next();
+    cu_pdl_wait();
     const int64_t sp = blockIdx.x, h = blockIdx.y, b = blockIdx.z, Hq = q.ne[1];
     const int D = (int)q.ne[3], dpt = (D + AD_G - 1) / AD_G;
     const int64_t Tk = len ? (*len < 0 ? 0 : *len < k.ne[2] ? *len : k.ne[2]) : k.ne[2];
@@ -828,15 +830,14 @@ static void cuda_attention(struct arena *a, struct tensor *out, const struct ten
             (uintptr_t)k->data % 2 == 0 && (uintptr_t)v->data % 2 == 0 && k->nb[0] % 2 == 0 && k->nb[1] % 2 == 0 &&
             k->nb[2] == q8row && v->nb[0] % 2 == 0 && v->nb[1] % 2 == 0 && v->nb[2] == q8row)
             mode = KV_Q8_0;
-        dim3 grid(AD_CLUSTER, (unsigned)Hq, (unsigned)B);
+        const dim3 grid(AD_CLUSTER, (unsigned)Hq, (unsigned)B);
+        const bool pdl = cuda_of(a)->pdl;
         if (dpt <= 8)
-            k_attn_decode<8><<<grid, ATT_THREADS, 0, st>>>((float *)out->data, tv_of(q), tv_of(k), tv_of(v), bv,
-                                                           bias != NULL, p->scale, len,
-                                                           dpt == 8 || mode == KV_ANY ? mode : KV_ANY);
+            cu_launch(st, pdl, k_attn_decode<8>, grid, ATT_THREADS, 0, (float *)out->data, tv_of(q), tv_of(k),
+                      tv_of(v), bv, bias != NULL, p->scale, len, dpt == 8 || mode == KV_ANY ? mode : KV_ANY);
         else
-            k_attn_decode<16><<<grid, ATT_THREADS, 0, st>>>((float *)out->data, tv_of(q), tv_of(k), tv_of(v), bv,
-                                                            bias != NULL, p->scale, len,
-                                                            dpt == 16 || mode == KV_ANY ? mode : KV_ANY);
+            cu_launch(st, pdl, k_attn_decode<16>, grid, ATT_THREADS, 0, (float *)out->data, tv_of(q), tv_of(k),
+                      tv_of(v), bv, bias != NULL, p->scale, len, dpt == 16 || mode == KV_ANY ? mode : KV_ANY);
         cu_launched(a, "attention (decode)");
         return;
     }
