@@ -2,11 +2,13 @@
  * every weight type and op_matmul with broadcast batch dims.
  *
  * linear, y[M, N] = x[M, K] @ w[N, K]^T + b:
- *  - F32 weights: one cuBLAS SGEMM (full F32 unless CBX_CUDA_TF32=1).
- *  - F16/BF16/Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 weights, up to GEMV_ROWS rows of x
- *    (decode): a GEMV kernel that widens the weight on the fly exactly as
- *    quant.c's dequantize_row does, one warp per output, F32 accumulation.
- *  - the same weights with more rows: the weight is widened to F32 in
+ *  - up to GEMV_ROWS rows of x (decode): a GEMV kernel that widens the
+ *    weight on the fly exactly as quant.c's dequantize_row does, one warp
+ *    (or S) per output, F32 accumulation (F32/Q8_0/Q4_0: the fast kernels
+ *    below, with a fused norm prologue and epilogue; other types: k_gemv).
+ *  - F32 weights, more rows: one cuBLAS SGEMM (full F32 unless
+ *    CBX_CUDA_TF32=1).
+ *  - other weights, more rows: the weight is widened to F32 in
  *    chunks of rows (exact, as the ref backend) and multiplied by SGEMM.
  *    With the arena's BF16 hint (arena_set_bf16) F16/BF16 weights instead
  *    go through cublasGemmEx on 16-bit operands with F32 accumulation.
@@ -237,9 +239,12 @@ __global__ static void k_gemv(float *y, int64_t ldy, const float *x, int M, int6
  * warps, each a contiguous part of K, when K is long enough that one warp
  * would load it in several rounds: gemv_split), up to GEMV_ROWS rows of x,
  * the bias (and op_linear_ex's activation and residual) applied in the
- * same kernel:
+ * same kernel. M (rows) and S are compile-time counts, so the sums stay
+ * in registers; products are summed by FMA:
  *  - F32 rows 16-byte aligned: float4 loads of the weight and x;
- *  - Q8_0 / Q4_0 rows (2-byte aligned blocks): each lane takes whole
+ *  - Q8_0 / Q4_0 rows 16-byte aligned, K a multiple of 8 * S blocks:
+ *    staged through shared memory (k_gemv_qs);
+ *  - other Q8_0 / Q4_0 rows (2-byte aligned blocks): each lane takes whole
  *    blocks (the warp reads consecutive ones), loads the scale once and the
  *    quants as 16-bit words, and widens each as quant.c does (d * q).
  * Launch bounds: at most 80 registers, three blocks an SM (as before the

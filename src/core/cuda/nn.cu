@@ -10,9 +10,10 @@
  * online softmax in float registers); otherwise one block per query row
  * (k_attention: scores in shared memory or global scratch for long keys,
  * F32 dot products, double softmax sum, the weighted sum of v split over
- * the block); a decode row over many keys is split over blocks of 64 keys,
- * the last block of the row combining them (k_attn_decode, one launch;
- * float softmax parts, double combine). A query that sees no key gives zeros
+ * the block); a decode row over many keys is split over a cluster of 8
+ * blocks taking chunks of 64 keys, block 0 combining them through
+ * distributed shared memory (k_attn_decode, one launch; float softmax
+ * parts, double combine). A query that sees no key gives zeros
  * (ops_nn.c, convention 2). */
 #include <math.h>
 
