@@ -5,7 +5,7 @@
  * invocation as baseline (its first audio is its end).
  *
  *   bench_stream --model DIR|GGUF [--tokens N] [--first-tokens K] [--chunk-tokens C] [--stream-prompt P]
- *                [--first-prompt F]
+ *                [--first-prompt F] [--context L]
  *                [--threads N] [--reps N] [--filter q4_0] [--backend cpu|cuda]
  *
  * --backend: where weights and computation go (default cpu); a record's
@@ -16,7 +16,9 @@
  * engine's defaults for streaming (first chunk after
  * engine_params.stream_first_tokens tokens, or K, then 20, 40, 80, 80...);
  * --stream-prompt P cuts S3Gen's reference prompt to its last P tokens
- * (engine_params.stream_prompt_tokens; default: the whole prompt);
+ * (engine_params.stream_prompt_tokens; default: the engine's);
+ * --context L bounds each chunk's left context to L speech tokens
+ * (engine_params.stream_context_tokens; default: the engine's);
  * --first-prompt F does so for the first chunk only
  * (engine_params.stream_first_prompt_tokens; default: the engine's).
  *
@@ -124,7 +126,7 @@ static void empty_dir(const char *dir)
     if (d) closedir(d);
 }
 
-static int run_type(const char *path, int wtype, int N, int K, int C, int P, int FP, const struct bench_opts *o,
+static int run_type(const char *path, int wtype, int N, int K, int C, int P, int FP, int LC, const struct bench_opts *o,
                     struct backend *be, struct result *res)
 {
     char err[ERR_MAX] = "";
@@ -149,8 +151,9 @@ static int run_type(const char *path, int wtype, int N, int K, int C, int P, int
     p.split = false;
     if (K > 0) p.stream_first_tokens = K;
     if (C > 0) p.stream_chunk_tokens = C;
-    p.stream_prompt_tokens = P;
+    if (P >= 0) p.stream_prompt_tokens = P;
     if (FP >= 0) p.stream_first_prompt_tokens = FP;
+    if (LC >= 0) p.stream_context_tokens = LC;
     for (int r = -1; r < R; r++) {
         /* warm: 0 cold, 1 from the cache, 2 from the store */
         for (int warm = 0; warm < 3; warm++) {
@@ -216,7 +219,8 @@ int main(int argc, char **argv)
     int N = (v = bench_take_opt(&argc, argv, "--tokens")) ? atoi(v) : 250;
     int K = (v = bench_take_opt(&argc, argv, "--first-tokens")) ? atoi(v) : 0;
     int C = (v = bench_take_opt(&argc, argv, "--chunk-tokens")) ? atoi(v) : 0;
-    int P = (v = bench_take_opt(&argc, argv, "--stream-prompt")) ? atoi(v) : 0;
+    int P = (v = bench_take_opt(&argc, argv, "--stream-prompt")) ? atoi(v) : -1;
+    int LC = (v = bench_take_opt(&argc, argv, "--context")) ? atoi(v) : -1;
     int FP = (v = bench_take_opt(&argc, argv, "--first-prompt")) ? atoi(v) : -1;
     struct bench_opts opt;
     if (!bench_parse(argc, argv, &opt, 1)) return 2;
@@ -235,7 +239,7 @@ int main(int argc, char **argv)
         char name[64];
         bench_type_on(be, tname, name, sizeof name);
         struct result r = {0};
-        if (!run_type(model, wt, N, K, C, P, FP, &opt, be, &r)) {
+        if (!run_type(model, wt, N, K, C, P, FP, LC, &opt, be, &r)) {
             backend_free(be);
             return 1;
         }

@@ -230,7 +230,7 @@ typedef struct cbx_synth_params {
      * prompt plus the tokens so far, so the prompt (250 tokens for a 10 s
      * reference) sets the floor of first-audio latency; a shorter one
      * trades reference context for latency (the speaker x-vector is kept) */
-    int stream_prompt_tokens;  /* 0: the whole prompt */
+    int stream_prompt_tokens;  /* 100 (4 s); 0: the whole prompt */
     /* streaming latency: the first chunk alone is conditioned on the last
      * N tokens of the reference prompt (later chunks on all of it), so its
      * cost, and first-audio latency, does not grow with the reference; only
@@ -265,6 +265,12 @@ typedef struct cbx_synth_params {
      * a deadline). Must be quick and must not call into ctx. */
     int (*abort_callback)(void *user); /* NULL: none */
     void *abort_user;                  /* its argument */
+    /* streaming: each chunk's mel is made from the generated speech tokens
+     * from N before its first new frame on (plus the reference prompt), not
+     * from every token so far, so a chunk costs the same however long the
+     * utterance has grown; N tokens = N x 40 ms of left context. 0: every
+     * token so far (the cost of chunk k grows with k) */
+    int stream_context_tokens;         /* 32 */
 } cbx_synth_params;
 
 enum cbx_precision { CBX_PRECISION_AUTO = 0, CBX_PRECISION_F32 = 1, CBX_PRECISION_BF16 = 2 };

@@ -62,11 +62,14 @@ static void usage(FILE *f)
             "  --stream-prompt N         while streaming, condition S3Gen on only the last\n"
             "                            N tokens of the voice's reference prompt (lower\n"
             "                            first-audio latency, less reference context;\n"
-            "                            default 0: all of it)\n"
+            "                            default 100, 4 s; 0: all of it)\n"
             "  --stream-first-prompt N   while streaming, condition the first chunk alone\n"
             "                            on the last N reference tokens (default 25: first\n"
             "                            audio does not wait for the whole reference; 0:\n"
             "                            all of it)\n"
+            "  --stream-context N        while streaming, each chunk's mel sees N speech\n"
+            "                            tokens of left context (default 32, 1.3 s), not\n"
+            "                            the whole utterance so far; 0: all of it\n"
             "  --precision P             S3Gen arithmetic: auto (default: bf16 for\n"
             "                            quantised models, else f32), f32 or bf16\n"
             "                            (BF16 products on CPUs with AMX, else f32)\n"
@@ -335,7 +338,7 @@ static int say_main(int argc, char **argv, struct cli_gen *g)
         }
         static const char *const with_value[] = {
             "-o", "--output", "--format", "--text-file", "--model", "--voice", "--seed", "--cfm-steps", "--threads", "--backend",
-            "--pause-ms", "--stream-prompt", "--stream-first-prompt", "--precision", "--prefix-cache", "-t"};
+            "--pause-ms", "--stream-prompt", "--stream-first-prompt", "--stream-context", "--precision", "--prefix-cache", "-t"};
         if (cli_gen_is_option(o)) {
             if (i + 1 >= argc) return usage_error("%s needs a value", o);
             if (!cli_gen_parse(g, "say", o, argv[++i])) return 2;
@@ -355,6 +358,7 @@ static int say_main(int argc, char **argv, struct cli_gen *g)
         else if (!strcmp(o, "--seed")) { if (!cli_parse_u64("say", o, val, &ep.seed)) return 2; }
         else if (!strcmp(o, "--cfm-steps")) { if (!parse_int(o, val, 1, 1000, &ep.cfm_steps)) return 2; }
         else if (!strcmp(o, "--stream-first-prompt")) { if (!parse_int(o, val, 0, 100000, &ep.stream_first_prompt_tokens)) return 2; }
+        else if (!strcmp(o, "--stream-context")) { if (!parse_int(o, val, 0, 100000, &ep.stream_context_tokens)) return 2; }
         else if (!strcmp(o, "--stream-prompt")) { if (!parse_int(o, val, 0, 100000, &ep.stream_prompt_tokens)) return 2; }
         else if (!strcmp(o, "--precision")) {
             if (!strcmp(val, "auto")) ep.precision = ENGINE_PREC_AUTO;

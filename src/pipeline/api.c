@@ -302,6 +302,7 @@ static cbx_synth_params from_engine(const struct engine_params *ep)
     p.stream_chunk_tokens = e.stream_chunk_tokens;
     p.stream_prompt_tokens = e.stream_prompt_tokens;
     p.stream_first_prompt_tokens = e.stream_first_prompt_tokens;
+    p.stream_context_tokens = e.stream_context_tokens;
     p.precision = e.precision;
     p.min_p = e.s.min_p;
     p.cfg_weight = e.cfg_weight;
@@ -433,6 +434,7 @@ cbx_status cbx_synthesize(cbx_context *ctx, const cbx_voice *voice, const char *
     e.stream_chunk_tokens = params->stream_chunk_tokens;
     e.stream_prompt_tokens = params->stream_prompt_tokens;
     e.stream_first_prompt_tokens = params->stream_first_prompt_tokens;
+    e.stream_context_tokens = params->stream_context_tokens;
     e.precision = params->precision;
     e.alignment_guard = params->alignment_guard != 0;
     e.work = ctx->work;

@@ -384,6 +384,8 @@ struct engine_params engine_default_params(void)
     p.seed = 0;
     p.cfm_steps = 0;
     p.stream_first_prompt_tokens = 25;
+    p.stream_context_tokens = 32;
+    p.stream_prompt_tokens = 100;
     p.split = true;
     p.max_segment_tokens = variant_get(MODEL_TURBO)->segment.max_tokens;
     p.pause_ms = 100;
@@ -735,6 +737,7 @@ static cbx_status stream_segment(const struct engine_model *m, const struct back
     sp.seed = engine_seed(p->seed, i, 0); /* the seed T3 uses (no retries) */
     sp.bf16 = use_bf16(m, p);
     sp.first_prompt_tokens = p->stream_first_prompt_tokens;
+    sp.context_tokens = p->stream_context_tokens;
     struct s3gen_ref ref = {voice->prompt_token, voice->n_prompt_token, voice->prompt_feat, voice->n_prompt_feat,
                             voice->embedding};
     const int64_t k = p->stream_prompt_tokens;
@@ -854,13 +857,13 @@ cbx_status engine_synthesize(const struct engine_model *m, const struct backend 
         return err_setf(err, CBX_ERR_INVALID_ARG, "bad parameters (cfg_weight 0..100, exaggeration <= 100, min_p in [0, 1])");
     if (p->max_tokens < 1 || p->max_tokens > 100000 || p->pause_ms < 0 || p->pause_ms > 60000 ||
         p->max_retries < 0 || p->max_retries > 16 || p->stream_prompt_tokens < 0 ||
-        p->stream_first_prompt_tokens < 0 ||
+        p->stream_first_prompt_tokens < 0 || p->stream_context_tokens < 0 ||
         p->precision < ENGINE_PREC_AUTO || p->precision > ENGINE_PREC_BF16 ||
         !(p->s.top_p >= 0 && p->s.top_p <= 1) || !(p->s.temperature >= 0) || p->s.top_k < 0 ||
         !(p->s.repetition_penalty > 0))
         return err_setf(err, CBX_ERR_INVALID_ARG,
                         "bad parameters (max_tokens 1..100000, pause_ms 0..60000, max_retries 0..16, "
-                        "stream_prompt_tokens >= 0, stream_first_prompt_tokens >= 0, precision 0..2, top_p in [0, 1], temperature >= 0, top_k >= 0, "
+                        "stream_prompt_tokens >= 0, stream_first_prompt_tokens >= 0, stream_context_tokens >= 0, precision 0..2, top_p in [0, 1], temperature >= 0, top_k >= 0, "
                         "repetition_penalty > 0)");
     cbx_status rc = resolve_voice(m, &voice, err);
     if (rc != CBX_OK) return rc;

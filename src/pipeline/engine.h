@@ -210,12 +210,20 @@ struct engine_params {
                                * chunk's cost (Turbo's built-in voice: 250
                                * tokens, 500 frames); a shorter one trades
                                * reference for latency (the speaker x-vector is
-                               * kept). 0 (default): the whole prompt. */
+                               * kept). Default 100 (4 s: with
+                               * stream_context_tokens, a chunk then costs
+                               * about what its share of the whole utterance
+                               * does); 0: the whole prompt. */
     int stream_first_prompt_tokens; /* streaming only: the first chunk alone is
                                * conditioned on the last N prompt tokens
                                * (stream.h invariant 7), bounding first-audio
                                * latency; default 25 (1 s of reference);
                                * 0: as every other chunk */
+    int stream_context_tokens; /* streaming only: each chunk's flow sees the
+                               * generated tokens from N before its first new
+                               * mel frame on (stream.h invariant 8), so a
+                               * chunk's cost does not grow with the
+                               * utterance; default 32; 0: every token so far */
     int precision;            /* S3Gen products: ENGINE_PREC_AUTO (default: BF16
                                * for quantised weights, else F32), _F32, _BF16 */
     /* Llama T3 (English, multilingual) */

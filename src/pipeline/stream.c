@@ -58,7 +58,7 @@ static double now(void)
 
 struct stream_params stream_default_params(void)
 {
-    struct stream_params p = {10, 20, 80, 2 * 1004, 0, 0, false, 0};
+    struct stream_params p = {10, 20, 80, 2 * 1004, 0, 0, false, 0, 0};
     return p;
 }
 
@@ -138,14 +138,16 @@ const float *stream_mel(const struct stream *st, int64_t *n_frames)
 
 /* ---- flow: CausalMaskedDiffWithXvec.inference(finalize) ------------------ */
 
-/* Initial noise z [80, tm] in the persistent layout (stream.h, 5): frames
- * [off, off + tm) of it, the first tp - off of them prompt frames. */
-static float *noise(struct stream *st, int64_t off, int64_t tm, char *err)
+/* Initial noise z [80, tm] in the persistent layout (stream.h, 5) for a
+ * window of tp - off prompt frames (frames [off, tp) of the prompt)
+ * followed by tm - (tp - off) generated frames starting at generated frame
+ * g0 (invariant 8). */
+static float *noise(struct stream *st, int64_t off, int64_t g0, int64_t tm, char *err)
 {
-    const int64_t tp = st->ref.n_prompt_feat, ng = tm - (tp - off), R = st->p.noise_frames;
-    if (ng > R) {
+    const int64_t tp = st->ref.n_prompt_feat, np = tp - off, ng = tm - np, R = st->p.noise_frames;
+    if (g0 + ng > R) {
         err_setf(err, CBX_ERR_INVALID_ARG, "stream: %lld generated mel frames exceed noise_frames %lld",
-                 (long long)ng, (long long)R);
+                 (long long)(g0 + ng), (long long)R);
         return NULL;
     }
     float *z = arena_alloc_host(st->a, sizeof *z * (size_t)(N_MEL * tm));
@@ -162,10 +164,13 @@ static float *noise(struct stream *st, int64_t off, int64_t tm, char *err)
         /* z = randn_like(mu) over prompt + generated frames: a gaussian
          * takes two raw draws, value k of the row at counter 2 (c R' + k) */
         zs.counter = 2 * (uint64_t)(c * (tp + R) + off);
-        rng_gaussian_fill(&zs, row, (size_t)(meanflow ? tp - off : tm));
+        rng_gaussian_fill(&zs, row, (size_t)np);
         if (meanflow) { /* z[..., Tp:] = noised_mels (1, 80, R) */
-            ns.counter = 2 * (uint64_t)(c * R);
-            rng_gaussian_fill(&ns, row + tp - off, (size_t)ng);
+            ns.counter = 2 * (uint64_t)(c * R + g0);
+            rng_gaussian_fill(&ns, row + np, (size_t)ng);
+        } else {
+            zs.counter = 2 * (uint64_t)(c * (tp + R) + tp + g0);
+            rng_gaussian_fill(&zs, row + np, (size_t)ng);
         }
     }
     return z;
@@ -186,19 +191,27 @@ static cbx_status flow_chunk(struct stream *st, const int32_t *tokens, int64_t n
         np = K;
         tp -= off;
     }
+    /* the generated tokens: all so far, or from context_tokens before the
+     * first frame still to make (invariant 8); n_mel is even (2 frames a
+     * token, 6 or 0 dropped) */
+    int64_t s0 = 0;
+    if (st->p.context_tokens > 0 && st->n_mel / 2 > st->p.context_tokens) s0 = st->n_mel / 2 - st->p.context_tokens;
+    const int64_t g0 = 2 * s0; /* the window's first generated frame */
     const int32_t *ptok = st->ref.prompt_token + st->ref.n_prompt_token - np;
     const float *pfeat = st->ref.prompt_feat + off * N_MEL;
-    const int64_t all = np + n;
+    const int64_t all = np + n - s0;
     int32_t *ids = arena_alloc_host(a, sizeof *ids * (size_t)all);
     if (!ids) goto fail;
     for (int64_t i = 0; i < all; i++) {
-        int32_t id = i < np ? ptok[i] : tokens[i - np];
+        int32_t id = i < np ? ptok[i] : tokens[s0 + i - np];
         if (id < 0 || id >= S3GEN_SPEECH_VOCAB)
             return err_setf(err, CBX_ERR_INVALID_ARG, "stream: %s token %lld is %d, outside 0..%d",
-                            i < np ? "prompt" : "speech", (long long)(i < np ? i : i - np), (int)id,
+                            i < np ? "prompt" : "speech", (long long)(i < np ? i : s0 + i - np), (int)id,
                             S3GEN_SPEECH_VOCAB - 1);
         ids[i] = id;
     }
+    st->stats.flow_tokens += all;
+    if (all > st->stats.flow_tokens_max) st->stats.flow_tokens_max = all;
     struct tensor *spks = s3gen_flow_spks(a, f, st->ref.embedding);      /* [1, 80] */
     struct tensor *mu = s3gen_encoder_forward(a, f->encoder, ids, all);  /* [1, 80, 2 all] */
     if (!mu) goto fail;
@@ -207,7 +220,7 @@ static cbx_status flow_chunk(struct stream *st, const int32_t *tokens, int64_t n
     if (finalize && tm <= tp) /* upstream fails on the cond assignment or yields an empty mel */
         return err_setf(err, CBX_ERR_INVALID_ARG, "stream: %lld prompt mel frames leave nothing of the "
                         "%lld frames of prompt and speech tokens", (long long)tp, (long long)tm);
-    if (tm - tp <= st->n_mel) return CBX_OK; /* nothing new yet */
+    if (g0 + tm - tp <= st->n_mel) return CBX_OK; /* nothing new yet */
     if (!finalize) mu = op_cont(a, op_slice(a, mu, 2, 0, tm));
     /* conds = zeros (1, 80, Tm); conds[:, :, :Tp] = prompt_feat^T */
     struct tensor *cond = op_fill(a, 3, (int64_t[]){1, N_MEL, tm - tp}, 0.0f);
@@ -215,15 +228,15 @@ static cbx_status flow_chunk(struct stream *st, const int32_t *tokens, int64_t n
         const int64_t pf[3] = {1, tp, N_MEL};
         cond = op_concat(a, op_transpose(a, op_from_host(a, TYPE_F32, 3, pf, pfeat), 1, 2), cond, 2);
     }
-    float *zh = noise(st, off, tm, err);
+    float *zh = noise(st, off, g0, tm, err);
     if (!zh) return arena_status(a) != CBX_OK ? arena_status(a) : CBX_ERR_INVALID_ARG;
     struct tensor *z = op_from_host(a, TYPE_F32, 3, (int64_t[]){1, N_MEL, tm}, zh);
     struct s3gen_cfm_params cp = {st->p.n_cfm_steps, false, NULL, NULL};
     struct tensor *x = s3gen_cfm_solve(a, &f->cfm, z, mu, spks, cond, &cp); /* [1, 80, Tm] */
     /* feat[:, :, mel_len1:], of which the frames after the previous chunk's,
      * frame-major for appending */
-    const int64_t k = tm - tp - st->n_mel;
-    x = op_cont(a, op_transpose(a, op_slice(a, x, 2, tp + st->n_mel, k), 1, 2)); /* [1, k, 80] */
+    const int64_t k = g0 + tm - tp - st->n_mel;
+    x = op_cont(a, op_transpose(a, op_slice(a, x, 2, tp + st->n_mel - g0, k), 1, 2)); /* [1, k, 80] */
     if (!x) goto fail;
     cbx_status rc = grow((void **)&st->mel, &st->cap_mel, (st->n_mel + k) * N_MEL, sizeof(float), err);
     if (rc != CBX_OK) return rc;
