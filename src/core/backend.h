@@ -119,6 +119,12 @@ struct backend {
     /* explicit transfers; host backends use memcpy */
     void (*to_host)(const struct backend *be, void *dst, const void *src, size_t n);
     void (*from_host)(const struct backend *be, void *dst, const void *src, size_t n);
+    /* A copy within this backend's memory, queued in order with its
+     * kernels (no synchronisation): height rows of width bytes from src
+     * (rows spitch apart) to dst (dpitch apart). false, with one line on
+     * stderr, when the device refuses it. NULL on host backends (memcpy). */
+    bool (*copy_2d)(const struct backend *be, void *dst, size_t dpitch, const void *src, size_t spitch,
+                    size_t width, size_t height);
     /* Weight placement (core/weights.h): make t (a descriptor owned by
      * set s, data in host memory: s's or borrowed from the weight source)
      * ready for this backend's kernels of role. The backend owns the

@@ -123,7 +123,11 @@ cbx_status prefix_cache_acquire(struct prefix_cache *pc, const struct backend *b
     if (pc->dir && prefix_store_load(pc->dir, store_id(pc), pc->m, c, &p, note) != CBX_OK)
         p = NULL; /* unusable file: note says why; built and saved over below */
     *src = p ? PREFIX_CACHE_DISK : PREFIX_CACHE_BUILT;
-    cbx_status rc = CBX_OK;
+    cbx_status rc = p ? t3_prefix_place(p, err) : CBX_OK;
+    if (rc != CBX_OK) {
+        t3_prefix_free(p);
+        return rc;
+    }
     if (!p && (rc = t3_prefix_build(pc->m, be, c, &p, err)) != CBX_OK) return rc;
     struct prefix_cache_ent *e = calloc(1, sizeof *e);
     if (!e) {

@@ -195,3 +195,26 @@ cbx_status kv_cache_restore(struct arena *a, struct kv_cache *kv, int n, const v
     kv->n_past = n;
     return CBX_OK;
 }
+
+cbx_status kv_cache_restore_dev(struct arena *a, struct kv_cache *kv, int n, const void *src)
+{
+    if (n < 0 || n > kv->capacity)
+        return arena_fail(a, CBX_ERR_INVALID_ARG, "kv cache: restoring %d positions into a cache of %d", n,
+                          kv->capacity);
+    if (!cache_ok(a, kv)) return arena_status(a);
+    const struct backend *be = kv->k[0]->be;
+    if (!be || !be->copy_2d)
+        return arena_fail(a, CBX_ERR_INTERNAL, "kv cache: backend %s has no device copy", be ? be->name : "(none)");
+    const size_t run = head_run(kv->type, kv->head_dim, n);
+    const char *in = src;
+    for (int il = 0; il < kv->n_layer; il++)
+        for (int s = 0; s < 2; s++, in += run * (size_t)kv->n_head) {
+            struct tensor *c = s ? kv->v[il] : kv->k[il];
+            for (int b = 0; b < kv->n_rows; b++)
+                if (!be->copy_2d(be, (char *)c->data + b * c->nb[0], (size_t)c->nb[1], in, run, run,
+                                 (size_t)kv->n_head))
+                    return arena_fail(a, CBX_ERR_INTERNAL, "kv cache: restoring on %s failed", be->name);
+        }
+    kv->n_past = n;
+    return CBX_OK;
+}

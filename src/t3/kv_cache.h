@@ -116,5 +116,9 @@ cbx_status kv_cache_save(struct arena *a, const struct kv_cache *kv, int n, void
 /* The reverse, into every row (invariant 3); n_past becomes n. Needs
  * n <= capacity. */
 cbx_status kv_cache_restore(struct arena *a, struct kv_cache *kv, int n, const void *src);
+/* The same from src in the cache backend's own memory (the layout of
+ * kv_cache_save, e.g. a t3_prefix's dev_kv): strided copies queued on the
+ * backend (copy_2d), no transfer and no synchronisation. */
+cbx_status kv_cache_restore_dev(struct arena *a, struct kv_cache *kv, int n, const void *src);
 
 #endif

@@ -497,6 +497,7 @@ void t3_prefix_free(struct t3_prefix *p)
     if (!p) return;
     if (p->map) munmap(p->map, p->map_bytes);
     else free(p->kv);
+    if (p->dev_kv) backend_buf_free(p->dev_be, p->dev_kv);
     free(p->speaker_emb);
     free(p->prompt_tokens);
     free(p);
@@ -509,6 +510,18 @@ bool t3_prefix_matches(const struct t3_prefix *p, const struct t3_model *m, cons
            !memcmp(p->speaker_emb, c->speaker_emb, sizeof(float) * (size_t)m->hp.speaker_embed_size) &&
            (c->n_prompt == 0 ||
             !memcmp(p->prompt_tokens, c->prompt_tokens, sizeof(int32_t) * (size_t)c->n_prompt));
+}
+
+cbx_status t3_prefix_place(struct t3_prefix *p, char *err)
+{
+    const struct backend *be = weight_set_backend(p->m->ws);
+    if (!be || be->host || !be->copy_2d || p->dev_kv) return CBX_OK;
+    const size_t kb = t3_backbone_kv_bytes(&p->m->tfmr, p->n);
+    if (!(p->dev_kv = backend_buf_alloc(be, kb)))
+        return err_setf(err, CBX_ERR_NOMEM, "T3: out of %s memory for a voice prefix (%zu bytes)", be->name, kb);
+    p->dev_be = be;
+    be->from_host(be, p->dev_kv, p->kv, kb);
+    return CBX_OK;
 }
 
 /* The conditioning must fit the context with at least the start-of-speech
@@ -574,6 +587,7 @@ cbx_status t3_prefix_build(const struct t3_model *m, const struct backend *be,
     rc = t3_backbone_prefill_kv(a, &m->tfmr, &kv, t3_prepare_conditioning(a, m, c));
     if (rc == CBX_OK) rc = kv_cache_save(a, &kv, n, p->kv);
     if (rc != CBX_OK) err_setf(err, rc, "T3: voice prefix: %s", arena_errmsg(a));
+    else rc = t3_prefix_place(p, err);
 done:
     free_arenas(ar);
     if (rc != CBX_OK) t3_prefix_free(p);
@@ -785,7 +799,8 @@ static cbx_status prefill(struct t3_seq *s, const struct backend *be, const stru
             /* a CFG pair: one row's prefix, restored into both */
             if (!pfx && (rc = t3_prefix_build(m, be, c, &tmp, err)) != CBX_OK) return rc;
             const struct t3_prefix *use = pfx ? pfx : tmp;
-            rc = kv_cache_restore(a, &s->kv, use->n, use->kv);
+            rc = use->dev_kv && backend_compatible(be, use->dev_be) ? kv_cache_restore_dev(a, &s->kv, use->n, use->dev_kv)
+                                                             : kv_cache_restore(a, &s->kv, use->n, use->kv);
         }
         if (rc == CBX_OK) arena_reset(a);
         x = rc == CBX_OK ? text_and_start(a, m, text, n_text, s->n_rows) : NULL;

@@ -276,6 +276,10 @@ struct t3_prefix {
                                 * (prefix_store_load), unmapped by
                                 * t3_prefix_free */
     size_t map_bytes;
+    void *dev_kv;              /* NULL, or kv in the memory of dev_be, the
+                                * model's weight backend (t3_prefix_place):
+                                * restored there without a transfer */
+    const struct backend *dev_be;
     float *speaker_emb;        /* copies of the conditioning */
     int32_t *prompt_tokens;
     int64_t n_prompt;
@@ -283,6 +287,12 @@ struct t3_prefix {
     size_t bytes;              /* memory held */
 };
 
+/* A copy of p's keys and values in the memory of the device its model's
+ * weights are on (which outlives p), so every sequence on that device
+ * restores them without a host transfer; a no-op for host backends or
+ * when p has one. Call before p is shared: it writes p. t3_prefix_build
+ * does it. */
+cbx_status t3_prefix_place(struct t3_prefix *p, char *err);
 /* The prefix of conditioning c. *out owned by the caller, t3_prefix_free. */
 cbx_status t3_prefix_build(const struct t3_model *m, const struct backend *be,
                            const struct t3_cond *c, struct t3_prefix **out, char *err);

@@ -156,6 +156,18 @@ static void transfer(const struct backend *be, void *dst, const void *src, size_
     if (kind == cudaMemcpyDeviceToHost) memset(dst, 0xff, n);
 }
 
+static bool copy_2d(const struct backend *be, void *dst, size_t dpitch, const void *src, size_t spitch,
+                    size_t width, size_t height)
+{
+    const struct cuda_backend *cb = (const struct cuda_backend *)be;
+    cudaError_t e = cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDeviceToDevice, cb->st);
+    if (e == cudaSuccess && cb->sync_check) e = cudaStreamSynchronize(cb->st);
+    if (e == cudaSuccess) return true;
+    fprintf(stderr, "cuda: device copy of %zu x %zu bytes failed: %s\n", height, width, cudaGetErrorString(e));
+    cudaGetLastError();
+    return false;
+}
+
 static void to_host(const struct backend *be, void *dst, const void *src, size_t n)
 {
     transfer(be, dst, src, n, cudaMemcpyDeviceToHost);
@@ -353,6 +365,7 @@ extern "C" struct backend *backend_cuda_create(int device, char *err)
     be->buf_free = dev_free;
     be->to_host = to_host;
     be->from_host = from_host;
+    be->copy_2d = copy_2d;
     be->prepare_weight = prepare_weight;
     be->release_weight = release_weight;
     const char *gv = getenv("CBX_CUDA_GRAPH");
