@@ -230,7 +230,7 @@ typedef struct cbx_synth_params {
      * prompt plus the tokens so far, so the prompt (250 tokens for a 10 s
      * reference) sets the floor of first-audio latency; a shorter one
      * trades reference context for latency (the speaker x-vector is kept) */
-    int stream_prompt_tokens;  /* 100 (4 s); 0: the whole prompt */
+    int stream_prompt_tokens;  /* 50 (2 s); 0: the whole prompt */
     /* streaming latency: the first chunk alone is conditioned on the last
      * N tokens of the reference prompt (later chunks on all of it), so its
      * cost, and first-audio latency, does not grow with the reference; only

@@ -62,7 +62,7 @@ static void usage(FILE *f)
             "  --stream-prompt N         while streaming, condition S3Gen on only the last\n"
             "                            N tokens of the voice's reference prompt (lower\n"
             "                            first-audio latency, less reference context;\n"
-            "                            default 100, 4 s; 0: all of it)\n"
+            "                            default 50, 2 s; 0: all of it)\n"
             "  --stream-first-prompt N   while streaming, condition the first chunk alone\n"
             "                            on the last N reference tokens (default 25: first\n"
             "                            audio does not wait for the whole reference; 0:\n"

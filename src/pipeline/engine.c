@@ -385,7 +385,7 @@ struct engine_params engine_default_params(void)
     p.cfm_steps = 0;
     p.stream_first_prompt_tokens = 25;
     p.stream_context_tokens = 32;
-    p.stream_prompt_tokens = 100;
+    p.stream_prompt_tokens = 50;
     p.split = true;
     p.max_segment_tokens = variant_get(MODEL_TURBO)->segment.max_tokens;
     p.pause_ms = 100;

@@ -210,10 +210,11 @@ struct engine_params {
                                * chunk's cost (Turbo's built-in voice: 250
                                * tokens, 500 frames); a shorter one trades
                                * reference for latency (the speaker x-vector is
-                               * kept). Default 100 (4 s: with
-                               * stream_context_tokens, a chunk then costs
-                               * about what its share of the whole utterance
-                               * does); 0: the whole prompt. */
+                               * kept). Default 50 (2 s: with
+                               * stream_context_tokens, a stream then costs
+                               * about what the whole utterance does; 1.03-
+                               * 1.06x in bench_stream here, 1.45-1.59x with
+                               * 100); 0: the whole prompt. */
     int stream_first_prompt_tokens; /* streaming only: the first chunk alone is
                                * conditioned on the last N prompt tokens
                                * (stream.h invariant 7), bounding first-audio
