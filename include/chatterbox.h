@@ -227,12 +227,13 @@ typedef struct cbx_synth_params {
     int stream_chunk_tokens;   /* 20 (at least 3) */
     /* streaming latency knob: S3Gen's reference prompt cut to its last N
      * speech tokens while streaming. Every chunk re-runs the flow over the
-     * prompt plus the tokens so far, so the prompt (250 tokens for a 10 s
-     * reference) sets the floor of first-audio latency; a shorter one
+     * prompt plus its tokens (stream_context_tokens), so the prompt (250
+     * tokens for a 10 s reference) sets the floor of every chunk's cost; a shorter one
      * trades reference context for latency (the speaker x-vector is kept) */
     int stream_prompt_tokens;  /* 50 (2 s); 0: the whole prompt */
     /* streaming latency: the first chunk alone is conditioned on the last
-     * N tokens of the reference prompt (later chunks on all of it), so its
+     * N tokens of the reference prompt (later chunks on stream_prompt_tokens
+     * of it), so its
      * cost, and first-audio latency, does not grow with the reference; only
      * the first ~180 ms of speech see less reference. 0: the whole prompt */
     int stream_first_prompt_tokens; /* 25 */

@@ -205,8 +205,8 @@ struct engine_params {
     int stream_chunk_tokens; /* the second chunk; later ones double up to 80: 20 */
     int stream_prompt_tokens; /* streaming only: S3Gen's reference prompt cut to
                                * its last N tokens (and 2N mel frames). Every
-                               * chunk re-runs the flow over prompt + tokens so
-                               * far, so the prompt sets the floor of the first
+                               * chunk re-runs the flow over the prompt and its
+                               * tokens, so the prompt sets the floor of every
                                * chunk's cost (Turbo's built-in voice: 250
                                * tokens, 500 frames); a shorter one trades
                                * reference for latency (the speaker x-vector is

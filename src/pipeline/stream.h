@@ -7,7 +7,8 @@
  * cache_source, hift.md §10).
  *
  * Per chunk k (tokens t[0..n_k)):
- *   1. flow: encoder over prompt + t[0..n_k) (+ the caller's tail tokens,
+ *   1. flow: encoder over prompt + t[0..n_k) (from t[s] on with a bounded
+ *      left context, invariant 8) (+ the caller's tail tokens,
  *      Turbo's 3 x S3GEN_SIL, on the final chunk only); except on the final
  *      chunk the last pre_lookahead_len * token_mel_ratio = 6 frames of mu
  *      are dropped (finalize=False: they depend on tokens not seen yet);
