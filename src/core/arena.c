@@ -16,6 +16,7 @@ struct block {
     struct block *next;
     char *mem;        /* backend memory (or host for host blocks) */
     size_t size, used;
+    size_t touched;   /* the most of it ever used: pages already faulted in */
     bool be_mem;      /* mem is from backend_buf_alloc (may go to a pool) */
 };
 
@@ -82,13 +83,28 @@ size_t arena_pool_idle_bytes(const struct arena_pool *p)
     return n;
 }
 
-/* The smallest idle block of p holding need bytes, taken out; NULL: none. */
+/* Bytes of a request of need bytes at the start of b that fall on pages
+ * not yet touched. */
+static size_t untouched(const struct block *b, size_t need) { return need > b->touched ? need - b->touched : 0; }
+
+/* The smallest idle block of p holding need bytes (big blocks stay for
+ * big requests), taken out; among blocks of that size, the one where the
+ * request touches the fewest new pages, then the most touched. NULL: none.
+ * (Taking equal blocks in any other order lets every block of the pool
+ * become touched to its end over time, so a process would come to hold
+ * all of its blocks' memory instead of its largest need's.) */
 static struct block *pool_take(struct arena_pool *p, size_t need)
 {
     pthread_mutex_lock(&p->lock);
     struct block **best = NULL;
-    for (struct block **b = &p->idle; *b; b = &(*b)->next)
-        if ((*b)->size >= need && (!best || (*b)->size < (*best)->size)) best = b;
+    for (struct block **b = &p->idle; *b; b = &(*b)->next) {
+        const struct block *c = *b, *o = best ? *best : NULL;
+        if (c->size < need) continue;
+        if (!o || c->size < o->size ||
+            (c->size == o->size && (untouched(c, need) < untouched(o, need) ||
+                                    (untouched(c, need) == untouched(o, need) && c->touched > o->touched))))
+            best = b;
+    }
     struct block *r = NULL;
     if (best) {
         r = *best;
@@ -235,6 +251,7 @@ static void *bump(struct arena *a, struct block **list, size_t n, bool host)
         if (b->size - b->used >= need) {
             void *p = b->mem + b->used;
             b->used += need;
+            if (b->used > b->touched) b->touched = b->used;
             if (!host) {
                 a->used += need;
                 if (a->used > a->peak) a->peak = a->used;
@@ -264,6 +281,7 @@ static void *bump(struct arena *a, struct block **list, size_t n, bool host)
     }
     b->size = bs;
     b->used = need;
+    if (b->used > b->touched) b->touched = b->used;
     b->next = *list;
     *list = b;
     if (!host) {

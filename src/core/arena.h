@@ -16,7 +16,10 @@
  *     takes blocks from there before asking the backend for new ones. So
  *     stages that run one after another (T3, then S3Gen) share memory
  *     whose pages are already touched, and the process holds the larger
- *     stage's memory, not the sum.
+ *     stage's memory, not the sum. An arena takes the smallest idle
+ *     block that fits and, of blocks that size, the one whose touched
+ *     pages cover most of the request, so the touched memory follows the
+ *     largest need, not the blocks' sum.
  * Tensor descriptors themselves live in host memory owned by the arena,
  * even when the data lives on a device.
  * Thread safety: one thread at a time per arena (children included). */

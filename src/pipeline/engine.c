@@ -738,6 +738,7 @@ static cbx_status stream_segment(const struct engine_model *m, const struct back
     sp.bf16 = use_bf16(m, p);
     sp.first_prompt_tokens = p->stream_first_prompt_tokens;
     sp.context_tokens = p->stream_context_tokens;
+    sp.ws = work_s3(p->work, be); /* not S3Gen's whole-utterance call's while streaming */
     struct s3gen_ref ref = {voice->prompt_token, voice->n_prompt_token, voice->prompt_feat, voice->n_prompt_feat,
                             voice->embedding};
     const int64_t k = p->stream_prompt_tokens;

@@ -58,7 +58,7 @@ static double now(void)
 
 struct stream_params stream_default_params(void)
 {
-    struct stream_params p = {10, 20, 80, 2 * 1004, 0, 0, false, 0, 0};
+    struct stream_params p = {10, 20, 80, 2 * 1004, 0, 0, false, 0, 0, NULL};
     return p;
 }
 
@@ -94,6 +94,8 @@ cbx_status stream_create(const struct s3gen *s, const struct backend *be,
     if ((ref->n_prompt_token > 0) != (ref->n_prompt_feat > 0) || (ref->n_prompt_feat > 0 && !ref->prompt_feat))
         return err_setf(err, CBX_ERR_INVALID_ARG, "stream: %lld prompt tokens but %lld prompt mel frames",
                         (long long)ref->n_prompt_token, (long long)ref->n_prompt_feat);
+    if (p->ws && arena_backend(p->ws) != be)
+        return err_setf(err, CBX_ERR_INVALID_ARG, "stream: working arena of another backend");
     struct stream *st = calloc(1, sizeof *st);
     if (!st) return err_setf(err, CBX_ERR_NOMEM, "stream: out of memory");
     st->s = s;
@@ -104,7 +106,7 @@ cbx_status stream_create(const struct s3gen *s, const struct backend *be,
     st->t0 = now();
     st->next = p->first_tokens;
     st->step = p->chunk_tokens;
-    st->a = arena_create(be, 0);
+    st->a = p->ws ? p->ws : arena_create(be, 0);
     if (st->a) arena_set_bf16(st->a, p->bf16);
     if (!st->a || grow((void **)&st->cyc, &st->cap_cyc, 1, sizeof(double), err) != CBX_OK) {
         stream_free(st);
@@ -118,7 +120,10 @@ cbx_status stream_create(const struct s3gen *s, const struct backend *be,
 void stream_free(struct stream *st)
 {
     if (!st) return;
-    arena_free(st->a);
+    if (st->p.ws)
+        arena_release(st->a);
+    else
+        arena_free(st->a);
     free(st->tok);
     free(st->mel);
     free(st->f0);

@@ -110,6 +110,7 @@
 #include "core/error.h"
 #include "s3gen/s3gen.h"
 
+struct arena;
 struct backend;
 
 #define STREAM_LOOKAHEAD_FRAMES 6 /* pre_lookahead_len 3 * token_mel_ratio 2 */
@@ -128,6 +129,10 @@ struct stream_params {
     bool bf16;             /* as s3gen_params.bf16 */
     int first_prompt_tokens; /* invariant 7; 0: the whole prompt */
     int context_tokens;    /* invariant 8; 0: every token so far */
+    struct arena *ws;      /* working memory (an arena of the stream's
+                            * backend, used by no one else until
+                            * stream_free, which releases it to its pool
+                            * (arena_release)); NULL: the stream's own */
 };
 struct stream_params stream_default_params(void);
 

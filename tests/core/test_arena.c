@@ -7,7 +7,8 @@
  * (LeakSanitizer in the sanitizer build).
  * Pools (invariant 5): a released arena's blocks go to its pool and the
  * next arena of the pool takes them (same memory), the smallest block
- * that fits first; an arena without a pool keeps its blocks; scratch
+ * that fits first, of equal ones the most touched that covers the
+ * request; an arena without a pool keeps its blocks; scratch
  * children inherit the pool, arena_release_idle hands over only the
  * children not in use; two threads sharing a pool keep their data; idle
  * blocks are freed with the pool. */
@@ -106,6 +107,33 @@ static void pools(const struct backend *cpu)
     arena_scratch_done(a, busy);
     arena_release(a);
     arena_release(b);
+
+    /* of equal blocks, the one whose touched pages cover the request: x
+     * touched 12 MiB of its block, y 2 MiB of its own and went to the
+     * pool last; a 4 MiB request takes x's block, so y's untouched pages
+     * stay untouched (taking the last given would touch 2 MiB more) */
+    {
+        struct arena_pool *q = arena_pool_create(cpu);
+        struct arena *x = arena_create(cpu, 16 * MIB), *y = arena_create(cpu, 16 * MIB);
+        if (q && x && y) {
+            arena_set_pool(x, q);
+            arena_set_pool(y, q);
+            char *px = arena_alloc(x, 12 * MIB), *py = arena_alloc(y, 2 * MIB);
+            if (px) memset(px, 1, 12 * MIB);
+            if (py) memset(py, 1, 2 * MIB);
+            arena_release(x);
+            arena_release(y);
+            char *p4 = arena_alloc(y, 4 * MIB), *p1 = arena_alloc(x, 1 * MIB);
+            printf("touched: 4 MiB takes %p (12 MiB touched: %p, 2 MiB: %p), then 1 MiB takes %p\n", (void *)p4,
+                   (void *)px, (void *)py, (void *)p1);
+            CHECK(px && py && p4 == px && p1 == py, "of equal idle blocks, the most touched that covers the request");
+        } else {
+            CHECK(0, "out of memory");
+        }
+        arena_free(x);
+        arena_free(y);
+        arena_pool_free(q);
+    }
 
     /* two threads on one pool */
     struct worker w[2] = {{pool, cpu, 0x5a, 0}, {pool, cpu, 0xa5, 0}};
