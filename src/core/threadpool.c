@@ -60,9 +60,21 @@ struct threadpool {
     void *ctx;
     int64_t n_items, chunk;
     atomic_llong next;
+    /* priority sections (threadpool.h invariant 4): prio is set while a
+     * thread is inside one; other callers wait on gate (under gate_mu),
+     * counted in gate_hit; low_busy / low_last_ns: their jobs running
+     * now, and the end of their last one */
+    atomic_bool prio;
+    pthread_mutex_t gate_mu;
+    pthread_cond_t gate;
+    bool gate_hit;
+    atomic_int low_busy;
+    atomic_uint_fast64_t low_last_ns;
+    uint64_t prio_t0;      /* the section's start (its thread's only) */
 };
 
 static _Thread_local int tls_in_job;
+static _Thread_local struct threadpool *tls_prio; /* the pool whose section this thread is in */
 
 static uint64_t now_ns(void)
 {
@@ -160,8 +172,13 @@ struct threadpool *tp_create(int n_threads)
     tp->n = n_threads;
     pthread_mutex_init(&tp->job_lock, NULL);
     pthread_mutex_init(&tp->mu, NULL);
+    pthread_mutex_init(&tp->gate_mu, NULL);
     pthread_cond_init(&tp->wake, NULL);
     pthread_cond_init(&tp->done, NULL);
+    pthread_cond_init(&tp->gate, NULL);
+    atomic_init(&tp->prio, false);
+    atomic_init(&tp->low_busy, 0);
+    atomic_init(&tp->low_last_ns, 0);
     atomic_init(&tp->generation, 0);
     atomic_init(&tp->pending, 0);
     atomic_init(&tp->quit, false);
@@ -195,6 +212,8 @@ void tp_free(struct threadpool *tp)
     free(tp->th);
     pthread_cond_destroy(&tp->wake);
     pthread_cond_destroy(&tp->done);
+    pthread_cond_destroy(&tp->gate);
+    pthread_mutex_destroy(&tp->gate_mu);
     pthread_mutex_destroy(&tp->mu);
     pthread_mutex_destroy(&tp->job_lock);
     free(tp);
@@ -215,6 +234,18 @@ void tp_parallel_for(struct threadpool *tp, int64_t n, int64_t grain,
     if (!tp || tp->n == 1 || tls_in_job || n <= grain) {
         fn(ctx, 0, n, 0);
         return;
+    }
+    const bool low = tls_prio != tp;
+    /* counted from here, so a job waiting at the gate counts as busy */
+    if (low) atomic_fetch_add_explicit(&tp->low_busy, 1, memory_order_relaxed);
+    if (low && atomic_load_explicit(&tp->prio, memory_order_acquire)) {
+        /* invariant 4: wait out another thread's section */
+        pthread_mutex_lock(&tp->gate_mu);
+        while (atomic_load_explicit(&tp->prio, memory_order_acquire)) {
+            tp->gate_hit = true;
+            pthread_cond_wait(&tp->gate, &tp->gate_mu);
+        }
+        pthread_mutex_unlock(&tp->gate_mu);
     }
     pthread_mutex_lock(&tp->job_lock);
     /* about 4 chunks per thread for balance, never below the grain */
@@ -244,6 +275,45 @@ void tp_parallel_for(struct threadpool *tp, int64_t n, int64_t grain,
         pthread_mutex_unlock(&tp->mu);
     }
     pthread_mutex_unlock(&tp->job_lock);
+    if (low) {
+        atomic_store_explicit(&tp->low_last_ns, now_ns(), memory_order_relaxed);
+        atomic_fetch_sub_explicit(&tp->low_busy, 1, memory_order_release);
+    }
+}
+
+/* How long the turn after a section waits for another thread's next job
+ * after its last one ended before it takes the pool back: longer than the
+ * host work between two ops of a forward. */
+#define TURN_IDLE_NS 1000000
+
+void tp_priority_begin(struct threadpool *tp)
+{
+    if (!tp) return;
+    tls_prio = tp;
+    tp->prio_t0 = now_ns();
+    atomic_store_explicit(&tp->prio, true, memory_order_release);
+}
+
+void tp_priority_end(struct threadpool *tp)
+{
+    if (!tp) return;
+    pthread_mutex_lock(&tp->gate_mu);
+    atomic_store_explicit(&tp->prio, false, memory_order_release);
+    const bool hit = tp->gate_hit;
+    tp->gate_hit = false;
+    pthread_cond_broadcast(&tp->gate);
+    pthread_mutex_unlock(&tp->gate_mu);
+    tls_prio = NULL;
+    if (!hit) return;
+    /* the others' turn: as long as the section, or until they stop */
+    const uint64_t t0 = now_ns(), len = t0 - tp->prio_t0;
+    for (uint64_t t = t0; t - t0 < len; t = now_ns()) {
+        if (atomic_load_explicit(&tp->low_busy, memory_order_acquire) == 0 &&
+            t - atomic_load_explicit(&tp->low_last_ns, memory_order_relaxed) > TURN_IDLE_NS)
+            break;
+        const struct timespec d = {0, 100000};
+        nanosleep(&d, NULL);
+    }
 }
 
 /* ---- process-wide pools ----------------------------------------------- */

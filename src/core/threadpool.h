@@ -10,6 +10,14 @@
  *  3. One job at a time per pool: calls from several threads on the same
  *     pool are serialised by a mutex. A nested call from inside a job runs
  *     serially on the calling worker (no deadlock).
+ *  4. Priority sections: while one thread is between tp_priority_begin and
+ *     tp_priority_end, other threads' tp_parallel_for calls wait before
+ *     they start a job (one that had started finishes first), so the
+ *     section's jobs run back to back as if the pool were its alone (the
+ *     T3 scheduler's decode step, which a prefill or S3Gen work of other
+ *     threads would otherwise stretch op by op). One section at a time
+ *     per pool; after a section others waited for, they get a turn as
+ *     long as it (tp_priority_end).
  * Thread safety: a pool may be shared; jobs are serialised. */
 #ifndef CBX_THREADPOOL_H
 #define CBX_THREADPOOL_H
@@ -44,6 +52,14 @@ void tp_parallel_for(struct threadpool *tp, int64_t n, int64_t grain,
  * threads for a while, e.g. a multi-threaded BLAS call, so they do not
  * compete with the pool's polling. tp may be NULL. */
 void tp_release_cores(struct threadpool *tp);
+
+/* Invariant 4: begin a section of the calling thread (not nested); end
+ * it. When other threads waited for the section, tp_priority_end then
+ * gives them the pool for as long as the section took (sleeping; it
+ * returns early once none has started a job for a millisecond), so they
+ * keep at least half of it. tp may be NULL (no-op). */
+void tp_priority_begin(struct threadpool *tp);
+void tp_priority_end(struct threadpool *tp);
 
 /* Number of online CPUs (>= 1). */
 int tp_default_threads(void);

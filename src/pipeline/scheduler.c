@@ -138,8 +138,11 @@ static void *run(void *arg)
             seqs[k++] = r->seq;
         }
         pthread_mutex_unlock(&s->mu);
-        /* one step of every sequence in hand, one forward for all */
+        /* one step of every sequence in hand, one forward for all, as a
+         * priority section of the pool (invariant 4) */
+        tp_priority_begin(s->be->tp);
         const cbx_status rc = t3_batch_step(s->batch, seqs, k, tok, rcs, err);
+        tp_priority_end(s->be->tp);
         pthread_mutex_lock(&s->mu);
         s->st.steps++;
         s->st.rows += rows;

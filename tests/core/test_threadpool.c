@@ -7,7 +7,8 @@
  * 3. grains and sizes around the chunking (n <= grain runs on the caller);
  * 4. a nested call from inside a job (runs serially on that thread);
  * 5. two caller threads sharing one pool (jobs serialised);
- * 6. tp_free of a pool whose workers poll, and of one whose workers sleep.
+ * 6. tp_free of a pool whose workers poll, and of one whose workers sleep;
+ * 7. process-wide pools; 8. priority sections.
  * Thread indices must lie in [0, n_threads). */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -72,6 +73,51 @@ static void *caller_main(void *p)
     c->ok = true;
     for (int k = 0; k < c->jobs; k++) c->ok = once(c->tp, c->n, 1, c->hits) && c->ok;
     return NULL;
+}
+
+/* 8. priority sections (threadpool.h invariant 4): another thread's job
+ * waits at the gate while a section runs jobs, and has run by the time
+ * tp_priority_end returns (the others' turn) */
+struct low { struct threadpool *tp; atomic_int *hits; atomic_int entered, ran; bool ok; };
+
+static void *low_main(void *p)
+{
+    struct low *l = p;
+    atomic_store(&l->entered, 1);
+    l->ok = once(l->tp, 64, 1, l->hits + 1000);
+    atomic_store(&l->ran, 1);
+    return NULL;
+}
+
+static void test_priority(atomic_int *hits)
+{
+    struct threadpool *tp = tp_create(2);
+    CHECK(tp != NULL, "tp_create(2)");
+    if (!tp) return;
+    struct low l = {.tp = tp, .hits = hits};
+    atomic_init(&l.entered, 0);
+    atomic_init(&l.ran, 0);
+    tp_priority_begin(tp);
+    pthread_t th;
+    const bool started = pthread_create(&th, NULL, low_main, &l) == 0;
+    while (started && !atomic_load(&l.entered)) sleep_ms(1);
+    bool ok = true;
+    int ran_during = 0;
+    for (int k = 0; k < 20; k++) { /* 40 ms of the section's own jobs */
+        ok = once(tp, 100, 1, hits) && ok;
+        ran_during += atomic_load(&l.ran);
+        sleep_ms(2);
+    }
+    tp_priority_end(tp);
+    const int ran_after = atomic_load(&l.ran);
+    if (started) pthread_join(th, NULL);
+    printf("priority: the other thread's job ran %d times during the section, %s by its end\n", ran_during,
+           ran_after ? "done" : "not done");
+    CHECK(started && ok && l.ok && ran_during == 0 && ran_after == 1,
+          "a section's jobs run alone; the waiting job runs in the turn after it");
+    tp_priority_begin(NULL);
+    tp_priority_end(NULL);
+    tp_free(tp);
 }
 
 /* 7. process-wide pools: one per thread count, reference-counted */
@@ -166,6 +212,7 @@ int main(void)
         CHECK(1, "%d threads: tp_free returned (%s workers)", nt, nt % 2 ? "sleeping" : "polling");
     }
     test_shared(hits);
+    test_priority(hits);
     /* NULL pool runs serially */
     tp_release_cores(NULL);
     CHECK(once(NULL, 100, 1, hits), "NULL pool: serial, each index once");
