@@ -32,6 +32,7 @@ struct sched {
     struct backend *be;    /* over the shared pool of n_threads (invariant 2) */
     int n_threads;
     struct t3_batch *batch;
+    bool prio;             /* steps as priority sections (invariant 4) */
     struct sched_req *pending, *active;
     struct sched_stats st;
 };
@@ -140,9 +141,10 @@ static void *run(void *arg)
         pthread_mutex_unlock(&s->mu);
         /* one step of every sequence in hand, one forward for all, as a
          * priority section of the pool (invariant 4) */
-        tp_priority_begin(s->be->tp);
+        struct threadpool *tp = s->prio ? s->be->tp : NULL;
+        tp_priority_begin(tp);
         const cbx_status rc = t3_batch_step(s->batch, seqs, k, tok, rcs, err);
-        tp_priority_end(s->be->tp);
+        tp_priority_end(tp);
         pthread_mutex_lock(&s->mu);
         s->st.steps++;
         s->st.rows += rows;
@@ -180,6 +182,8 @@ static cbx_status start_locked(struct sched *s, int n, char *err)
         return err_setf(err, CBX_ERR_NOMEM, "T3 scheduler: out of memory");
     }
     s->n_threads = n;
+    const char *pv = getenv("CBX_SCHED_PRIORITY");
+    s->prio = !(pv && strcmp(pv, "0") == 0);
     if (pthread_create(&s->th, NULL, run, s) != 0) {
         t3_batch_free(s->batch);
         s->batch = NULL;

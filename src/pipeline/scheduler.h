@@ -3,9 +3,8 @@
  * One scheduler per loaded model (made with it, its thread started by the
  * first request). Calls on different threads (each a context with its own
  * backend and memory) prefill their sequences themselves (t3_seq_start,
- * in their own thread, so a new prompt costs the running decodes at most
- * the share of the pool its prefill takes, never a stall of its whole
- * length) and hand them over with sched_submit; the scheduler's thread
+ * in their own thread, in the turns the decode steps leave them:
+ * invariant 4) and hand them over with sched_submit; the scheduler's thread
  * then decodes every sequence in hand with ONE batched forward per step
  * (t3_batch_step: matrix-matrix products over all rows, each sequence's
  * attention over its own cache, each its own processors and RNG) and puts
@@ -25,6 +24,12 @@
  *     the step after its sequence ends or its caller cancels it
  *     (sched_cancel); the scheduler never touches a sequence after
  *     sched_finish returned.
+ *  4. Each step is a priority section of the pool (threadpool.h invariant
+ *     4): its ops run back to back, not interleaved with those of other
+ *     threads (prefills, S3Gen), which then get a turn as long as the
+ *     step. So a prompt joining costs a running decode about one step
+ *     plus the op it was in, not its whole prefill (bench/bench_stall).
+ *     CBX_SCHED_PRIORITY=0 in the environment turns this off (to measure).
  * Thread safety: any thread may submit; a request belongs to its caller.
  * sched_free needs every request finished. */
 #ifndef CBX_PIPELINE_SCHEDULER_H
