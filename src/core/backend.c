@@ -37,6 +37,28 @@ static void host_copy(const struct backend *be, void *dst, const void *src, size
     memcpy(dst, src, n);
 }
 
+/* copy_2d of the cpu backend: rows spread over its pool, so a large copy
+ * (a voice prefix restored into a KV cache) uses every core and takes its
+ * turn with other threads' jobs (threadpool.h invariant 4) */
+struct copy_rows { char *dst; const char *src; size_t dpitch, spitch, width; };
+
+static void copy_rows(void *ctx, int64_t b, int64_t e, int ith)
+{
+    const struct copy_rows *c = ctx;
+    (void)ith;
+    for (int64_t r = b; r < e; r++) memcpy(c->dst + (size_t)r * c->dpitch, c->src + (size_t)r * c->spitch, c->width);
+}
+
+static bool host_copy_2d(const struct backend *be, void *dst, size_t dpitch, const void *src, size_t spitch,
+                         size_t width, size_t height)
+{
+    struct copy_rows c = {dst, src, dpitch, spitch, width};
+    /* rows of 64 KiB or more go to the pool one by one, smaller in groups */
+    const int64_t grain = width >= 65536 ? 1 : (int64_t)(65536 / (width ? width : 1));
+    tp_parallel_for(be->tp, (int64_t)height, grain, copy_rows, &c);
+    return true;
+}
+
 static struct backend *cpu_create(int n_threads, bool shared)
 {
     struct backend *be = calloc(1, sizeof *be);
@@ -47,6 +69,7 @@ static struct backend *cpu_create(int n_threads, bool shared)
     be->buf_free = host_free;
     be->to_host = host_copy;
     be->from_host = host_copy;
+    be->copy_2d = host_copy_2d;
     be->prepare_weight = cpu_prepare_weight;
     be->release_weight = cpu_release_weight;
     n_threads = n_threads > 0 ? n_threads : tp_default_threads();
@@ -76,6 +99,16 @@ void backend_cpu_free(struct backend *be)
     free(be);
 }
 
+/* copy_2d of the reference: byte by byte */
+static bool ref_copy_2d(const struct backend *be, void *dst, size_t dpitch, const void *src, size_t spitch,
+                        size_t width, size_t height)
+{
+    (void)be;
+    for (size_t r = 0; r < height; r++)
+        for (size_t i = 0; i < width; i++) ((char *)dst)[r * dpitch + i] = ((const char *)src)[r * spitch + i];
+    return true;
+}
+
 static struct backend ref_be;
 static pthread_once_t ref_once = PTHREAD_ONCE_INIT;
 
@@ -88,6 +121,7 @@ static void ref_init(void)
     b.buf_free = host_free;
     b.to_host = host_copy;
     b.from_host = host_copy;
+    b.copy_2d = ref_copy_2d;
     /* no prepare_weight: ref reads every weight in its plain layout */
     ref_register_elementwise(&b.k);
     ref_register_linear(&b.k);

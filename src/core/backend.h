@@ -122,7 +122,8 @@ struct backend {
     /* A copy within this backend's memory, queued in order with its
      * kernels (no synchronisation): height rows of width bytes from src
      * (rows spitch apart) to dst (dpitch apart). false, with one line on
-     * stderr, when the device refuses it. NULL on host backends (memcpy). */
+     * stderr, when the device refuses it. Host backends copy host memory
+     * (cpu: spread over its pool). */
     bool (*copy_2d)(const struct backend *be, void *dst, size_t dpitch, const void *src, size_t spitch,
                     size_t width, size_t height);
     /* Weight placement (core/weights.h): make t (a descriptor owned by

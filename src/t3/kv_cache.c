@@ -174,46 +174,31 @@ cbx_status kv_cache_save(struct arena *a, const struct kv_cache *kv, int n, void
     return CBX_OK;
 }
 
-cbx_status kv_cache_restore(struct arena *a, struct kv_cache *kv, int n, const void *src)
-{
-    if (n < 0 || n > kv->capacity)
-        return arena_fail(a, CBX_ERR_INVALID_ARG, "kv cache: restoring %d positions into a cache of %d", n,
-                          kv->capacity);
-    if (!cache_ok(a, kv)) return arena_status(a);
-    const size_t run = head_run(kv->type, kv->head_dim, n);
-    const char *in = src;
-    for (int il = 0; il < kv->n_layer; il++)
-        for (int s = 0; s < 2; s++) {
-            struct tensor *c = s ? kv->v[il] : kv->k[il];
-            for (int h = 0; h < kv->n_head; h++, in += run)
-                for (int b = 0; b < kv->n_rows; b++) {
-                    char *d = (char *)c->data + b * c->nb[0] + h * c->nb[1];
-                    if (!c->be || c->be->host) memcpy(d, in, run);
-                    else c->be->from_host(c->be, d, in, run);
-                }
-        }
-    kv->n_past = n;
-    return CBX_OK;
-}
-
-cbx_status kv_cache_restore_dev(struct arena *a, struct kv_cache *kv, int n, const void *src)
+cbx_status kv_cache_restore(struct arena *a, struct kv_cache *kv, int n, const void *src, bool on_backend)
 {
     if (n < 0 || n > kv->capacity)
         return arena_fail(a, CBX_ERR_INVALID_ARG, "kv cache: restoring %d positions into a cache of %d", n,
                           kv->capacity);
     if (!cache_ok(a, kv)) return arena_status(a);
     const struct backend *be = kv->k[0]->be;
-    if (!be || !be->copy_2d)
-        return arena_fail(a, CBX_ERR_INTERNAL, "kv cache: backend %s has no device copy", be ? be->name : "(none)");
+    /* host memory into a host cache, or device memory into a device one:
+     * strided copies on the backend; host memory into a device cache:
+     * one transfer per head */
+    const bool direct = on_backend || (be && be->host);
+    if (!be || (direct && !be->copy_2d))
+        return arena_fail(a, CBX_ERR_INTERNAL, "kv cache: backend %s has no copy", be ? be->name : "(none)");
     const size_t run = head_run(kv->type, kv->head_dim, n);
     const char *in = src;
     for (int il = 0; il < kv->n_layer; il++)
         for (int s = 0; s < 2; s++, in += run * (size_t)kv->n_head) {
             struct tensor *c = s ? kv->v[il] : kv->k[il];
-            for (int b = 0; b < kv->n_rows; b++)
-                if (!be->copy_2d(be, (char *)c->data + b * c->nb[0], (size_t)c->nb[1], in, run, run,
-                                 (size_t)kv->n_head))
+            for (int b = 0; b < kv->n_rows; b++) {
+                char *d = (char *)c->data + b * c->nb[0];
+                if (!direct)
+                    for (int h = 0; h < kv->n_head; h++) be->from_host(be, d + h * c->nb[1], in + h * run, run);
+                else if (!be->copy_2d(be, d, (size_t)c->nb[1], in, run, run, (size_t)kv->n_head))
                     return arena_fail(a, CBX_ERR_INTERNAL, "kv cache: restoring on %s failed", be->name);
+            }
         }
     kv->n_past = n;
     return CBX_OK;

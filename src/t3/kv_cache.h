@@ -114,11 +114,12 @@ struct tensor *kv_cache_attend(struct arena *a, struct kv_cache *kv, int il,
 size_t kv_cache_bytes(int n_layer, int n_head, int head_dim, enum dtype type, int n);
 cbx_status kv_cache_save(struct arena *a, const struct kv_cache *kv, int n, void *dst);
 /* The reverse, into every row (invariant 3); n_past becomes n. Needs
- * n <= capacity. */
-cbx_status kv_cache_restore(struct arena *a, struct kv_cache *kv, int n, const void *src);
-/* The same from src in the cache backend's own memory (the layout of
- * kv_cache_save, e.g. a t3_prefix's dev_kv): strided copies queued on the
- * backend (copy_2d), no transfer and no synchronisation. */
-cbx_status kv_cache_restore_dev(struct arena *a, struct kv_cache *kv, int n, const void *src);
+ * n <= capacity. src is host memory, or with on_backend the cache
+ * backend's own memory (e.g. a t3_prefix's dev_kv). Host memory into a
+ * host cache and backend memory into its cache are strided copies on the
+ * backend (copy_2d: the cpu spreads them over its pool; a device queues
+ * them, no transfer, no synchronisation); host memory into a device cache
+ * is one transfer per head. */
+cbx_status kv_cache_restore(struct arena *a, struct kv_cache *kv, int n, const void *src, bool on_backend);
 
 #endif

@@ -799,8 +799,8 @@ static cbx_status prefill(struct t3_seq *s, const struct backend *be, const stru
             /* a CFG pair: one row's prefix, restored into both */
             if (!pfx && (rc = t3_prefix_build(m, be, c, &tmp, err)) != CBX_OK) return rc;
             const struct t3_prefix *use = pfx ? pfx : tmp;
-            rc = use->dev_kv && backend_compatible(be, use->dev_be) ? kv_cache_restore_dev(a, &s->kv, use->n, use->dev_kv)
-                                                             : kv_cache_restore(a, &s->kv, use->n, use->kv);
+            const bool dev = use->dev_kv && backend_compatible(be, use->dev_be);
+            rc = kv_cache_restore(a, &s->kv, use->n, dev ? use->dev_kv : use->kv, dev);
         }
         if (rc == CBX_OK) arena_reset(a);
         x = rc == CBX_OK ? text_and_start(a, m, text, n_text, s->n_rows) : NULL;

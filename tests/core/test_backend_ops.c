@@ -436,6 +436,20 @@ static struct tensor *c_copy_into_at(struct arena *a, int v)
     return ct[v] == TYPE_F32 ? cache : op_cast(a, cache, TYPE_F32);
 }
 
+/* backend.copy_2d (a voice prefix restored into a KV cache): R rows of W
+ * floats from src into the first half of each row of dst [R, 2W], whose
+ * other half must stay as it was; v 0: 16 rows of 24 KiB, v 1: 300 rows
+ * of 96 bytes (grouped on the cpu pool) */
+static struct tensor *c_copy_2d(struct arena *a, int v)
+{
+    const struct backend *be = arena_backend(a);
+    const int64_t R = v ? 300 : 16, W = v ? 24 : 6144;
+    struct tensor *src = in_f32(a, 140, ND(R, W), -1, 1), *dst = in_f32(a, 141, ND(R, 2 * W), -1, 1);
+    const size_t w = sizeof(float) * (size_t)W;
+    if (!src || !dst || !be->copy_2d || !be->copy_2d(be, dst->data, 2 * w, src->data, w, w, (size_t)R)) return NULL;
+    return dst;
+}
+
 /* attention probabilities export: the output, checked like any case, and
  * the exported rows, kept in probs[] per run and compared below */
 static float probs_buf[2][3 * 40];
@@ -704,6 +718,8 @@ static const struct tcase cases[] = {
     {"attention kv_len f16 1 of 40", c_attention_len, 2, 1e-5, 1e-5},
     {"attention kv_len 4 causal queries", c_attention_len, 3, 1e-5, 1e-5},
     {"attention kv_len q8_0 450 of 1000, D 64", c_attention_len, 4, 1e-5, 1e-5},
+    {"copy_2d 16 rows of 24 KiB", c_copy_2d, 0, 0, 0},
+    {"copy_2d 300 rows of 96 bytes", c_copy_2d, 1, 0, 0},
     {"copy_into_at f32", c_copy_into_at, 0, 0, 0},
     {"copy_into_at q8_0 last", c_copy_into_at, 1, 0, 0},
     {"copy_into_at f16 3 positions", c_copy_into_at, 2, 0, 0},

@@ -113,7 +113,7 @@ static void save_restore(struct backend *be, const struct t3_model *mq, const st
         CHECK(d > 0 && d <= 0.05 * amax, "Q8_0 cache values: max |d| %.3g, max |kv| %.3g (want 0 < d <= 5%%)", d, amax);
         /* restore into a fresh Q8_0 cache, save again */
         struct arena *a = arena_create(be, 0);
-        ok = a && t3_backbone_kv_init(&gq, &k8b, 1, c8b, cap) == CBX_OK && kv_cache_restore(a, &k8b, n, s8) == CBX_OK &&
+        ok = a && t3_backbone_kv_init(&gq, &k8b, 1, c8b, cap) == CBX_OK && kv_cache_restore(a, &k8b, n, s8, false) == CBX_OK &&
              kv_cache_save(a, &k8b, n, s8b) == CBX_OK;
         CHECK(ok, "restore and save again: %s", a ? arena_errmsg(a) : "no arena");
         arena_free(a);
