@@ -90,7 +90,8 @@ bool arena_bf16(const struct arena *a);
  * as it would be alone, so a row gives the same bits whatever the number
  * of rows beside it (batched decoding of independent sequences, T3's
  * t3_batch_step, relies on it); kernels then keep their per-row path
- * (cpu: the dot products) at any row count. Off by default. */
+ * (cpu: the dot products; cuda: the decode GEMVs, a few rows a launch)
+ * at any row count. Off by default. */
 void arena_set_row_exact(struct arena *a, bool on);
 bool arena_row_exact(const struct arena *a);
 

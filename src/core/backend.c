@@ -74,7 +74,7 @@ static struct backend *cpu_create(int n_threads, bool shared)
     be->release_weight = cpu_release_weight;
     n_threads = n_threads > 0 ? n_threads : tp_default_threads();
     be->tp = shared ? tp_shared(n_threads) : tp_create(n_threads);
-    be->shared_tp = shared;
+    be->shared = shared;
     if (!be->tp) { free(be); return NULL; }
     cpu_blas_init();
     cpu_register_elementwise(&be->k);
@@ -92,7 +92,7 @@ struct backend *backend_cpu_create_shared(int n_threads) { return cpu_create(n_t
 void backend_cpu_free(struct backend *be)
 {
     if (!be) return;
-    if (be->shared_tp)
+    if (be->shared)
         tp_shared_release(be->tp);
     else
         tp_free(be->tp);
@@ -189,7 +189,9 @@ struct backend *backend_create(const char *name, int n_threads, bool shared, cha
     }
     if (backend_check_name(name, err) != CBX_OK) return NULL;
 #ifdef CBX_HAVE_CUDA
-    return backend_cuda_create(cuda_device_of(name), err);
+    struct backend *be = backend_cuda_create(cuda_device_of(name), err);
+    if (be) be->shared = shared;
+    return be;
 #else
     return NULL;
 #endif

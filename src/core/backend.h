@@ -113,7 +113,10 @@ struct backend {
     const char *name;
     bool host;                  /* data pointers are host-addressable */
     struct threadpool *tp;      /* cpu backend's pool (NULL otherwise) */
-    bool shared_tp;             /* tp is a process-wide pool (tp_shared) */
+    /* made to share (backend_create's shared): on the cpu, tp is a
+     * process-wide pool (tp_shared); on any backend, its T3 sequences may
+     * be decoded in one batch with other contexts' (pipeline/scheduler.h) */
+    bool shared;
     void *(*buf_alloc)(const struct backend *be, size_t n);
     void (*buf_free)(const struct backend *be, void *p);
     /* explicit transfers; host backends use memcpy */
@@ -212,7 +215,8 @@ bool backend_cuda_device_name(int d, char *buf, size_t n);
  * -DCBX_CUDA=ON); "auto" or NULL: cuda when this build has it and a device
  * is present, else cpu. n_threads: the cpu backend's workers (0 = all
  * online CPUs; ignored by cuda); shared: over the process-wide pool of that
- * count (backend_cpu_create_shared). NULL on failure with one line in err
+ * count (backend_cpu_create_shared), and on any backend, its T3 decode
+ * batched with other shared contexts' (backend.shared). NULL on failure with one line in err
  * (ERR_MAX bytes, or NULL): an unknown name (listing the names this build
  * has), a backend not built, no device, a driver error, out of memory.
  * Free with backend_free. */

@@ -29,8 +29,9 @@ struct sched {
     pthread_cond_t out;    /* callers: tokens or ends */
     bool started, quit;
     pthread_t th;
-    struct backend *be;    /* over the shared pool of n_threads (invariant 2) */
-    int n_threads;
+    struct backend *be;    /* over the shared pool of n_threads, or a device's
+                            * stream of its own (invariant 2) */
+    int n_threads;         /* host: the pool's threads */
     struct t3_batch *batch;
     bool prio;             /* steps as priority sections (invariant 4) */
     struct sched_req *pending, *active;
@@ -57,18 +58,33 @@ void sched_free(struct sched *s)
     pthread_mutex_unlock(&s->mu);
     if (started) pthread_join(s->th, NULL);
     t3_batch_free(s->batch);
-    backend_cpu_free(s->be);
+    backend_free(s->be);
     pthread_cond_destroy(&s->out);
     pthread_cond_destroy(&s->work);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
 
+/* Whether be's sequences fit the scheduler's backend (under mu): of the
+ * kind it took first, over the same pool size or on the same device. */
+static bool fits_locked(const struct sched *s, const struct backend *be)
+{
+    if (be->host) return !s->be || (s->be->host && s->n_threads == tp_n_threads(be->tp));
+    return !s->be || (!s->be->host && backend_compatible(s->be, be));
+}
+
+/* A backend the scheduler can take at all (invariant 2): made to share,
+ * and on the cpu over the shared pool. */
+static bool eligible(const struct backend *be)
+{
+    return be && be->shared && (!be->host || be->tp);
+}
+
 bool sched_accepts(struct sched *s, const struct backend *be)
 {
-    if (!be || !be->host || !be->shared_tp || !be->tp) return false;
+    if (!eligible(be)) return false;
     pthread_mutex_lock(&s->mu);
-    const bool ok = !s->be || s->n_threads == tp_n_threads(be->tp);
+    const bool ok = fits_locked(s, be);
     pthread_mutex_unlock(&s->mu);
     return ok;
 }
@@ -141,7 +157,7 @@ static void *run(void *arg)
         pthread_mutex_unlock(&s->mu);
         /* one step of every sequence in hand, one forward for all, as a
          * priority section of the pool (invariant 4) */
-        struct threadpool *tp = s->prio ? s->be->tp : NULL;
+        struct threadpool *tp = s->prio && s->be->host ? s->be->tp : NULL;
         tp_priority_begin(tp);
         const cbx_status rc = t3_batch_step(s->batch, seqs, k, tok, rcs, err);
         tp_priority_end(tp);
@@ -170,16 +186,21 @@ static void *run(void *arg)
     return NULL;
 }
 
-/* The thread and its backend for requests of n threads (under mu). */
-static cbx_status start_locked(struct sched *s, int n, char *err)
+/* The thread and its backend for requests on backends like `like` (under
+ * mu): over the shared pool of its thread count, or the same device. */
+static cbx_status start_locked(struct sched *s, const struct backend *like, char *err)
 {
     if (s->started) return CBX_OK;
-    if (!(s->be = backend_cpu_create_shared(n)) || !(s->batch = t3_batch_create(s->be))) {
+    const int n = like->host ? tp_n_threads(like->tp) : 0;
+    char e[ERR_MAX] = "";
+    if (!(s->be = like->host ? backend_cpu_create_shared(n) : backend_create_like(like, 0, false, e)) ||
+        !(s->batch = t3_batch_create(s->be))) {
         t3_batch_free(s->batch);
         s->batch = NULL;
-        backend_cpu_free(s->be);
+        backend_free(s->be);
         s->be = NULL;
-        return err_setf(err, CBX_ERR_NOMEM, "T3 scheduler: out of memory");
+        return e[0] ? err_setf(err, CBX_ERR_UNSUPPORTED, "T3 scheduler: %s", e)
+                    : err_setf(err, CBX_ERR_NOMEM, "T3 scheduler: out of memory");
     }
     s->n_threads = n;
     const char *pv = getenv("CBX_SCHED_PRIORITY");
@@ -187,7 +208,7 @@ static cbx_status start_locked(struct sched *s, int n, char *err)
     if (pthread_create(&s->th, NULL, run, s) != 0) {
         t3_batch_free(s->batch);
         s->batch = NULL;
-        backend_cpu_free(s->be);
+        backend_free(s->be);
         s->be = NULL;
         return err_setf(err, CBX_ERR_INTERNAL, "T3 scheduler: cannot start its thread");
     }
@@ -200,8 +221,9 @@ cbx_status sched_submit(struct sched *s, struct t3_seq *seq, int64_t max_tokens,
 {
     *out = NULL;
     const struct backend *be = t3_seq_backend(seq);
-    if (!be || !be->host || !be->shared_tp)
-        return err_setf(err, CBX_ERR_INVALID_ARG, "T3 scheduler: the sequence is not on a shared host pool");
+    if (!eligible(be))
+        return err_setf(err, CBX_ERR_INVALID_ARG,
+                        "T3 scheduler: the sequence's backend was not made to share");
     struct sched_req *r = calloc(1, sizeof *r);
     if (r) r->tok = malloc(sizeof *r->tok * (size_t)(max_tokens > 0 ? max_tokens : 1));
     if (!r || !r->tok) {
@@ -212,10 +234,10 @@ cbx_status sched_submit(struct sched *s, struct t3_seq *seq, int64_t max_tokens,
     r->seq = seq;
     r->cap = max_tokens;
     pthread_mutex_lock(&s->mu);
-    cbx_status rc = start_locked(s, tp_n_threads(be->tp), err);
-    if (rc == CBX_OK && s->n_threads != tp_n_threads(be->tp))
-        rc = err_setf(err, CBX_ERR_INVALID_ARG, "T3 scheduler: runs %d threads, the sequence %d", s->n_threads,
-                      tp_n_threads(be->tp));
+    cbx_status rc = start_locked(s, be, err);
+    if (rc == CBX_OK && !fits_locked(s, be))
+        rc = err_setf(err, CBX_ERR_INVALID_ARG, "T3 scheduler: runs on %s (%d threads), the sequence on %s",
+                      s->be->name, s->n_threads, be->name);
     if (rc == CBX_OK) {
         if (t3_seq_done(seq)) {
             end_locked(r, CBX_OK, NULL); /* nothing to decode */

@@ -15,11 +15,17 @@
  * Invariants:
  *  1. A sequence's tokens are exactly those it gives decoded alone
  *     (t3_batch_step is row-exact), whatever else is in the batch.
- *  2. The scheduler's forwards run on a backend over the process-wide pool
- *     (backend_cpu_create_shared) of the thread count of its requests:
- *     requests with another count, or on a backend that is not a host one
- *     over the shared pool, are refused (sched_accepts: the caller then
- *     decodes alone, as before), so no call gets a second pool's threads.
+ *  2. The scheduler's forwards run on a backend of the kind its first
+ *     request came on: over the process-wide pool (backend_cpu_create_shared)
+ *     of that request's thread count, or on the same device with a stream
+ *     of its own (backend_create_like; the callers' caches are on that
+ *     device, written before sched_submit, whose prefill ended in a
+ *     transfer of its logits). Requests of another kind, count or device,
+ *     and backends not made to share (backend.shared: `say`'s own
+ *     backend, say, which decodes alone with its graph), are refused
+ *     (sched_accepts: the caller then decodes alone, as before), so no call
+ *     gets a second pool's threads. A device's batched step runs its
+ *     products row-exact (arena.h) like the cpu's, without a graph.
  *  3. A request joins at the next step after its submission and leaves at
  *     the step after its sequence ends or its caller cancels it
  *     (sched_cancel); the scheduler never touches a sequence after

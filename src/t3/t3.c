@@ -1014,13 +1014,6 @@ static cbx_status seq_sample(struct t3_seq *s, int32_t *token, char *err)
     return CBX_OK;
 }
 
-/* The embedding of the sequence's last sample, fed back: [n_rows, 1, D].
- * Llama: the k-th sample goes in at speech position k + 1. */
-static struct tensor *seq_input(struct arena *a, const struct t3_seq *s)
-{
-    return speech_input(a, s->m, &s->hist[s->n], s->step, s->n_rows);
-}
-
 /* The operands of the decode step and, where the draw is on the device,
  * its sampler state and parameters (the host sampler's, as op_sample
  * takes them). */
@@ -1081,7 +1074,9 @@ static void io_write(struct t3_seq *s)
     else s->be->from_host(s->be, s->io->data, v, sizeof v);
 }
 
-/* The decode step's input from the operands: seq_input's embedding. */
+/* The decode step's input from the operands: the embedding of the last
+ * sample, fed back, [n_rows, 1, D]. Llama: the k-th sample goes in at
+ * speech position k + 1. */
 static struct tensor *step_input(struct arena *a, const struct t3_seq *s)
 {
     const struct t3_model *m = s->m;
@@ -1225,6 +1220,8 @@ struct t3_batch {
     struct arena *a[3];        /* step values, then the two layer scratches */
     float *logits;             /* [rows][V] of the last batched forward */
     size_t n_logits;
+    int32_t *in;               /* [2][rows]: each row's token, its speech position */
+    int n_in;
     struct kv_cache **kv;      /* the group's members, n_cap of them */
     struct t3_seq **go;
     int n_cap;
@@ -1253,6 +1250,7 @@ void t3_batch_free(struct t3_batch *b)
     if (!b) return;
     for (int i = 0; i < 3; i++) arena_free(b->a[i]);
     free(b->logits);
+    free(b->in);
     free(b->kv);
     free(b->go);
     free(b);
@@ -1274,6 +1272,12 @@ static bool batch_room(struct t3_batch *b, int n, int rows, int64_t V)
         if (!kv || !go) return false;
         b->n_cap = n;
     }
+    if (rows > b->n_in) {
+        int32_t *in = realloc(b->in, sizeof *in * 2 * (size_t)rows);
+        if (!in) return false;
+        b->in = in;
+        b->n_in = rows;
+    }
     const size_t need = (size_t)rows * (size_t)V;
     if (need > b->n_logits) {
         float *l = realloc(b->logits, sizeof(float) * need);
@@ -1291,7 +1295,7 @@ cbx_status t3_batch_step(struct t3_batch *b, struct t3_seq *const *s, int n, int
     for (int i = 0; i < n; i++) {
         token[i] = -1;
         rc[i] = CBX_OK;
-        if (s[i]->m != s[0]->m || (s[i]->be != b->be && !(s[i]->be->host && b->be->host)))
+        if (s[i]->m != s[0]->m || !backend_compatible(s[i]->be, b->be))
             return err_setf(err, CBX_ERR_INVALID_ARG, "T3 batch: sequence %d belongs to another model or backend", i);
     }
     if (n == 0) return CBX_OK;
@@ -1315,11 +1319,17 @@ cbx_status t3_batch_step(struct t3_batch *b, struct t3_seq *const *s, int n, int
         }
     struct arena *a = b->a[0];
     arena_reset(a);
-    struct tensor *x = NULL;
-    for (int i = 0; i < k; i++) {
-        struct tensor *xi = seq_input(a, b->go[i]);
-        x = x ? op_concat(a, x, xi, 0) : xi;
-    }
+    /* every row's step_input in one lookup: [rows, 1, D] */
+    int r = 0;
+    for (int i = 0; i < k; i++)
+        for (int j = 0; j < b->go[i]->n_rows; j++, r++) {
+            b->in[r] = b->go[i]->hist[b->go[i]->n];
+            b->in[rows + r] = b->go[i]->step;
+        }
+    const int64_t ne[2] = {rows, 1};
+    struct tensor *x = op_get_rows(a, m->speech_emb, op_from_host(a, TYPE_I32, 2, ne, b->in));
+    if (m->speech_pos_emb)
+        x = op_add(a, x, op_get_rows(a, m->speech_pos_emb, op_from_host(a, TYPE_I32, 2, ne, b->in + rows)));
     struct kv_cache g;
     kv_cache_group(&g, b->kv, k, b->a[1], b->a[2]);
     cbx_status frc = last_logits(a, m, t3_backbone_forward(a, &m->tfmr, &g, x), b->logits);

@@ -7,12 +7,15 @@
  * while the scheduler keeps decoding; one cancelled from its progress
  * callback after a few tokens) are first run one after another on a
  * private pool (the path without the scheduler, as before it existed),
- * then one of them alone on a shared-pool backend (through the scheduler,
+ * then one of them alone on a shared backend (through the scheduler,
  * batch of one), then all four at once from four threads, each with its
  * own shared-pool backend and engine_work, as cbx_contexts do. Checks:
  * every audio equal sample for sample (max |diff| printed), the same
  * speech-token counts, the cancelled request CBX_ERR_CANCELLED each time,
- * and the scheduler's steps carrying more than one row (batched). */
+ * and the scheduler's steps carrying more than one row (batched). On the
+ * backend of CBX_TEST_BACKEND (cpu by default, cuda on the GPU machine:
+ * there every backend is a stream of its own, the private one decoding
+ * with its graph, the shared ones batched on the scheduler's stream). */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -107,16 +110,17 @@ int main(void)
     snprintf(dir, sizeof dir, "%s/models/turbo", CBX_BINARY_DIR);
     struct engine_model *m = NULL;
     struct engine_load_params lp = engine_load_default_params();
-    lp.backend = "cpu"; /* the scheduler batches on shared cpu pools */
+    lp.backend = test_backend_name(); /* cpu, or cuda on the GPU machine */
     cbx_status rc = engine_model_load(dir, &lp, &m, err);
     CHECK(rc == CBX_OK, "load %s: %s", dir, err);
     if (rc != CBX_OK) return test_summary();
     const int nt = test_n_threads();
 
-    /* alone, on a private pool: the scheduler is not used */
+    /* alone, on a backend not made to share (a private pool; on the GPU
+     * the recorded decode step): the scheduler is not used */
     struct job ref[N_REQ];
-    struct backend *own = backend_cpu_create(nt);
-    CHECK(own != NULL, "backend");
+    struct backend *own = backend_create(lp.backend, nt, false, err);
+    CHECK(own != NULL, "backend: %s", err);
     if (!own) return test_summary();
     for (int i = 0; i < N_REQ; i++) {
         ref[i] = (struct job){m, own, NULL, i, {0}};
@@ -124,13 +128,13 @@ int main(void)
         CHECK(i == CANCELLED ? ref[i].o.rc == CBX_ERR_CANCELLED : ref[i].o.rc == CBX_OK && ref[i].o.n > 0,
               "alone %d: %s", i, ref[i].o.err);
     }
-    backend_cpu_free(own);
+    backend_free(own);
     int64_t steps, rows, max_rows;
     engine_batch_stats(m, &steps, &rows, &max_rows);
     CHECK(steps == 0, "a private pool does not use the scheduler (%lld steps)", (long long)steps);
 
     /* one request alone through the scheduler (a batch of one) */
-    struct job one = {m, backend_cpu_create_shared(nt), engine_work_create(), 0, {0}};
+    struct job one = {m, backend_create(lp.backend, nt, true, err), engine_work_create(), 0, {0}};
     CHECK(one.be && one.work, "backend");
     if (one.be && one.work) {
         synth(&one);
@@ -142,14 +146,14 @@ int main(void)
     CHECK(steps > 0 && max_rows == 1, "the call went through the scheduler");
     free(one.o.pcm);
     engine_work_free(one.work);
-    backend_cpu_free(one.be);
+    backend_free(one.be);
 
     /* all at once from their own threads */
     struct job jobs[N_REQ];
     pthread_t th[N_REQ];
     bool started[N_REQ] = {0};
     for (int i = 0; i < N_REQ; i++) {
-        jobs[i] = (struct job){m, backend_cpu_create_shared(nt), engine_work_create(), i, {0}};
+        jobs[i] = (struct job){m, backend_create(lp.backend, nt, true, err), engine_work_create(), i, {0}};
         CHECK(jobs[i].be && jobs[i].work, "backend %d", i);
     }
     const int64_t steps0 = steps, rows0 = rows;
@@ -169,7 +173,7 @@ int main(void)
         free(jobs[i].o.pcm);
         free(ref[i].o.pcm);
         engine_work_free(jobs[i].work);
-        backend_cpu_free(jobs[i].be);
+        backend_free(jobs[i].be);
     }
     engine_model_free(m);
     return test_summary();

@@ -10,8 +10,11 @@
  * when done (up to five at once: from 5 rows up the Q4_0 products would
  * take the quantised GEMM otherwise); one more sequence is cancelled by its callback mid-way and
  * must leave without disturbing the others. Each sequence's tokens are
- * compared with t3_inference_prefixed's for the same input (solo), and the
- * number of rows the batched forwards carried is printed. */
+ * compared with t3_inference_prefixed's for the same input (solo; on the
+ * GPU its recorded graph and the draw on the device), and the number of
+ * rows the batched forwards carried is printed. On the backend of
+ * CBX_TEST_BACKEND (cpu by default; cuda on the GPU machine, where five
+ * rows take the decode GEMVs four rows a launch). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,16 +47,17 @@ static int cancel_cb(void *user, int step, int32_t token, const float *logits, i
 static void run_model(const char *dir, int wtype, const char *label)
 {
     char err[ERR_MAX] = "";
-    /* cpu: the batched step is the cpu scheduler's */
-    struct engine_model *em = test_load_engine_t3(dir, "cpu", wtype, label);
+    /* the test's backend (CBX_TEST_BACKEND): the scheduler's batched step
+     * on a shared cpu pool or on the GPU */
+    struct engine_model *em = test_load_engine_t3(dir, test_backend_name(), wtype, label);
     if (!em) return;
     cbx_status rc = CBX_OK;
     const struct t3_model *m = engine_model_t3(em);
     const struct conds *v = engine_model_voice(em);
     CHECK(v != NULL, "%s: built-in voice", label);
-    struct backend *be = backend_cpu_create_shared(test_n_threads());
+    struct backend *be = backend_create(test_backend_name(), test_n_threads(), true, err);
     struct t3_batch *b = t3_batch_create(be);
-    CHECK(be && b, "%s: backend and batch", label);
+    CHECK(be && b, "%s: backend and batch: %s", label, err);
     if (!v || !be || !b) goto done;
     const struct t3_cond c = {v->speaker_emb, v->cond_prompt_tokens, v->n_cond_prompt, v->emotion_adv};
     struct t3_prefix *pfx = NULL;
@@ -168,7 +172,7 @@ free_seqs:
     t3_prefix_free(pfx);
 done:
     t3_batch_free(b);
-    backend_cpu_free(be);
+    backend_free(be);
     engine_model_free(em);
 }
 

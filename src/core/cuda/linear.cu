@@ -6,6 +6,9 @@
  *    weight on the fly exactly as quant.c's dequantize_row does, one warp
  *    (or S) per output, F32 accumulation (F32/Q8_0/Q4_0: the fast kernels
  *    below, with a fused norm prologue and epilogue; other types: k_gemv).
+ *    An arena that wants row-exact products (arena_set_row_exact: the
+ *    batched decode) gets this path at any row count, GEMV_ROWS rows a
+ *    launch, so each row gives the bits it gives alone.
  *  - F32 weights, more rows: one cuBLAS SGEMM (full F32 unless
  *    CBX_CUDA_TF32=1).
  *  - other weights, more rows: the weight is widened to F32 in
@@ -528,8 +531,13 @@ static bool gemv_fast_group(struct arena *a, float *y, int64_t ldy, const float 
                             const struct tensor *const *w, const struct tensor *const *b, const int *act,
                             const float *res, const struct linear_norm *norm)
 {
-    if (M > GEMV_ROWS || K % 4 || (uintptr_t)x % 16 || n < 1 || n > OP_LINEAR_CAT_MAX) return false;
-    if (norm && ((size_t)(M + 2) * (size_t)K * 4 > GEMV_NORM_SMEM ||
+    /* more rows: in launches of GEMV_ROWS when the arena wants each row's
+     * products as it would be alone (arena_set_row_exact: the batched
+     * decode of t3_batch_step), else the GEMM paths */
+    if ((M > GEMV_ROWS && !arena_row_exact(a)) || K % 4 || (uintptr_t)x % 16 || n < 1 || n > OP_LINEAR_CAT_MAX)
+        return false;
+    const int64_t mc = M < GEMV_ROWS ? M : GEMV_ROWS;
+    if (norm && ((size_t)(mc + 2) * (size_t)K * 4 > GEMV_NORM_SMEM ||
                  (norm->g && (norm->g->type != TYPE_F32 || !tensor_is_contiguous(norm->g) ||
                               (uintptr_t)norm->g->data % 16)) ||
                  (norm->b && (norm->b->type != TYPE_F32 || !tensor_is_contiguous(norm->b) ||
@@ -577,12 +585,19 @@ static bool gemv_fast_group(struct arena *a, float *y, int64_t ldy, const float 
     if (blocks > (int64_t)INT32_MAX) return false;
     cudaStream_t st = cuda_of(a)->st;
     const unsigned gr = (unsigned)blocks;
-    const int m = (int)M;
     const bool pdl = cuda_of(a)->pdl;
-    if (type == TYPE_F32) gemv_launch<TYPE_F32>(st, pdl, S, gr, false, y, ldy, x, m, K, g);
-    else if (type == TYPE_Q8_0) gemv_launch<TYPE_Q8_0>(st, pdl, S, gr, staged, y, ldy, x, m, K, g);
-    else gemv_launch<TYPE_Q4_0>(st, pdl, S, gr, staged, y, ldy, x, m, K, g);
-    cu_launched(a, "linear gemv");
+    /* rows [r0, r0 + m) per launch: each row's sums as in a launch of its
+     * own (the kernels keep rows apart: same lanes, same order) */
+    for (int64_t r0 = 0; r0 < M; r0 += GEMV_ROWS) {
+        const int m = (int)(M - r0 < GEMV_ROWS ? M - r0 : GEMV_ROWS);
+        float *yr = y + r0 * ldy;
+        const float *xr = x + r0 * K;
+        g.res = res ? res + r0 * ldy : NULL;
+        if (type == TYPE_F32) gemv_launch<TYPE_F32>(st, pdl, S, gr, false, yr, ldy, xr, m, K, g);
+        else if (type == TYPE_Q8_0) gemv_launch<TYPE_Q8_0>(st, pdl, S, gr, staged, yr, ldy, xr, m, K, g);
+        else gemv_launch<TYPE_Q4_0>(st, pdl, S, gr, staged, yr, ldy, xr, m, K, g);
+        if (!cu_launched(a, "linear gemv")) return true;
+    }
     return true;
 }
 
@@ -667,7 +682,7 @@ void cuda_linear_rows(struct arena *a, float *y, int64_t ldy, const float *x, in
         if (!sgemm(a, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, (const float *)w->data,
                    N == 1 ? K : w->nb[0] / 4, x, K, 0.0f, y, ldy))
             return;
-    } else if (M <= GEMV_ROWS) {
+    } else if (M <= GEMV_ROWS || arena_row_exact(a)) {
         if (N > (int64_t)INT32_MAX * GEMV_WARPS) {
             arena_fail(a, CBX_ERR_UNSUPPORTED, "linear: %lld outputs", (long long)N);
             return;
@@ -675,10 +690,14 @@ void cuda_linear_rows(struct arena *a, float *y, int64_t ldy, const float *x, in
         unsigned grid = (unsigned)((N + GEMV_WARPS - 1) / GEMV_WARPS);
         const bool pairs = (w->type == TYPE_F16 || w->type == TYPE_BF16) && w->nb[1] == 2 &&
                            w->nb[0] % 4 == 0 && (uintptr_t)w->data % 4 == 0;
-        k_gemv<<<grid, 32 * GEMV_WARPS, 0, st>>>(y, ldy, x, (int)M, K, N, (const char *)w->data,
-                                                 w->nb[0], w->nb[1], (int)w->type, bs, pairs,
-                                                 bias, bias_nb);
-        cu_launched(a, "linear gemv");
+        /* row-exact (arena_set_row_exact): GEMV_ROWS rows a launch */
+        for (int64_t r0 = 0; r0 < M; r0 += GEMV_ROWS) {
+            const int m = (int)(M - r0 < GEMV_ROWS ? M - r0 : GEMV_ROWS);
+            k_gemv<<<grid, 32 * GEMV_WARPS, 0, st>>>(y + r0 * ldy, ldy, x + r0 * K, m, K, N,
+                                                     (const char *)w->data, w->nb[0], w->nb[1], (int)w->type,
+                                                     bs, pairs, bias, bias_nb);
+            if (!cu_launched(a, "linear gemv")) return;
+        }
         return;
     } else if (arena_bf16(a) && (w->type == TYPE_F16 || w->type == TYPE_BF16)) {
         /* reduced precision: x rounded to the weight's type, F32 accumulation */
