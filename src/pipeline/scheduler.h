@@ -26,6 +26,8 @@
  *     (sched_accepts: the caller then decodes alone, as before), so no call
  *     gets a second pool's threads. A device's batched step runs its
  *     products row-exact (arena.h) like the cpu's, without a graph.
+ *     CBX_SCHED=0 in the environment refuses every request (every call
+ *     decodes alone; to measure).
  *  3. A request joins at the next step after its submission and leaves at
  *     the step after its sequence ends or its caller cancels it
  *     (sched_cancel); the scheduler never touches a sequence after
