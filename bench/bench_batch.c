@@ -12,7 +12,8 @@
  *                         tokens no longer bit-identical to solo), ratio
  *                         to t3_batch_decode
  *   (stderr)              both, rows per step, and the speed-up
- * B = 1, 2, 4, 8 (--max-batch N: up to N, doubling). Each sequence: the
+ * B = 1, 2, 4, 8 (--max-batch N: up to N, doubling). --backend cpu|cuda
+ * (default: the cpu over its shared pool). Each sequence: the
  * voice prefix (375 prompt tokens) restored, its own 24-token text
  * prefilled (not timed), then up to STEPS tokens with upstream's sampling
  * and its own seed. Weights: the synthetic Turbo checkpoint generated in
@@ -95,6 +96,7 @@ int main(int argc, char **argv)
 {
     const char *tname = bench_take_opt_or(&argc, argv, "--type", "q4_0");
     const int max_b = atoi(bench_take_opt_or(&argc, argv, "--max-batch", "8"));
+    const char *bname = bench_take_opt_or(&argc, argv, "--backend", NULL);
     struct bench_opts opt;
     if (!bench_parse(argc, argv, &opt, 1)) return 2;
     const int wt = dtype_from_name(tname);
@@ -103,14 +105,16 @@ int main(int argc, char **argv)
         return 2;
     }
     char err[ERR_MAX];
-    struct backend *be = backend_cpu_create_shared(opt.threads);
+    /* the weights are made on the cpu pool, then placed by the backend */
+    struct backend *cpu = backend_cpu_create_shared(opt.threads);
+    struct backend *be = bname ? bench_backend("bench_batch", bname, opt.threads) : cpu;
     struct t3_batch *batch = be ? t3_batch_create(be) : NULL;
-    if (!be || !batch) {
-        fprintf(stderr, "bench_batch: cannot start %d threads\n", opt.threads);
+    if (!cpu || !be || !batch) {
+        fprintf(stderr, "bench_batch: cannot start the backend (%d threads)\n", opt.threads);
         return 1;
     }
     struct bench_synth w;
-    if (!bench_synth_load("bench_batch", "t3_turbo_v1.safetensors", keep_t3, be->tp, &w)) return 1;
+    if (!bench_synth_load("bench_batch", "t3_turbo_v1.safetensors", keep_t3, cpu->tp, &w)) return 1;
     struct t3_model m;
     struct weights src = bench_synth_weights(&w, "t3");
     if (t3_load(&m, &src, be, (enum dtype)wt, err) != CBX_OK) {
@@ -127,6 +131,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_batch: %s\n", err);
         return 1;
     }
+    char tb_[64];
+    const char *ty = bench_type_on(be, tname, tb_, sizeof tb_);
     struct t3_seq *s[MAX_B] = {0};
     double *vb = calloc((size_t)opt.reps, sizeof *vb), *vs = calloc((size_t)opt.reps, sizeof *vs);
     double *vg = calloc((size_t)opt.reps, sizeof *vg);
@@ -164,19 +170,20 @@ int main(int argc, char **argv)
         const int64_t shape[1] = {b};
         struct bench_stats sb = bench_stats(vb, opt.reps), ss = bench_stats(vs, opt.reps);
         struct bench_stats sg = bench_stats(vg, opt.reps);
-        bench_emit("t3_solo_decode", tname, shape, 1, opt.threads, opt.reps, "tokens/s", ss, NULL, 0);
-        bench_emit("t3_batch_decode", tname, shape, 1, opt.threads, opt.reps, "tokens/s", sb, "t3_solo_decode",
+        bench_emit("t3_solo_decode", ty, shape, 1, opt.threads, opt.reps, "tokens/s", ss, NULL, 0);
+        bench_emit("t3_batch_decode", ty, shape, 1, opt.threads, opt.reps, "tokens/s", sb, "t3_solo_decode",
                    ss.median);
-        bench_emit("t3_batch_decode_gemm", tname, shape, 1, opt.threads, opt.reps, "tokens/s", sg,
+        bench_emit("t3_batch_decode_gemm", ty, shape, 1, opt.threads, opt.reps, "tokens/s", sg,
                    "t3_batch_decode", sb.median);
         fprintf(stderr, "B=%d %s: batched %.1f tok/s (%.2f rows/step), alone %.1f tok/s: %.2fx; multi-row "
-                "kernels %.1f tok/s (%.2fx)\n", b, tname, sb.median, rows_per_step, ss.median,
+                "kernels %.1f tok/s (%.2fx)\n", b, ty, sb.median, rows_per_step, ss.median,
                 ss.median > 0 ? sb.median / ss.median : 0, sg.median, ss.median > 0 ? sg.median / ss.median : 0);
     }
     t3_prefix_free(pfx);
     t3_free(&m);
     t3_batch_free(batch);
-    backend_cpu_free(be);
+    if (be != cpu) backend_free(be);
+    backend_cpu_free(cpu);
     free(vb);
     free(vs);
     free(vg);

@@ -93,6 +93,10 @@ struct kernels {
     void (*attention)(struct arena *a, struct tensor *out, const struct tensor *q,
                       const struct tensor *k, const struct tensor *v,
                       const struct tensor *bias, const struct attn_params *p);
+    /* op_attention_group in a few launches, or NULL (the op then runs it
+     * per member); false: these operands are not for it (nothing done) */
+    bool (*attention_group)(struct arena *a, struct tensor *out, const struct tensor *q,
+                            const struct tensor *k, const struct tensor *v, const struct attn_group *g);
     void (*rope)(struct arena *a, struct tensor *out, const struct tensor *x,
                  const struct tensor *pos, const struct rope_params *p);
     /* op_sample (device backends; shapes checked by the op) */

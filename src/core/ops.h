@@ -247,6 +247,25 @@ struct tensor *op_attention(struct arena *a, const struct tensor *q,
                             const struct tensor *k, const struct tensor *v,
                             const struct tensor *bias, const struct attn_params *p);
 
+/* One layer's decode step over a group of KV caches (T3's batched
+ * decode, t3/kv_cache.h invariant 4): member i owns the next rows[i] rows
+ * of q [R, Hq, 1, D] and of the new keys and values k, v [R, Hk, 1, D]
+ * (F32, any strides), and caches kc[i], vc[i] ([rows[i], Hk, cap_i, D],
+ * both F32, F16 or Q8_0) that hold n_past[i] < cap_i positions. Each
+ * row's key and value go to position n_past[i] of its cache, then its
+ * query attends positions [0, n_past[i] + 1) with `scale`. Output
+ * [R, Hq, 1, D]: each row bit for bit what op_copy_into and op_attention
+ * over its own cache give; a backend may do it all in a few launches
+ * (kernels.attention_group), the others do exactly that per member. */
+struct attn_group {
+    int n;
+    const int *rows, *n_past;
+    struct tensor *const *kc, *const *vc;
+    float scale;
+};
+struct tensor *op_attention_group(struct arena *a, const struct tensor *q, const struct tensor *k,
+                                  const struct tensor *v, const struct attn_group *g);
+
 struct rope_params {
     float theta;            /* base, e.g. 10000 or 500000 */
     int n_dims;             /* rotated dims (<= D), NeoX half split */

@@ -165,6 +165,55 @@ struct tensor *op_softmax(struct arena *a, const struct tensor *x, float scale)
     return arena_status(a) == CBX_OK ? out : NULL;
 }
 
+struct tensor *op_attention_group(struct arena *a, const struct tensor *q, const struct tensor *k,
+                                  const struct tensor *v, const struct attn_group *g)
+{
+    if (!q || !k || !v || !g) return NULL;
+    const struct backend *be = arena_backend(a);
+    bool ok = q->ndim == 4 && k->ndim == 4 && v->ndim == 4 && q->ne[2] == 1 && g->n > 0 && q->type == TYPE_F32 &&
+              k->type == TYPE_F32 && v->type == TYPE_F32;
+    for (int d = 0; ok && d < 4; d++) ok = k->ne[d] == v->ne[d] && (d == 1 || k->ne[d] == q->ne[d]);
+    const int64_t Hk = ok ? k->ne[1] : 0, D = ok ? q->ne[3] : 0;
+    ok = ok && Hk > 0 && q->ne[1] % Hk == 0;
+    int64_t rows = 0;
+    for (int i = 0; ok && i < g->n; i++) {
+        const struct tensor *kc = g->kc[i], *vc = g->vc[i];
+        ok = g->rows[i] > 0 && kc && vc && kc->ndim == 4 && vc->ndim == 4 && kc->type == vc->type &&
+             (kc->type == TYPE_F32 || kc->type == TYPE_F16 || kc->type == TYPE_Q8_0);
+        for (int d = 0; ok && d < 4; d++) ok = kc->ne[d] == vc->ne[d];
+        ok = ok && kc->ne[0] == g->rows[i] && kc->ne[1] == Hk && kc->ne[3] == D && g->n_past[i] >= 0 &&
+             g->n_past[i] < kc->ne[2];
+        rows += ok ? g->rows[i] : 0;
+    }
+    if (!ok || rows != q->ne[0]) {
+        arena_fail(a, CBX_ERR_INTERNAL, "op_attention_group: operands do not form a group of one-position steps");
+        return NULL;
+    }
+    const int64_t one[4] = {q->ne[0], q->ne[1], 1, D};
+    if (be->k.attention_group) {
+        struct tensor *out = arena_tensor(a, TYPE_F32, 4, one);
+        if (!out) return NULL;
+        if (be->k.attention_group(a, out, q, k, v, g)) return arena_status(a) == CBX_OK ? out : NULL;
+        if (arena_status(a) != CBX_OK) return NULL;
+    }
+    /* per member: its rows' keys and values into its cache, then its
+     * attention over the positions it holds */
+    const struct attn_params ap = {.scale = g->scale, .causal = true};
+    struct tensor *o = NULL;
+    int64_t r0 = 0;
+    for (int i = 0; i < g->n; i++) {
+        const int64_t nr = g->rows[i], np = g->n_past[i];
+        op_copy_into(a, op_slice(a, g->kc[i], 2, np, 1), op_slice(a, k, 0, r0, nr));
+        op_copy_into(a, op_slice(a, g->vc[i], 2, np, 1), op_slice(a, v, 0, r0, nr));
+        struct tensor *oi = op_attention(a, op_slice(a, q, 0, r0, nr), op_slice(a, g->kc[i], 2, 0, np + 1),
+                                         op_slice(a, g->vc[i], 2, 0, np + 1), NULL, &ap);
+        o = o ? op_concat(a, o, oi, 0) : oi;
+        if (!o) return NULL;
+        r0 += nr;
+    }
+    return o;
+}
+
 struct tensor *op_attention(struct arena *a, const struct tensor *q,
                             const struct tensor *k, const struct tensor *v,
                             const struct tensor *bias, const struct attn_params *p)

@@ -51,10 +51,27 @@ static struct tensor *attend(struct arena *a, struct kv_cache *kv, int il, const
                              const struct tensor *k, const struct tensor *v, bool kv_only, bool fixed);
 
 /* A group's attention: each member over its own rows (invariant 4), the
- * outputs stacked in member order. */
+ * outputs stacked in member order: op_attention_group, or member by
+ * member where one exports probabilities (kv_cache.exp). */
 static struct tensor *group_attend(struct arena *a, struct kv_cache *kv, int il, const struct tensor *q,
                                    const struct tensor *k, const struct tensor *v)
 {
+    enum { N_ON_STACK = 256 };
+    bool exp = false;
+    for (int i = 0; i < kv->n_group; i++) exp = exp || kv->group[i]->exp;
+    if (!exp && kv->n_group <= N_ON_STACK) {
+        int rows[N_ON_STACK], n_past[N_ON_STACK];
+        struct tensor *kc[N_ON_STACK], *vc[N_ON_STACK];
+        for (int i = 0; i < kv->n_group; i++) {
+            const struct kv_cache *m = kv->group[i];
+            rows[i] = m->n_rows;
+            n_past[i] = m->n_past;
+            kc[i] = m->k[il];
+            vc[i] = m->v[il];
+        }
+        const struct attn_group g = {kv->n_group, rows, n_past, kc, vc, 1.0f / sqrtf((float)q->ne[3])};
+        return op_merge_heads(a, op_attention_group(a, q, k, v, &g));
+    }
     struct tensor *o = NULL;
     int64_t r0 = 0;
     for (int i = 0; i < kv->n_group; i++) {

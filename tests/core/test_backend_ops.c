@@ -420,6 +420,33 @@ static struct tensor *c_attention_len(struct arena *a, int v)
     return op_attention(a, q, k, vv, NULL, &p);
 }
 
+/* op_attention_group (T3's batched decode step): four members of 1, 2, 1
+ * and 2 rows over caches of 300, 40, 1000 and 65 positions holding 137,
+ * 5, 300 and 64 (the last one's new key goes to its last position), GQA 4
+ * query heads over 2, D 64, the new rows permuted views of a projection;
+ * caches 0 f32, 1 q8_0, 2 f16. The output attends each new key, so a
+ * misplaced write shows in it. */
+static struct tensor *c_attention_group(struct arena *a, int v)
+{
+    static const enum dtype ct[] = {TYPE_F32, TYPE_Q8_0, TYPE_F16};
+    enum { N = 4 };
+    static const int rows[N] = {1, 2, 1, 2}, cap[N] = {300, 40, 1000, 65};
+    static const int n_past[N] = {137, 5, 300, 64};
+    const int64_t R = 6, Hq = 4, Hk = 2, D = 64;
+    struct tensor *kc[N], *vc[N];
+    for (int i = 0; i < N; i++) {
+        kc[i] = op_cast(a, in_f32(a, 150 + (uint64_t)i, ND(rows[i], Hk, cap[i], D), -1, 1), ct[v]);
+        vc[i] = op_cast(a, in_f32(a, 160 + (uint64_t)i, ND(rows[i], Hk, cap[i], D), -1, 1), ct[v]);
+        if (!kc[i] || !vc[i]) return NULL;
+    }
+    const int perm[4] = {0, 2, 1, 3};
+    struct tensor *q = op_permute(a, in_f32(a, 170, ND(R, 1, Hq, D), -1, 1), perm);
+    struct tensor *k = op_permute(a, in_f32(a, 171, ND(R, 1, Hk, D), -1, 1), perm);
+    struct tensor *vv = op_permute(a, in_f32(a, 172, ND(R, 1, Hk, D), -1, 1), perm);
+    const struct attn_group g = {N, rows, n_past, kc, vc, 0.125f};
+    return op_attention_group(a, q, k, vv, &g);
+}
+
 /* op_copy_into_at: new rows into a cache view at a position held in a
  * tensor: 0 one f32 position at 7 of 20 from a permuted view, 1 into a
  * q8_0 cache at the last position, 2 three positions into an f16 cache at
@@ -718,6 +745,9 @@ static const struct tcase cases[] = {
     {"attention kv_len f16 1 of 40", c_attention_len, 2, 1e-5, 1e-5},
     {"attention kv_len 4 causal queries", c_attention_len, 3, 1e-5, 1e-5},
     {"attention kv_len q8_0 450 of 1000, D 64", c_attention_len, 4, 1e-5, 1e-5},
+    {"attention group f32 caches", c_attention_group, 0, 1e-5, 1e-5},
+    {"attention group q8_0 caches", c_attention_group, 1, 1e-5, 1e-5},
+    {"attention group f16 caches", c_attention_group, 2, 1e-5, 1e-5},
     {"copy_2d 16 rows of 24 KiB", c_copy_2d, 0, 0, 0},
     {"copy_2d 300 rows of 96 bytes", c_copy_2d, 1, 0, 0},
     {"copy_into_at f32", c_copy_into_at, 0, 0, 0},

@@ -660,11 +660,23 @@ __device__ static inline void kv_dims(float *f, const struct tv &t, int64_t b, i
     for (int u = 0; u < DPT; u++) f[u] = u < n ? kv_ld(t, b, hk, j, d0 + u) : 0.0f;
 }
 
-/* DPT: dims a thread holds (D <= AD_G * DPT) */
+/* A row of op_attention_group (cuda_attention_group): its cache's row of
+ * keys and of values (head stride kh, vh; positions nb bytes apart, the
+ * k / v tv's nb[2]) and its position `at`: the new key goes there, the
+ * query attends [0, at + 1). */
+struct ad_row {
+    char *k, *v;
+    int64_t kh, vh;
+    int32_t at;
+};
+
+/* DPT: dims a thread holds (D <= AD_G * DPT). rows (or NULL): batch row b
+ * reads the cache of rows[b] (k and v give type and row strides), its
+ * length at + 1. */
 template <int DPT>
 __global__ static void __cluster_dims__(AD_CLUSTER, 1, 1) __launch_bounds__(ATT_THREADS)
     k_attn_decode(float *out, struct tv q, struct tv k, struct tv v, struct tv bias, bool has_bias, float scale,
-                  const int32_t *len, int mode)
+                  const int32_t *len, int mode, const struct ad_row *rows)
 {
     __shared__ float gm[AD_GROUPS], gl[AD_GROUPS];
     __shared__ float go[AD_GROUPS][AD_G * DPT + 1];
@@ -674,7 +686,15 @@ __global__ static void __cluster_dims__(AD_CLUSTER, 1, 1) __launch_bounds__(ATT_
     cu_pdl_wait();
     const int64_t sp = blockIdx.x, h = blockIdx.y, b = blockIdx.z, Hq = q.ne[1];
     const int D = (int)q.ne[3], dpt = (D + AD_G - 1) / AD_G;
-    const int64_t Tk = len ? (*len < 0 ? 0 : *len < k.ne[2] ? *len : k.ne[2]) : k.ne[2];
+    int64_t Tk = len ? (*len < 0 ? 0 : *len < k.ne[2] ? *len : k.ne[2]) : k.ne[2];
+    if (rows) { /* row b's own cache, as a batch of one at b */
+        const struct ad_row r = rows[b];
+        k.p = r.k - b * k.nb[0];
+        k.nb[1] = r.kh;
+        v.p = r.v - b * v.nb[0];
+        v.nb[1] = r.vh;
+        Tk = (int64_t)r.at + 1;
+    }
     const int64_t nact = (Tk + AD_KEYS - 1) / AD_KEYS, row = b * Hq + h;
     const int64_t hk = h / (Hq / k.ne[1]);
     const int t = threadIdx.x, gi = t / AD_G, lane8 = t % AD_G, d0 = lane8 * dpt;
@@ -783,6 +803,122 @@ __global__ static void __cluster_dims__(AD_CLUSTER, 1, 1) __launch_bounds__(ATT_
     cluster.sync(); /* block 0 has read every part */
 }
 
+/* How k_attn_decode reads the rows of k and v (kv_dims): F32 rows of
+ * 16-byte aligned dims by float4, contiguous Q8_0 rows of 2-byte aligned
+ * blocks by 16-bit words, else element by element (the same values). */
+static int kv_mode(const struct tensor *k, const struct tensor *v, int64_t D)
+{
+    if (D % AD_G != 0 || k->type != v->type) return KV_ANY;
+    if (k->type == TYPE_F32 && k->nb[3] == 4 && v->nb[3] == 4 && (uintptr_t)k->data % 16 == 0 &&
+        (uintptr_t)v->data % 16 == 0 && k->nb[0] % 16 == 0 && k->nb[1] % 16 == 0 && k->nb[2] % 16 == 0 &&
+        v->nb[0] % 16 == 0 && v->nb[1] % 16 == 0 && v->nb[2] % 16 == 0)
+        return KV_F32;
+    const int64_t q8row = D / QK * 34;
+    if (k->type == TYPE_Q8_0 && D % QK == 0 && k->nb[3] == 1 && v->nb[3] == 1 && (uintptr_t)k->data % 2 == 0 &&
+        (uintptr_t)v->data % 2 == 0 && k->nb[0] % 2 == 0 && k->nb[1] % 2 == 0 && k->nb[2] == q8row &&
+        v->nb[0] % 2 == 0 && v->nb[1] % 2 == 0 && v->nb[2] == q8row)
+        return KV_Q8_0;
+    return KV_ANY;
+}
+
+/* k_attn_decode over q [B, Hq, 1, D] (D <= ATT_THREADS): k, v as the
+ * cache (rows NULL), or their type and row strides with each batch row's
+ * cache in rows (device memory) */
+static void attn_decode(struct arena *a, struct tensor *out, const struct tensor *q, const struct tensor *k,
+                        const struct tensor *v, const struct tensor *bias, float scale, const int32_t *len, int mode,
+                        const struct ad_row *rows)
+{
+    const int64_t D = q->ne[3];
+    const int dpt = (int)((D + AD_G - 1) / AD_G);
+    struct tv bv = bias ? tv_of(bias) : tv_of(q);
+    const dim3 grid(AD_CLUSTER, (unsigned)q->ne[1], (unsigned)q->ne[0]);
+    const bool pdl = cuda_of(a)->pdl;
+    cudaStream_t st = cuda_of(a)->st;
+    if (dpt <= 8)
+        cu_launch(st, pdl, k_attn_decode<8>, grid, ATT_THREADS, 0, (float *)out->data, tv_of(q), tv_of(k), tv_of(v),
+                  bv, bias != NULL, scale, len, dpt == 8 || mode == KV_ANY ? mode : KV_ANY, rows);
+    else
+        cu_launch(st, pdl, k_attn_decode<16>, grid, ATT_THREADS, 0, (float *)out->data, tv_of(q), tv_of(k),
+                  tv_of(v), bv, bias != NULL, scale, len, dpt == 16 || mode == KV_ANY ? mode : KV_ANY, rows);
+    cu_launched(a, "attention (decode)");
+}
+
+/* Each row's new key and value (kn, vn [R, Hk, 1, D] F32 views) into its
+ * cache at rows[r].at, converted as k_cpy / k_cpy_blocks do (F32 copied,
+ * F16 rounded, Q8_0 a block a thread as quant.c's ref); grid (R, Hk).
+ * nb: the caches' position stride. */
+__global__ static void k_kv_append(const struct ad_row *rows, struct tv kn, struct tv vn, int type, int64_t nb)
+{
+    cu_pdl_next();
+    cu_pdl_wait();
+    const int64_t b = blockIdx.x, h = blockIdx.y, D = kn.ne[3];
+    const struct ad_row r = rows[b];
+    for (int s = 0; s < 2; s++) {
+        const struct tv &x = s ? vn : kn;
+        const char *xr = x.p + b * x.nb[0] + h * x.nb[1];
+        char *o = (s ? r.v + h * r.vh : r.k + h * r.kh) + (int64_t)r.at * nb;
+        if (type == TYPE_Q8_0) {
+            for (int64_t bi = threadIdx.x; bi < D / QK; bi += blockDim.x) {
+                float f[QK];
+                for (int j = 0; j < QK; j++) f[j] = *(const float *)(xr + (bi * QK + j) * x.nb[3]);
+                float amax = 0.0f;
+                for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(f[j]));
+                const float d = amax / 127;
+                const float id = d ? 1.0f / d : 0.0f;
+                const uint16_t dh = scalar_f32_to_fp16(d);
+                char *blk = o + bi * 34;
+                blk[0] = (char)(dh & 0xff);
+                blk[1] = (char)(dh >> 8);
+                for (int j = 0; j < QK; j++) blk[2 + j] = (char)(int8_t)roundf(f[j] * id);
+            }
+            continue;
+        }
+        for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+            const float f = *(const float *)(xr + d * x.nb[3]);
+            if (type == TYPE_F16) ((uint16_t *)o)[d] = scalar_f32_to_fp16(f);
+            else ((float *)o)[d] = f;
+        }
+    }
+}
+
+/* op_attention_group: the rows' table uploaded, one append, one decode
+ * attention (ops.h); false when the operands are not for these kernels */
+static bool cuda_attention_group(struct arena *a, struct tensor *out, const struct tensor *q, const struct tensor *k,
+                                 const struct tensor *v, const struct attn_group *g)
+{
+    const int64_t R = q->ne[0], Hq = q->ne[1], Hk = k->ne[1], D = q->ne[3];
+    const struct tensor *k0 = g->kc[0];
+    const enum dtype type = k0->type;
+    const int64_t nb = (int64_t)dtype_row_size(type, D);
+    if (D > ATT_THREADS || R > 65535 || Hq > 65535 || Hk > 65535 || (type == TYPE_Q8_0 && D % QK)) return false;
+    int mode = KV_ANY;
+    for (int i = 0; i < g->n; i++) {
+        const struct tensor *kc = g->kc[i], *vc = g->vc[i];
+        if (kc->type != type || kc->nb[2] != nb || vc->nb[2] != nb ||
+            (type != TYPE_Q8_0 && (kc->nb[3] != (int64_t)dtype_traits(type)->size || vc->nb[3] != kc->nb[3])))
+            return false;
+        const int mi = kv_mode(kc, vc, D);
+        mode = i == 0 ? mi : mode == mi ? mode : KV_ANY;
+    }
+    struct ad_row *h = (struct ad_row *)arena_alloc_host(a, sizeof *h * (size_t)R);
+    if (!h) return true; /* the arena failed */
+    int64_t r = 0;
+    for (int i = 0; i < g->n; i++)
+        for (int j = 0; j < g->rows[i]; j++, r++) {
+            const struct tensor *kc = g->kc[i], *vc = g->vc[i];
+            h[r] = ad_row{(char *)kc->data + j * kc->nb[0], (char *)vc->data + j * vc->nb[0], kc->nb[1], vc->nb[1],
+                          (int32_t)g->n_past[i]};
+        }
+    const struct ad_row *rows = (const struct ad_row *)cu_upload(a, h, sizeof *h * (size_t)R);
+    if (!rows) return true;
+    const unsigned th = type == TYPE_Q8_0 ? 32 : (unsigned)(D < 128 ? (D + 31) / 32 * 32 : 128);
+    cu_launch(cuda_of(a)->st, cuda_of(a)->pdl, k_kv_append, dim3((unsigned)R, (unsigned)Hk), dim3(th), 0, rows,
+              tv_of(k), tv_of(v), (int)type, nb);
+    if (!cu_launched(a, "attention group (append)")) return true;
+    attn_decode(a, out, q, k0, g->vc[0], NULL, g->scale, NULL, mode, rows);
+    return true;
+}
+
 static void cuda_attention(struct arena *a, struct tensor *out, const struct tensor *q,
                            const struct tensor *k, const struct tensor *v,
                            const struct tensor *bias, const struct attn_params *p)
@@ -815,31 +951,7 @@ static void cuda_attention(struct arena *a, struct tensor *out, const struct ten
         len = NULL;
     }
     if (split && (len || Tk >= 2 * AD_KEYS)) {
-        struct tv bv = bias ? tv_of(bias) : tv_of(q);
-        /* how the rows are read (kv_dims): F32 rows of 16-byte aligned
-         * dims by float4, contiguous Q8_0 rows of 2-byte aligned blocks by
-         * 16-bit words, else element by element */
-        const int dpt = (int)((D + AD_G - 1) / AD_G);
-        const bool full = D % AD_G == 0 && k->type == v->type;
-        int mode = KV_ANY;
-        if (full && k->type == TYPE_F32 && k->nb[3] == 4 && v->nb[3] == 4 && (uintptr_t)k->data % 16 == 0 &&
-            (uintptr_t)v->data % 16 == 0 && k->nb[0] % 16 == 0 && k->nb[1] % 16 == 0 && k->nb[2] % 16 == 0 &&
-            v->nb[0] % 16 == 0 && v->nb[1] % 16 == 0 && v->nb[2] % 16 == 0)
-            mode = KV_F32;
-        const int64_t q8row = D / QK * 34;
-        if (full && k->type == TYPE_Q8_0 && D % QK == 0 && k->nb[3] == 1 && v->nb[3] == 1 &&
-            (uintptr_t)k->data % 2 == 0 && (uintptr_t)v->data % 2 == 0 && k->nb[0] % 2 == 0 && k->nb[1] % 2 == 0 &&
-            k->nb[2] == q8row && v->nb[0] % 2 == 0 && v->nb[1] % 2 == 0 && v->nb[2] == q8row)
-            mode = KV_Q8_0;
-        const dim3 grid(AD_CLUSTER, (unsigned)Hq, (unsigned)B);
-        const bool pdl = cuda_of(a)->pdl;
-        if (dpt <= 8)
-            cu_launch(st, pdl, k_attn_decode<8>, grid, ATT_THREADS, 0, (float *)out->data, tv_of(q), tv_of(k),
-                      tv_of(v), bv, bias != NULL, p->scale, len, dpt == 8 || mode == KV_ANY ? mode : KV_ANY);
-        else
-            cu_launch(st, pdl, k_attn_decode<16>, grid, ATT_THREADS, 0, (float *)out->data, tv_of(q), tv_of(k),
-                      tv_of(v), bv, bias != NULL, p->scale, len, dpt == 16 || mode == KV_ANY ? mode : KV_ANY);
-        cu_launched(a, "attention (decode)");
+        attn_decode(a, out, q, k, v, bias, p->scale, len, kv_mode(k, v, D), NULL);
         return;
     }
     /* many queries: the flash kernel (head dim a multiple of 4, at most 128) */
@@ -958,5 +1070,6 @@ void cuda_register_nn(struct kernels *k)
     k->channel_affine = cuda_channel_affine;
     k->softmax = cuda_softmax;
     k->attention = cuda_attention;
+    k->attention_group = cuda_attention_group;
     k->rope = cuda_rope;
 }
