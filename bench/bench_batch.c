@@ -12,7 +12,7 @@
  *                         tokens no longer bit-identical to solo), ratio
  *                         to t3_batch_decode
  *   (stderr)              both, rows per step, and the speed-up
- * B = 1, 2, 4, 8 (--max-batch N: up to N, doubling). --backend cpu|cuda
+ * B = 1, 2, 4, 8 (--min-batch M, --max-batch N: from M up to N, doubling). --backend cpu|cuda
  * (default: the cpu over its shared pool). Each sequence: the
  * voice prefix (375 prompt tokens) restored, its own 24-token text
  * prefilled (not timed), then up to STEPS tokens with upstream's sampling
@@ -97,11 +97,12 @@ int main(int argc, char **argv)
     const char *tname = bench_take_opt_or(&argc, argv, "--type", "q4_0");
     const int max_b = atoi(bench_take_opt_or(&argc, argv, "--max-batch", "8"));
     const char *bname = bench_take_opt_or(&argc, argv, "--backend", NULL);
+    const int min_b = atoi(bench_take_opt_or(&argc, argv, "--min-batch", "1"));
     struct bench_opts opt;
     if (!bench_parse(argc, argv, &opt, 1)) return 2;
     const int wt = dtype_from_name(tname);
-    if (wt < 0 || max_b < 1 || max_b > MAX_B) {
-        fprintf(stderr, "bench_batch: --type f32|f16|q8_0|q4_0, --max-batch 1..%d\n", MAX_B);
+    if (wt < 0 || max_b < 1 || max_b > MAX_B || min_b < 1 || min_b > max_b) {
+        fprintf(stderr, "bench_batch: --type f32|f16|q8_0|q4_0, --min-batch 1..N, --max-batch N..%d\n", MAX_B);
         return 2;
     }
     char err[ERR_MAX];
@@ -140,7 +141,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_batch: out of memory\n");
         return 1;
     }
-    for (int b = 1; b <= max_b; b *= 2) {
+    for (int b = min_b; b <= max_b; b *= 2) {
         double rows_per_step = 0;
         for (int r = -1; r < opt.reps; r++) { /* r = -1: warm-up, not kept */
             /* batched: row-exact, then with the multi-row kernels */
