@@ -107,27 +107,26 @@ static struct tensor *forward_group(struct arena *a, const struct t3_backbone *b
             return NULL;
         }
     }
+    /* each row's position (its member's length), on the backend once for
+     * every layer: an upload between layers would wait for the queue */
+    int32_t *p = arena_alloc_host(a, sizeof(int32_t) * (size_t)kv->n_rows);
+    if (!p) return NULL;
+    for (int i = 0, r = 0; i < kv->n_group; i++)
+        for (int j = 0; j < kv->group[i]->n_rows; j++) p[r++] = kv->group[i]->n_past;
+    const int64_t ne[2] = {kv->n_rows, 1};
+    const struct tensor *pos = op_from_host(a, TYPE_I32, 1, ne, p);
+    if (!pos) return NULL;
     const bool ping = kv->scratch[0] && kv->scratch[1];
     struct arena *s = ping ? kv->scratch[1] : a;
     if (ping) arena_reset(s);
     const struct tensor *hs = x;
-    if (bb->arch == T3_ARCH_GPT2) {
-        /* hidden = inputs_embeds + wpe(position_ids): each row its own */
-        const int64_t ne[2] = {kv->n_rows, 1};
-        int32_t *p = arena_alloc_host(s, sizeof(int32_t) * (size_t)kv->n_rows);
-        if (!p) {
-            scratch_ok(a, s);
-            return NULL;
-        }
-        for (int i = 0, r = 0; i < kv->n_group; i++)
-            for (int j = 0; j < kv->group[i]->n_rows; j++) p[r++] = kv->group[i]->n_past;
-        hs = op_add(s, x, op_get_rows(s, bb->wpe, op_from_host(s, TYPE_I32, 2, ne, p)));
-    }
+    if (bb->arch == T3_ARCH_GPT2) /* hidden = inputs_embeds + wpe(position_ids): each row its own */
+        hs = op_add(s, x, op_get_rows(s, bb->wpe, op_reshape(s, pos, 2, ne)));
     if (!scratch_ok(a, s)) return NULL;
     for (int il = 0; il < bb->n_layer; il++) {
         if (ping) arena_reset(s = kv->scratch[il & 1]);
         hs = bb->arch == T3_ARCH_GPT2 ? gpt2_block(s, bb, kv, il, hs, false)
-                                      : llama_layer_forward(s, bb, kv, il, hs, NULL, false);
+                                      : llama_layer_forward(s, bb, kv, il, hs, pos, false);
         if (!scratch_ok(a, s)) return NULL;
     }
     struct tensor *out = bb->arch == T3_ARCH_GPT2 ? op_layer_norm(a, hs, bb->norm_w, bb->norm_b, bb->eps)

@@ -12,21 +12,16 @@ struct rope_params llama_rope_520m(int head_dim)
 }
 
 /* RoPE of x [B, H, T, Dh] at positions pos; on a group of caches
- * (kv_cache.h invariant 4: T = 1) each member's rows at that member's own
- * position, its length before this forward: x seen as [1, H, B, Dh], so
- * one rotation takes each row at its own position (the same arithmetic
- * per element), then seen back as [B, H, 1, Dh]. */
+ * (kv_cache.h invariant 4: T = 1) pos holds each row's position (its
+ * member's length before this forward), and x is seen as [1, H, B, Dh]
+ * so that one rotation takes each row at its own position (the same
+ * arithmetic per element), then seen back as [B, H, 1, Dh]. */
 static struct tensor *rope(struct arena *a, struct tensor *x, const struct tensor *pos, const struct kv_cache *kv,
                            const struct rope_params *p)
 {
     if (!kv->group || !x) return op_rope(a, x, pos, p);
-    int32_t *at = arena_alloc_host(a, sizeof *at * (size_t)kv->n_rows);
-    if (!at) return NULL;
-    for (int i = 0, r = 0; i < kv->n_group; i++)
-        for (int j = 0; j < kv->group[i]->n_rows; j++) at[r++] = kv->group[i]->n_past;
-    const int64_t ne[1] = {kv->n_rows};
     const int swap[4] = {2, 1, 0, 3};
-    return op_permute(a, op_rope(a, op_permute(a, x, swap), op_from_host(a, TYPE_I32, 1, ne, at), p), swap);
+    return op_permute(a, op_rope(a, op_permute(a, x, swap), pos, p), swap);
 }
 
 struct tensor *llama_layer_forward(struct arena *a, const struct t3_backbone *bb, struct kv_cache *kv,

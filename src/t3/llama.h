@@ -29,8 +29,9 @@ struct llama_layer {
 struct rope_params llama_rope_520m(int head_dim);
 
 /* LlamaDecoderLayer il on hs[B, T, D] at positions pos (I32 [T], absolute:
- * the cache length onwards). kv_only: stop after writing the keys and
- * values (returns non-NULL). */
+ * the cache length onwards; on a group of caches, T = 1, I32 [B]: each
+ * row's own). kv_only: stop after writing the keys and values (returns
+ * non-NULL). */
 struct tensor *llama_layer_forward(struct arena *a, const struct t3_backbone *bb, struct kv_cache *kv,
                                    int il, const struct tensor *hs, const struct tensor *pos,
                                    bool kv_only);

@@ -669,14 +669,25 @@ struct ad_row {
     int64_t kh, vh;
     int32_t at;
 };
+/* The rows of one launch travel in its parameters (no upload: a pageable
+ * upload would wait for the stream to drain): at most AG_ROWS, about 2.5
+ * KiB of the 4 KiB a launch takes. ad_none: a launch of one cache. */
+#define AG_ROWS 64
+struct ad_rows {
+    static constexpr bool group = true;
+    struct ad_row r[AG_ROWS];
+};
+struct ad_none {
+    static constexpr bool group = false;
+};
 
-/* DPT: dims a thread holds (D <= AD_G * DPT). rows (or NULL): batch row b
- * reads the cache of rows[b] (k and v give type and row strides), its
+/* DPT: dims a thread holds (D <= AD_G * DPT). ROWS ad_rows: batch row b
+ * reads the cache of rows.r[b] (k and v give type and row strides), its
  * length at + 1. */
-template <int DPT>
+template <int DPT, typename ROWS>
 __global__ static void __cluster_dims__(AD_CLUSTER, 1, 1) __launch_bounds__(ATT_THREADS)
     k_attn_decode(float *out, struct tv q, struct tv k, struct tv v, struct tv bias, bool has_bias, float scale,
-                  const int32_t *len, int mode, const struct ad_row *rows)
+                  const int32_t *len, int mode, ROWS rows)
 {
     __shared__ float gm[AD_GROUPS], gl[AD_GROUPS];
     __shared__ float go[AD_GROUPS][AD_G * DPT + 1];
@@ -687,8 +698,8 @@ __global__ static void __cluster_dims__(AD_CLUSTER, 1, 1) __launch_bounds__(ATT_
     const int64_t sp = blockIdx.x, h = blockIdx.y, b = blockIdx.z, Hq = q.ne[1];
     const int D = (int)q.ne[3], dpt = (D + AD_G - 1) / AD_G;
     int64_t Tk = len ? (*len < 0 ? 0 : *len < k.ne[2] ? *len : k.ne[2]) : k.ne[2];
-    if (rows) { /* row b's own cache, as a batch of one at b */
-        const struct ad_row r = rows[b];
+    if constexpr (ROWS::group) { /* row b's own cache, as a batch of one at b */
+        const struct ad_row &r = rows.r[b];
         k.p = r.k - b * k.nb[0];
         k.nb[1] = r.kh;
         v.p = r.v - b * v.nb[0];
@@ -821,25 +832,26 @@ static int kv_mode(const struct tensor *k, const struct tensor *v, int64_t D)
     return KV_ANY;
 }
 
-/* k_attn_decode over q [B, Hq, 1, D] (D <= ATT_THREADS): k, v as the
- * cache (rows NULL), or their type and row strides with each batch row's
- * cache in rows (device memory) */
-static void attn_decode(struct arena *a, struct tensor *out, const struct tensor *q, const struct tensor *k,
+/* k_attn_decode over q [B, Hq, 1, D] (D <= ATT_THREADS) into out (B rows
+ * of Hq * D floats): k, v as the cache (ad_none), or their type and row
+ * strides with each batch row's cache in rows */
+template <typename ROWS>
+static void attn_decode(struct arena *a, float *out, const struct tv &q, const struct tensor *k,
                         const struct tensor *v, const struct tensor *bias, float scale, const int32_t *len, int mode,
-                        const struct ad_row *rows)
+                        const ROWS &rows)
 {
-    const int64_t D = q->ne[3];
+    const int64_t D = q.ne[3];
     const int dpt = (int)((D + AD_G - 1) / AD_G);
-    struct tv bv = bias ? tv_of(bias) : tv_of(q);
-    const dim3 grid(AD_CLUSTER, (unsigned)q->ne[1], (unsigned)q->ne[0]);
+    struct tv bv = bias ? tv_of(bias) : q;
+    const dim3 grid(AD_CLUSTER, (unsigned)q.ne[1], (unsigned)q.ne[0]);
     const bool pdl = cuda_of(a)->pdl;
     cudaStream_t st = cuda_of(a)->st;
     if (dpt <= 8)
-        cu_launch(st, pdl, k_attn_decode<8>, grid, ATT_THREADS, 0, (float *)out->data, tv_of(q), tv_of(k), tv_of(v),
-                  bv, bias != NULL, scale, len, dpt == 8 || mode == KV_ANY ? mode : KV_ANY, rows);
+        cu_launch(st, pdl, k_attn_decode<8, ROWS>, grid, ATT_THREADS, 0, out, q, tv_of(k), tv_of(v), bv,
+                  bias != NULL, scale, len, dpt == 8 || mode == KV_ANY ? mode : KV_ANY, rows);
     else
-        cu_launch(st, pdl, k_attn_decode<16>, grid, ATT_THREADS, 0, (float *)out->data, tv_of(q), tv_of(k),
-                  tv_of(v), bv, bias != NULL, scale, len, dpt == 16 || mode == KV_ANY ? mode : KV_ANY, rows);
+        cu_launch(st, pdl, k_attn_decode<16, ROWS>, grid, ATT_THREADS, 0, out, q, tv_of(k), tv_of(v), bv,
+                  bias != NULL, scale, len, dpt == 16 || mode == KV_ANY ? mode : KV_ANY, rows);
     cu_launched(a, "attention (decode)");
 }
 
@@ -847,12 +859,12 @@ static void attn_decode(struct arena *a, struct tensor *out, const struct tensor
  * cache at rows[r].at, converted as k_cpy / k_cpy_blocks do (F32 copied,
  * F16 rounded, Q8_0 a block a thread as quant.c's ref); grid (R, Hk).
  * nb: the caches' position stride. */
-__global__ static void k_kv_append(const struct ad_row *rows, struct tv kn, struct tv vn, int type, int64_t nb)
+__global__ static void k_kv_append(const struct ad_rows rows, struct tv kn, struct tv vn, int type, int64_t nb)
 {
     cu_pdl_next();
     cu_pdl_wait();
     const int64_t b = blockIdx.x, h = blockIdx.y, D = kn.ne[3];
-    const struct ad_row r = rows[b];
+    const struct ad_row &r = rows.r[b];
     for (int s = 0; s < 2; s++) {
         const struct tv &x = s ? vn : kn;
         const char *xr = x.p + b * x.nb[0] + h * x.nb[1];
@@ -881,7 +893,7 @@ __global__ static void k_kv_append(const struct ad_row *rows, struct tv kn, stru
     }
 }
 
-/* op_attention_group: the rows' table uploaded, one append, one decode
+/* op_attention_group: per AG_ROWS rows one append and one decode
  * attention (ops.h); false when the operands are not for these kernels */
 static bool cuda_attention_group(struct arena *a, struct tensor *out, const struct tensor *q, const struct tensor *k,
                                  const struct tensor *v, const struct attn_group *g)
@@ -900,22 +912,33 @@ static bool cuda_attention_group(struct arena *a, struct tensor *out, const stru
         const int mi = kv_mode(kc, vc, D);
         mode = i == 0 ? mi : mode == mi ? mode : KV_ANY;
     }
-    struct ad_row *h = (struct ad_row *)arena_alloc_host(a, sizeof *h * (size_t)R);
-    if (!h) return true; /* the arena failed */
-    int64_t r = 0;
-    for (int i = 0; i < g->n; i++)
-        for (int j = 0; j < g->rows[i]; j++, r++) {
-            const struct tensor *kc = g->kc[i], *vc = g->vc[i];
-            h[r] = ad_row{(char *)kc->data + j * kc->nb[0], (char *)vc->data + j * vc->nb[0], kc->nb[1], vc->nb[1],
-                          (int32_t)g->n_past[i]};
-        }
-    const struct ad_row *rows = (const struct ad_row *)cu_upload(a, h, sizeof *h * (size_t)R);
-    if (!rows) return true;
+    /* AG_ROWS rows a launch: the table in its parameters */
     const unsigned th = type == TYPE_Q8_0 ? 32 : (unsigned)(D < 128 ? (D + 31) / 32 * 32 : 128);
-    cu_launch(cuda_of(a)->st, cuda_of(a)->pdl, k_kv_append, dim3((unsigned)R, (unsigned)Hk), dim3(th), 0, rows,
-              tv_of(k), tv_of(v), (int)type, nb);
-    if (!cu_launched(a, "attention group (append)")) return true;
-    attn_decode(a, out, q, k0, g->vc[0], NULL, g->scale, NULL, mode, rows);
+    struct ad_rows rows = {};
+    struct tv qv = tv_of(q), kv = tv_of(k), vv = tv_of(v);
+    int i = 0, j = 0; /* member i, its row j */
+    for (int64_t r0 = 0; r0 < R; r0 += AG_ROWS) {
+        const int64_t n = R - r0 < AG_ROWS ? R - r0 : AG_ROWS;
+        for (int64_t r = 0; r < n; r++) {
+            const struct tensor *kc = g->kc[i], *vc = g->vc[i];
+            rows.r[r] = ad_row{(char *)kc->data + j * kc->nb[0], (char *)vc->data + j * vc->nb[0], kc->nb[1],
+                               vc->nb[1], (int32_t)g->n_past[i]};
+            if (++j == g->rows[i]) {
+                i++;
+                j = 0;
+            }
+        }
+        struct tv qc = qv, kn = kv, vn = vv;
+        qc.p += r0 * qv.nb[0];
+        kn.p += r0 * kv.nb[0];
+        vn.p += r0 * vv.nb[0];
+        qc.ne[0] = kn.ne[0] = vn.ne[0] = n;
+        cu_launch(cuda_of(a)->st, cuda_of(a)->pdl, k_kv_append, dim3((unsigned)n, (unsigned)Hk), dim3(th), 0, rows,
+                  kn, vn, (int)type, nb);
+        if (!cu_launched(a, "attention group (append)")) return true;
+        attn_decode(a, (float *)out->data + r0 * Hq * D, qc, k0, g->vc[0], NULL, g->scale, NULL, mode, rows);
+        if (arena_status(a) != CBX_OK) return true;
+    }
     return true;
 }
 
@@ -951,7 +974,7 @@ static void cuda_attention(struct arena *a, struct tensor *out, const struct ten
         len = NULL;
     }
     if (split && (len || Tk >= 2 * AD_KEYS)) {
-        attn_decode(a, out, q, k, v, bias, p->scale, len, kv_mode(k, v, D), NULL);
+        attn_decode(a, (float *)out->data, tv_of(q), k, v, bias, p->scale, len, kv_mode(k, v, D), ad_none{});
         return;
     }
     /* many queries: the flash kernel (head dim a multiple of 4, at most 128) */
