@@ -11,7 +11,9 @@
  *                         (t3_batch_set_row_exact false: multi-row kernels,
  *                         tokens no longer bit-identical to solo), ratio
  *                         to t3_batch_decode
- *   (stderr)              both, rows per step, and the speed-up
+ *   (stderr)              both, rows per step, and the speed-up; where a
+ *                         row-exact step goes (t3_batch_stats: the draws,
+ *                         issuing the forward, waiting for its logits)
  * B = 1, 2, 4, 8 (--min-batch M, --max-batch N: from M up to N, doubling). --backend cpu|cuda
  * (default: the cpu over its shared pool). Each sequence: the
  * voice prefix (375 prompt tokens) restored, its own 24-token text
@@ -143,10 +145,13 @@ int main(int argc, char **argv)
     }
     for (int b = min_b; b <= max_b; b *= 2) {
         double rows_per_step = 0;
+        struct t3_batch_stats st0, st1, st = {0};
         for (int r = -1; r < opt.reps; r++) { /* r = -1: warm-up, not kept */
             /* batched: row-exact, then with the multi-row kernels */
             int64_t toks = 0, toks_g = 0, steps = 0, rows = 0, steps_g, rows_g;
+            t3_batch_get_stats(batch, &st0);
             const double tb = batched(&m, be, pfx, batch, true, b, s, &toks, &steps, &rows, err);
+            t3_batch_get_stats(batch, &st1);
             const double tg =
                 tb < 0 ? -1 : batched(&m, be, pfx, batch, false, b, s, &toks_g, &steps_g, &rows_g, err);
             if (tb < 0 || tg < 0) goto fail;
@@ -167,6 +172,10 @@ int main(int argc, char **argv)
             vs[r] = (double)toks_solo / ts;
             vg[r] = (double)toks_g / tg;
             rows_per_step = steps ? (double)rows / (double)steps : 0;
+            st.draw += st1.draw - st0.draw;
+            st.issue += st1.issue - st0.issue;
+            st.wait += st1.wait - st0.wait;
+            st.steps += st1.steps - st0.steps;
         }
         const int64_t shape[1] = {b};
         struct bench_stats sb = bench_stats(vb, opt.reps), ss = bench_stats(vs, opt.reps);
@@ -179,6 +188,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "B=%d %s: batched %.1f tok/s (%.2f rows/step), alone %.1f tok/s: %.2fx; multi-row "
                 "kernels %.1f tok/s (%.2fx)\n", b, ty, sb.median, rows_per_step, ss.median,
                 ss.median > 0 ? sb.median / ss.median : 0, sg.median, ss.median > 0 ? sg.median / ss.median : 0);
+        const double ns = st.steps > 0 ? 1e3 / (double)st.steps : 0;
+        fprintf(stderr, "B=%d %s: a row-exact step: draws %.3f ms, issuing the forward %.3f ms, waiting for "
+                "its logits %.3f ms\n", b, ty, st.draw * ns, st.issue * ns, st.wait * ns);
     }
     t3_prefix_free(pfx);
     t3_free(&m);

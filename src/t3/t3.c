@@ -8,10 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <sys/mman.h>
 
 #include "core/backend.h"
+#include "core/threadpool.h"
 #include "t3/alignment.h"
 
 /* The linear weights of the decode step: the backbone's, then the head.
@@ -1217,6 +1219,10 @@ cbx_status t3_inference_prefixed(const struct t3_model *m, const struct backend 
 
 struct t3_batch {
     const struct backend *be;
+    /* the draws of a step's sequences run in parallel here: be's pool,
+     * or on a device a pool of the batch's own (own_tp) */
+    struct threadpool *tp, *own_tp;
+    struct t3_batch_stats st;
     struct arena *a[3];        /* step values, then the two layer scratches */
     float *logits;             /* [rows][V] of the last batched forward */
     size_t n_logits;
@@ -1233,6 +1239,12 @@ struct t3_batch *t3_batch_create(const struct backend *be)
     if (!b) return NULL;
     b->be = be;
     bool ok = true;
+    if (be->host) {
+        b->tp = be->tp;
+    } else {
+        const int n = tp_default_threads();
+        ok = (b->tp = b->own_tp = tp_create(n < BATCH_DRAW_THREADS ? n : BATCH_DRAW_THREADS)) != NULL;
+    }
     for (int i = 0; i < 3; i++) {
         ok = (b->a[i] = arena_create(be, 0)) && ok;
         /* each row's products as it would be alone (arena.h); no BF16 */
@@ -1249,6 +1261,7 @@ void t3_batch_free(struct t3_batch *b)
 {
     if (!b) return;
     for (int i = 0; i < 3; i++) arena_free(b->a[i]);
+    tp_free(b->own_tp);
     free(b->logits);
     free(b->in);
     free(b->kv);
@@ -1288,6 +1301,31 @@ static bool batch_room(struct t3_batch *b, int n, int rows, int64_t V)
     return true;
 }
 
+void t3_batch_get_stats(const struct t3_batch *b, struct t3_batch_stats *st) { *st = b->st; }
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* the draws of sequences [i0, i1) of a step (tp_parallel_for) */
+struct draws {
+    struct t3_seq *const *s;
+    int32_t *token;
+    cbx_status *rc;
+};
+static void draw_range(void *ctx, int64_t i0, int64_t i1, int ith)
+{
+    (void)ith;
+    const struct draws *d = ctx;
+    for (int64_t i = i0; i < i1; i++) {
+        char e[ERR_MAX] = "";
+        d->rc[i] = seq_sample(d->s[i], &d->token[i], e);
+    }
+}
+
 cbx_status t3_batch_step(struct t3_batch *b, struct t3_seq *const *s, int n, int32_t *token, cbx_status *rc,
                          char *err)
 {
@@ -1302,10 +1340,16 @@ cbx_status t3_batch_step(struct t3_batch *b, struct t3_seq *const *s, int n, int
     const struct t3_model *m = s[0]->m;
     /* every sequence samples from its own logits, with its own processors,
      * stream and callback; a cancelled one is done and drops out */
+    const double t0 = now_s();
+    struct draws d = {s, token, rc};
+    tp_parallel_for(n >= BATCH_DRAW_MIN ? b->tp : NULL, n, 1, draw_range, &d);
+    if (b->own_tp) tp_release_cores(b->own_tp);
+    const double t1 = now_s();
+    b->st.draw += t1 - t0;
+    b->st.steps++;
     int k = 0, rows = 0;
     for (int i = 0; i < n; i++) {
-        char e[ERR_MAX] = "";
-        if ((rc[i] = seq_sample(s[i], &token[i], e)) != CBX_OK) continue;
+        if (rc[i] != CBX_OK) continue;
         if (!s[i]->done) rows += s[i]->n_rows;
         k += !s[i]->done;
     }
@@ -1332,7 +1376,12 @@ cbx_status t3_batch_step(struct t3_batch *b, struct t3_seq *const *s, int n, int
         x = op_add(a, x, op_get_rows(a, m->speech_pos_emb, op_from_host(a, TYPE_I32, 2, ne, b->in + rows)));
     struct kv_cache g;
     kv_cache_group(&g, b->kv, k, b->a[1], b->a[2]);
-    cbx_status frc = last_logits(a, m, t3_backbone_forward(a, &m->tfmr, &g, x), b->logits);
+    const struct tensor *l = head(a, m, t3_backbone_forward(a, &m->tfmr, &g, x));
+    const double t2 = now_s();
+    cbx_status frc = l ? tensor_to_host(l, b->logits) : arena_status(a);
+    b->st.issue += t2 - t1;
+    b->st.wait += now_s() - t2;
+    b->st.rows += rows;
     const int64_t V = m->hp.speech_vocab;
     size_t off = 0;
     for (int i = 0; i < k; i++) {

@@ -227,7 +227,8 @@ void t3_seq_free(struct t3_seq *s); /* no-op on NULL */
  * (arena_set_row_exact), so every sequence's tokens are bit-identical to
  * those it gives decoded alone (tests/t3/test_batch.c).
  * Thread safety: a batch and the sequences of a call belong to one thread
- * at a time. */
+ * at a time; the sequences' step callbacks may run on the batch's pool
+ * threads (each sequence's on one thread at a time, in step order). */
 struct t3_batch;
 /* Memory for batched steps on be: the backend of every sequence stepped
  * or, for host backends, any host backend (their caches are host memory;
@@ -247,6 +248,19 @@ void t3_batch_set_row_exact(struct t3_batch *b, bool on);
  * failure of the batched forward (every sequence in it is then done). */
 cbx_status t3_batch_step(struct t3_batch *b, struct t3_seq *const *s, int n, int32_t *token, cbx_status *rc,
                          char *err);
+/* Where the batch's steps went (seconds, summed since t3_batch_create):
+ * the draws (on the host, from BATCH_DRAW_MIN sequences on in parallel
+ * over the pool: be's, or on a device one of the batch's own of at most
+ * BATCH_DRAW_THREADS threads), issuing the forward (on the host; on a
+ * device the kernels queue meanwhile), waiting for its logits; steps
+ * and rows carried. */
+#define BATCH_DRAW_MIN 4
+#define BATCH_DRAW_THREADS 8
+struct t3_batch_stats {
+    double draw, issue, wait;
+    int64_t steps, rows;
+};
+void t3_batch_get_stats(const struct t3_batch *b, struct t3_batch_stats *st);
 
 /* ---- voice prefix --------------------------------------------------------
  * In T3's input (spec/t3.md §6) the conditioning takes the first C
