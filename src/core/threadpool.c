@@ -65,6 +65,8 @@ struct threadpool {
      * counted in gate_hit; low_busy / low_last_ns: their jobs running
      * now, and the end of their last one */
     atomic_bool prio;
+    atomic_bool had_prio;  /* some section has begun: until then no caller
+                            * pays for the bookkeeping of the turns */
     pthread_mutex_t gate_mu;
     pthread_cond_t gate;
     bool gate_hit;
@@ -177,6 +179,7 @@ struct threadpool *tp_create(int n_threads)
     pthread_cond_init(&tp->done, NULL);
     pthread_cond_init(&tp->gate, NULL);
     atomic_init(&tp->prio, false);
+    atomic_init(&tp->had_prio, false);
     atomic_init(&tp->low_busy, 0);
     atomic_init(&tp->low_last_ns, 0);
     atomic_init(&tp->generation, 0);
@@ -235,7 +238,7 @@ void tp_parallel_for(struct threadpool *tp, int64_t n, int64_t grain,
         fn(ctx, 0, n, 0);
         return;
     }
-    const bool low = tls_prio != tp;
+    const bool low = tls_prio != tp && atomic_load_explicit(&tp->had_prio, memory_order_acquire);
     /* counted from here, so a job waiting at the gate counts as busy */
     if (low) atomic_fetch_add_explicit(&tp->low_busy, 1, memory_order_relaxed);
     if (low && atomic_load_explicit(&tp->prio, memory_order_acquire)) {
@@ -291,6 +294,7 @@ void tp_priority_begin(struct threadpool *tp)
     if (!tp) return;
     tls_prio = tp;
     tp->prio_t0 = now_ns();
+    atomic_store_explicit(&tp->had_prio, true, memory_order_release);
     atomic_store_explicit(&tp->prio, true, memory_order_release);
 }
 
