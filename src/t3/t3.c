@@ -1220,7 +1220,8 @@ cbx_status t3_inference_prefixed(const struct t3_model *m, const struct backend 
 struct t3_batch {
     const struct backend *be;
     /* the draws of a step's sequences run in parallel here: be's pool,
-     * or on a device a pool of the batch's own (own_tp) */
+     * or on a device the process-wide pool of every core (own_tp: the
+     * batch's reference to it) */
     struct threadpool *tp, *own_tp;
     struct t3_batch_stats st;
     struct arena *a[3];        /* step values, then the two layer scratches */
@@ -1241,9 +1242,8 @@ struct t3_batch *t3_batch_create(const struct backend *be)
     bool ok = true;
     if (be->host) {
         b->tp = be->tp;
-    } else {
-        const int n = tp_default_threads();
-        ok = (b->tp = b->own_tp = tp_create(n < BATCH_DRAW_THREADS ? n : BATCH_DRAW_THREADS)) != NULL;
+    } else { /* the process-wide pool of every core: no threads of its own */
+        ok = (b->tp = b->own_tp = tp_shared(tp_default_threads())) != NULL;
     }
     for (int i = 0; i < 3; i++) {
         ok = (b->a[i] = arena_create(be, 0)) && ok;
@@ -1261,7 +1261,7 @@ void t3_batch_free(struct t3_batch *b)
 {
     if (!b) return;
     for (int i = 0; i < 3; i++) arena_free(b->a[i]);
-    tp_free(b->own_tp);
+    if (b->own_tp) tp_shared_release(b->own_tp);
     free(b->logits);
     free(b->in);
     free(b->kv);

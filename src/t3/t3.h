@@ -250,12 +250,10 @@ cbx_status t3_batch_step(struct t3_batch *b, struct t3_seq *const *s, int n, int
                          char *err);
 /* Where the batch's steps went (seconds, summed since t3_batch_create):
  * the draws (on the host, from BATCH_DRAW_MIN sequences on in parallel
- * over the pool: be's, or on a device one of the batch's own of at most
- * BATCH_DRAW_THREADS threads), issuing the forward (on the host; on a
- * device the kernels queue meanwhile), waiting for its logits; steps
- * and rows carried. */
+ * over a pool: be's, or on a device the process-wide pool of every core,
+ * tp_shared), issuing the forward (on the host; on a device the kernels
+ * queue meanwhile), waiting for its logits; steps and rows carried. */
 #define BATCH_DRAW_MIN 4
-#define BATCH_DRAW_THREADS 8
 struct t3_batch_stats {
     double draw, issue, wait;
     int64_t steps, rows;
