@@ -17,7 +17,9 @@
  *     n_rows rows after those of members 0..i-1), each member with its own
  *     length; a forward over a group appends one position to every member
  *     (T = 1) and attends each member's rows over that member's own
- *     positions, exactly as the member alone would.
+ *     positions, exactly as the member alone would: one
+ *     op_attention_group a layer (member by member where a member exports
+ *     probabilities, kv_cache.exp).
  *
  *  5. With at and len set, a one-position forward over a cache of its own
  *     writes its keys and values at position *at and attends keys
