@@ -76,11 +76,11 @@ static bool fits_locked(const struct sched *s, const struct backend *be)
     return !s->be || (!s->be->host && backend_compatible(s->be, be));
 }
 
-/* A backend the scheduler can take at all (invariant 2): made to share,
- * and on the cpu over the shared pool. */
+/* A backend the scheduler can take at all (invariant 2): made to share
+ * (on the cpu: over the shared pool). */
 static bool eligible(const struct backend *be)
 {
-    return be && be->shared && (!be->host || be->tp);
+    return be && be->shared;
 }
 
 bool sched_accepts(struct sched *s, const struct backend *be)

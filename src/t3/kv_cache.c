@@ -56,25 +56,26 @@ static struct tensor *attend(struct arena *a, struct kv_cache *kv, int il, const
 static struct tensor *group_attend(struct arena *a, struct kv_cache *kv, int il, const struct tensor *q,
                                    const struct tensor *k, const struct tensor *v)
 {
-    enum { N_ON_STACK = 256 };
+    const int n = kv->n_group;
     bool exp = false;
-    for (int i = 0; i < kv->n_group; i++) exp = exp || kv->group[i]->exp;
-    if (!exp && kv->n_group <= N_ON_STACK) {
-        int rows[N_ON_STACK], n_past[N_ON_STACK];
-        struct tensor *kc[N_ON_STACK], *vc[N_ON_STACK];
-        for (int i = 0; i < kv->n_group; i++) {
+    for (int i = 0; i < n; i++) exp = exp || kv->group[i]->exp;
+    if (!exp) {
+        int *rows = arena_alloc_host(a, sizeof(int) * 2 * (size_t)n), *n_past = rows ? rows + n : NULL;
+        struct tensor **kc = arena_alloc_host(a, sizeof *kc * 2 * (size_t)n), **vc = kc ? kc + n : NULL;
+        if (!rows || !kc) return NULL;
+        for (int i = 0; i < n; i++) {
             const struct kv_cache *m = kv->group[i];
             rows[i] = m->n_rows;
             n_past[i] = m->n_past;
             kc[i] = m->k[il];
             vc[i] = m->v[il];
         }
-        const struct attn_group g = {kv->n_group, rows, n_past, kc, vc, 1.0f / sqrtf((float)q->ne[3])};
+        const struct attn_group g = {n, rows, n_past, kc, vc, 1.0f / sqrtf((float)q->ne[3])};
         return op_merge_heads(a, op_attention_group(a, q, k, v, &g));
     }
     struct tensor *o = NULL;
     int64_t r0 = 0;
-    for (int i = 0; i < kv->n_group; i++) {
+    for (int i = 0; i < n; i++) {
         struct kv_cache *g = kv->group[i];
         const int64_t nr = g->n_rows;
         struct tensor *oi = attend(a, g, il, op_slice(a, q, 0, r0, nr), op_slice(a, k, 0, r0, nr),

@@ -424,16 +424,28 @@ static struct tensor *c_attention_len(struct arena *a, int v)
  * and 2 rows over caches of 300, 40, 1000 and 65 positions holding 137,
  * 5, 300 and 64 (the last one's new key goes to its last position), GQA 4
  * query heads over 2, D 64, the new rows permuted views of a projection;
- * caches 0 f32, 1 q8_0, 2 f16. The output attends each new key, so a
- * misplaced write shows in it. */
+ * caches 0 f32, 1 q8_0, 2 f16. 3: 45 members of 1 and 2 rows in turn
+ * (67 rows: more than one launch's table on cuda, a CFG pair across its
+ * boundary), caches of 20-64 positions, f32. The output attends each new
+ * key, so a misplaced write shows in it. */
 static struct tensor *c_attention_group(struct arena *a, int v)
 {
-    static const enum dtype ct[] = {TYPE_F32, TYPE_Q8_0, TYPE_F16};
-    enum { N = 4 };
-    static const int rows[N] = {1, 2, 1, 2}, cap[N] = {300, 40, 1000, 65};
-    static const int n_past[N] = {137, 5, 300, 64};
-    const int64_t R = 6, Hq = 4, Hk = 2, D = 64;
-    struct tensor *kc[N], *vc[N];
+    static const enum dtype ct[] = {TYPE_F32, TYPE_Q8_0, TYPE_F16, TYPE_F32};
+    enum { N_MAX = 45 };
+    int N = 4, rows[N_MAX] = {1, 2, 1, 2}, cap[N_MAX] = {300, 40, 1000, 65}, n_past[N_MAX] = {137, 5, 300, 64};
+    int64_t R = 6;
+    if (v == 3) {
+        N = N_MAX;
+        R = 0;
+        for (int i = 0; i < N; i++) {
+            rows[i] = 1 + i % 2;
+            cap[i] = 20 + i;
+            n_past[i] = (7 * i) % cap[i];
+            R += rows[i];
+        }
+    }
+    const int64_t Hq = 4, Hk = 2, D = 64;
+    struct tensor *kc[N_MAX], *vc[N_MAX];
     for (int i = 0; i < N; i++) {
         kc[i] = op_cast(a, in_f32(a, 150 + (uint64_t)i, ND(rows[i], Hk, cap[i], D), -1, 1), ct[v]);
         vc[i] = op_cast(a, in_f32(a, 160 + (uint64_t)i, ND(rows[i], Hk, cap[i], D), -1, 1), ct[v]);
@@ -748,6 +760,7 @@ static const struct tcase cases[] = {
     {"attention group f32 caches", c_attention_group, 0, 1e-5, 1e-5},
     {"attention group q8_0 caches", c_attention_group, 1, 1e-5, 1e-5},
     {"attention group f16 caches", c_attention_group, 2, 1e-5, 1e-5},
+    {"attention group 45 members, 67 rows", c_attention_group, 3, 1e-5, 1e-5},
     {"copy_2d 16 rows of 24 KiB", c_copy_2d, 0, 0, 0},
     {"copy_2d 300 rows of 96 bytes", c_copy_2d, 1, 0, 0},
     {"copy_into_at f32", c_copy_into_at, 0, 0, 0},
