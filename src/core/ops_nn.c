@@ -214,6 +214,43 @@ struct tensor *op_attention_group(struct arena *a, const struct tensor *q, const
     return o;
 }
 
+struct tensor *op_attention_append(struct arena *a, const struct tensor *q, const struct tensor *kn,
+                                   const struct tensor *vn, struct tensor *kc, struct tensor *vc,
+                                   const struct tensor *at, const struct tensor *len, float scale)
+{
+    if (!q || !kn || !vn || !kc || !vc || !at || !len) return NULL;
+    const struct backend *be = arena_backend(a);
+    bool ok = q->ndim == 4 && kn->ndim == 4 && vn->ndim == 4 && kc->ndim == 4 && vc->ndim == 4 && q->ne[2] == 1 &&
+              q->type == TYPE_F32 && kn->type == TYPE_F32 && vn->type == TYPE_F32 && kc->type == vc->type &&
+              (kc->type == TYPE_F32 || kc->type == TYPE_F16 || kc->type == TYPE_Q8_0);
+    for (int d = 0; ok && d < 4; d++)
+        ok = kn->ne[d] == vn->ne[d] && kc->ne[d] == vc->ne[d] && (d == 2 || kn->ne[d] == kc->ne[d]) &&
+             (d == 1 || d == 2 || q->ne[d] == kc->ne[d]);
+    ok = ok && kn->ne[2] == 1 && kc->ne[1] > 0 && q->ne[1] % kc->ne[1] == 0;
+    if (!ok) {
+        char sq[64], sk[64], sc[64];
+        arena_fail(a, CBX_ERR_INTERNAL,
+                   "op_attention_append: q %s, new keys %s, cache %s; want q [B, Hq, 1, D], kn and vn "
+                   "[B, Hk, 1, D], caches [B, Hk, cap, D]",
+                   tensor_shape_str(q, sq, sizeof sq), tensor_shape_str(kn, sk, sizeof sk),
+                   tensor_shape_str(kc, sc, sizeof sc));
+        return NULL;
+    }
+    if (be->k.attention_append) {
+        struct tensor *out = arena_tensor(a, TYPE_F32, 4, q->ne);
+        if (!out) return NULL;
+        int32_t pos = 0;
+        if (!op_index_operand(a, "op_attention_append", at, &pos)) return NULL;
+        if (be->k.attention_append(a, out, q, kn, vn, kc, vc, at, scale))
+            return arena_status(a) == CBX_OK ? out : NULL;
+        if (arena_status(a) != CBX_OK) return NULL;
+    }
+    op_copy_into_at(a, kc, kn, 2, at);
+    op_copy_into_at(a, vc, vn, 2, at);
+    const struct attn_params ap = {.scale = scale, .causal = true, .kv_len = len};
+    return arena_status(a) == CBX_OK ? op_attention(a, q, kc, vc, NULL, &ap) : NULL;
+}
+
 struct tensor *op_attention(struct arena *a, const struct tensor *q,
                             const struct tensor *k, const struct tensor *v,
                             const struct tensor *bias, const struct attn_params *p)

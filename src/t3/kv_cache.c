@@ -94,6 +94,14 @@ struct tensor *kv_cache_attend(struct arena *a, struct kv_cache *kv, int il,
     return attend(a, kv, il, q, k, v, kv_only, kv_cache_fixed(kv));
 }
 
+/* whether layer il exports attention probabilities */
+static bool exported_layer(const struct kv_export *x, int il)
+{
+    for (int e = 0; e < x->n; e++)
+        if (x->layer[e] == il) return true;
+    return false;
+}
+
 /* fixed: invariant 5's step (the caller's at and len) */
 static struct tensor *attend(struct arena *a, struct kv_cache *kv, int il, const struct tensor *q,
                              const struct tensor *k, const struct tensor *v, bool kv_only, bool fixed)
@@ -113,6 +121,10 @@ static struct tensor *attend(struct arena *a, struct kv_cache *kv, int il, const
         arena_fail(a, CBX_ERR_INTERNAL, "kv cache: a fixed-shape step writes one position, not %lld", (long long)T);
         return NULL;
     }
+    const bool exported = kv->exp && exported_layer(kv->exp, il);
+    if (fixed && !exported) /* the write and the attention in one op */
+        return op_merge_heads(a, op_attention_append(a, q, k, v, kv->k[il], kv->v[il], kv->at, kv->len,
+                                                     1.0f / sqrtf((float)Dh)));
     if (fixed) {
         op_copy_into_at(a, kv->k[il], k, 2, kv->at);
         op_copy_into_at(a, kv->v[il], v, 2, kv->at);

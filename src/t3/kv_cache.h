@@ -26,6 +26,8 @@
  *     [0, *len) of the whole capacity: every step has the same shapes and
  *     operands, so a backend may record it once and replay it (backend.h's
  *     graphs). The results are the same as with the lengths on the host.
+ *     A layer is one op_attention_append (copy and attention apart where
+ *     the layer exports probabilities).
  *
  * scratch: two arenas of the same backend, owned by the caller, or NULL
  * (kv_cache_init leaves them NULL). When set, a backbone forward computes

@@ -459,6 +459,42 @@ static struct tensor *c_attention_group(struct arena *a, int v)
     return op_attention_group(a, q, k, vv, &g);
 }
 
+/* op_attention_append (a recorded decode step): the new keys and values
+ * (permuted views of a projection) written at *at and attended, GQA 4
+ * query heads over 2; 0 f32 cache at 137 of 300, D 64; 1 q8_0 at 450 of
+ * 1000, D 64 (T3's quantised cache); 2 f16 at 0 of 40 (the only key is
+ * the new one); 3 f32 at the last of 65, D 80 (element-wise reads); 4 q8_0
+ * D 32 (a cache the cuda kernel does not read by blocks: copy and attend).
+ * The result is the output, then both caches as f32, so a misplaced or
+ * missing write shows. */
+static struct tensor *flat_f32(struct arena *a, struct tensor *t)
+{
+    if (!t) return NULL;
+    const int64_t n = tensor_nelements(t);
+    return op_reshape(a, t->type == TYPE_F32 ? t : op_cast(a, t, TYPE_F32), 1, &n);
+}
+
+static struct tensor *c_attention_append(struct arena *a, int v)
+{
+    static const enum dtype ct[] = {TYPE_F32, TYPE_Q8_0, TYPE_F16, TYPE_F32, TYPE_Q8_0};
+    static const int64_t caps[] = {300, 1000, 40, 65, 50}, dims[] = {64, 64, 64, 80, 32};
+    static const int32_t ats[] = {137, 450, 0, 64, 20};
+    const int64_t B = 2, Hq = 4, Hk = 2, D = dims[v], cap = caps[v];
+    const int32_t at = ats[v], len = at + 1;
+    struct tensor *kc = op_cast(a, in_f32(a, 180, ND(B, Hk, cap, D), -1, 1), ct[v]);
+    struct tensor *vc = op_cast(a, in_f32(a, 181, ND(B, Hk, cap, D), -1, 1), ct[v]);
+    const int perm[4] = {0, 2, 1, 3};
+    struct tensor *q = op_permute(a, in_f32(a, 182, ND(B, 1, Hq, D), -1, 1), perm);
+    struct tensor *k = op_permute(a, in_f32(a, 183, ND(B, 1, Hk, D), -2, 2), perm);
+    struct tensor *vv = op_permute(a, in_f32(a, 184, ND(B, 1, Hk, D), -2, 2), perm);
+    struct tensor *o = op_attention_append(a, q, k, vv, kc, vc, op_from_host(a, TYPE_I32, 1, NE(1), &at),
+                                           op_from_host(a, TYPE_I32, 1, NE(1), &len), 1.0f / sqrtf((float)D));
+    struct tensor *r = flat_f32(a, o);
+    if (!r) return NULL;
+    r = op_concat(a, r, flat_f32(a, kc), 0);
+    return r ? op_concat(a, r, flat_f32(a, vc), 0) : NULL;
+}
+
 /* op_copy_into_at: new rows into a cache view at a position held in a
  * tensor: 0 one f32 position at 7 of 20 from a permuted view, 1 into a
  * q8_0 cache at the last position, 2 three positions into an f16 cache at
@@ -766,6 +802,11 @@ static const struct tcase cases[] = {
     {"copy_into_at f32", c_copy_into_at, 0, 0, 0},
     {"copy_into_at q8_0 last", c_copy_into_at, 1, 0, 0},
     {"copy_into_at f16 3 positions", c_copy_into_at, 2, 0, 0},
+    {"attention append f32 137 of 300", c_attention_append, 0, 1e-5, 1e-5},
+    {"attention append q8_0 450 of 1000", c_attention_append, 1, 1e-5, 1e-5},
+    {"attention append f16 0 of 40", c_attention_append, 2, 1e-5, 1e-5},
+    {"attention append f32 last of 65, D 80", c_attention_append, 3, 1e-5, 1e-5},
+    {"attention append q8_0 D 32", c_attention_append, 4, 1e-5, 1e-5},
     {"attention decode 1000 keys", c_attention, 11, 1e-5, 1e-5},
     {"attention decode f16 kv bias", c_attention, 12, 1e-5, 1e-5},
     {"attention decode q8_0 kv causal", c_attention, 13, 1e-5, 1e-5},

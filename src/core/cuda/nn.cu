@@ -674,20 +674,82 @@ struct ad_row {
  * KiB of the 4 KiB a launch takes. ad_none: a launch of one cache. */
 #define AG_ROWS 64
 struct ad_rows {
-    static constexpr bool group = true;
+    static constexpr bool group = true, append = false;
     struct ad_row r[AG_ROWS];
 };
 struct ad_none {
-    static constexpr bool group = false;
+    static constexpr bool group = false, append = false;
 };
+/* op_attention_append (cuda_attention_append): the new keys and values
+ * kn, vn [B, Hk, 1, D] (F32 views) and the position *at they go to in
+ * the caches k, v of `type`. The query attends [0, *at + 1): row *at is
+ * taken from kn / vn converted as the cache holds it (kv_new_dims), and
+ * the first query head of each kv head writes it to the caches; no block
+ * reads that row from memory, so the write needs no ordering. */
+struct ad_app {
+    static constexpr bool group = false, append = true;
+    struct tv kn, vn;
+    const int32_t *at;
+    int type;
+};
+
+/* dims [d0, d0 + n) of the new row (b, hk) of x (F32) as a cache of
+ * `type` gives them back, stored at cache row dst (element stride es)
+ * unless dst is NULL: F32 as is, F16 rounded as k_cpy does, Q8_0 (MODE
+ * KV_Q8_0 only: n == DPT, DPT dividing QK) quantised by blocks of QK as
+ * k_cpy_blocks does, a block's amax over its QK / DPT threads (adjacent
+ * lanes of the group's mask gmask) */
+template <int DPT, int MODE>
+__device__ static inline void kv_new_dims(float *f, const struct tv &x, int64_t b, int64_t hk, int d0, int n,
+                                          int type, char *dst, int64_t es, unsigned gmask)
+{
+    const char *xr = x.p + b * x.nb[0] + hk * x.nb[1];
+#pragma unroll
+    for (int e = 0; e < DPT; e++) f[e] = e < n ? *(const float *)(xr + (d0 + e) * x.nb[3]) : 0.0f;
+    if (MODE == KV_Q8_0) {
+        float amax = 0.0f;
+#pragma unroll
+        for (int e = 0; e < DPT; e++) amax = fmaxf(amax, fabsf(f[e]));
+        for (int o = 1; o < QK / DPT; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(gmask, amax, o));
+        const float d = amax / 127;
+        const float id = d ? 1.0f / d : 0.0f;
+        const uint16_t dh = scalar_f32_to_fp16(d);
+        const float dd = scalar_fp16_to_f32(dh);
+        char *blk = dst ? dst + (d0 / QK) * 34 : NULL;
+#pragma unroll
+        for (int e = 0; e < DPT; e++) {
+            const int8_t qv = (int8_t)roundf(f[e] * id);
+            f[e] = dd * (float)qv;
+            if (blk) blk[2 + d0 % QK + e] = (char)qv;
+        }
+        if (blk && d0 % QK == 0) {
+            blk[0] = (char)(dh & 0xff);
+            blk[1] = (char)(dh >> 8);
+        }
+        return;
+    }
+    if (type == TYPE_F16) {
+#pragma unroll
+        for (int e = 0; e < DPT; e++) {
+            const uint16_t h = scalar_f32_to_fp16(f[e]);
+            f[e] = scalar_fp16_to_f32(h);
+            if (dst && e < n) *(uint16_t *)(dst + (d0 + e) * es) = h;
+        }
+        return;
+    }
+    if (dst)
+#pragma unroll
+        for (int e = 0; e < DPT; e++)
+            if (e < n) *(float *)(dst + (d0 + e) * es) = f[e];
+}
 
 /* DPT: dims a thread holds (D <= AD_G * DPT). ROWS ad_rows: batch row b
  * reads the cache of rows.r[b] (k and v give type and row strides), its
  * length at + 1. */
-template <int DPT, typename ROWS>
+template <int DPT, int MODE, typename ROWS>
 __global__ static void __cluster_dims__(AD_CLUSTER, 1, 1) __launch_bounds__(ATT_THREADS)
     k_attn_decode(float *out, struct tv q, struct tv k, struct tv v, struct tv bias, bool has_bias, float scale,
-                  const int32_t *len, int mode, ROWS rows)
+                  const int32_t *len, ROWS rows)
 {
     __shared__ float gm[AD_GROUPS], gl[AD_GROUPS];
     __shared__ float go[AD_GROUPS][AD_G * DPT + 1];
@@ -705,6 +767,12 @@ __global__ static void __cluster_dims__(AD_CLUSTER, 1, 1) __launch_bounds__(ATT_
         v.p = r.v - b * v.nb[0];
         v.nb[1] = r.vh;
         Tk = (int64_t)r.at + 1;
+    }
+    int64_t jn = -1; /* ROWS::append: the new row's position */
+    if constexpr (ROWS::append) {
+        const int64_t p = *rows.at;
+        Tk = p < 0 ? 0 : p < k.ne[2] ? p + 1 : k.ne[2];
+        jn = p < k.ne[2] ? p : -1;
     }
     const int64_t nact = (Tk + AD_KEYS - 1) / AD_KEYS, row = b * Hq + h;
     const int64_t hk = h / (Hq / k.ne[1]);
@@ -725,9 +793,22 @@ __global__ static void __cluster_dims__(AD_CLUSTER, 1, 1) __launch_bounds__(ATT_
 #pragma unroll
         for (int u = 0; u < AD_PER; u++) {
             const int64_t j = c * AD_KEYS + gi + (int64_t)u * AD_GROUPS;
+            if constexpr (ROWS::append) {
+                if (j == jn) { /* the group's 8 lanes take this branch together */
+                    const bool put = h % (Hq / k.ne[1]) == 0;
+                    const unsigned gmask = 0xffu << (threadIdx.x & 24);
+                    kv_new_dims<DPT, MODE>(kd[u], rows.kn, b, hk, d0, nd, rows.type,
+                                           put ? k.p + b * k.nb[0] + hk * k.nb[1] + j * k.nb[2] : NULL, k.nb[3],
+                                           gmask);
+                    kv_new_dims<DPT, MODE>(vd[u], rows.vn, b, hk, d0, nd, rows.type,
+                                           put ? v.p + b * v.nb[0] + hk * v.nb[1] + j * v.nb[2] : NULL, v.nb[3],
+                                           gmask);
+                    continue;
+                }
+            }
             if (j < Tk) {
-                kv_dims<DPT>(kd[u], k, b, hk, j, d0, nd, mode);
-                kv_dims<DPT>(vd[u], v, b, hk, j, d0, nd, mode);
+                kv_dims<DPT>(kd[u], k, b, hk, j, d0, nd, MODE);
+                kv_dims<DPT>(vd[u], v, b, hk, j, d0, nd, MODE);
             }
         }
         float mc = -INFINITY;
@@ -788,15 +869,14 @@ __global__ static void __cluster_dims__(AD_CLUSTER, 1, 1) __launch_bounds__(ATT_
     }
     cluster.sync(); /* every part is in its block's shared memory */
     if (sp == 0) {
-        double wt[AD_CLUSTER], L = 0;
-        float Mx = -INFINITY;
+        float wt[AD_CLUSTER], L = 0, Mx = -INFINITY;
 #pragma unroll
         for (int i = 0; i < AD_CLUSTER; i++) Mx = fmaxf(Mx, *cluster.map_shared_rank(&part_m, i));
 #pragma unroll
         for (int i = 0; i < AD_CLUSTER; i++) {
             const float mi = *cluster.map_shared_rank(&part_m, i);
-            wt[i] = mi == -INFINITY ? 0.0 : exp((double)mi - Mx);
-            L += (double)*cluster.map_shared_rank(&part_l, i) * wt[i];
+            wt[i] = mi == -INFINITY ? 0.0f : expf(mi - Mx);
+            L += *cluster.map_shared_rank(&part_l, i) * wt[i];
         }
         float *y = out + row * D;
         for (int d = t; d < D; d += blockDim.x) {
@@ -804,11 +884,11 @@ __global__ static void __cluster_dims__(AD_CLUSTER, 1, 1) __launch_bounds__(ATT_
                 y[d] = 0;
                 continue;
             }
-            double o = 0;
+            float o = 0;
 #pragma unroll
             for (int i = 0; i < AD_CLUSTER; i++)
-                if (wt[i] != 0.0) o += (double)cluster.map_shared_rank(part_o, i)[d] * wt[i];
-            y[d] = (float)(o / L);
+                if (wt[i] != 0.0f) o += cluster.map_shared_rank(part_o, i)[d] * wt[i];
+            y[d] = o / L;
         }
     }
     cluster.sync(); /* block 0 has read every part */
@@ -846,13 +926,55 @@ static void attn_decode(struct arena *a, float *out, const struct tv &q, const s
     const dim3 grid(AD_CLUSTER, (unsigned)q.ne[1], (unsigned)q.ne[0]);
     const bool pdl = cuda_of(a)->pdl;
     cudaStream_t st = cuda_of(a)->st;
-    if (dpt <= 8)
-        cu_launch(st, pdl, k_attn_decode<8, ROWS>, grid, ATT_THREADS, 0, out, q, tv_of(k), tv_of(v), bv,
-                  bias != NULL, scale, len, dpt == 8 || mode == KV_ANY ? mode : KV_ANY, rows);
-    else
-        cu_launch(st, pdl, k_attn_decode<16, ROWS>, grid, ATT_THREADS, 0, out, q, tv_of(k), tv_of(v), bv,
-                  bias != NULL, scale, len, dpt == 16 || mode == KV_ANY ? mode : KV_ANY, rows);
+    const struct tv kv = tv_of(k), vv = tv_of(v);
+    const bool hb = bias != NULL;
+    if (dpt > 8) {
+        if (dpt != 16) mode = KV_ANY;
+        if (mode == KV_F32)
+            cu_launch(st, pdl, k_attn_decode<16, KV_F32, ROWS>, grid, ATT_THREADS, 0, out, q, kv, vv, bv, hb, scale,
+                      len, rows);
+        else if (mode == KV_Q8_0)
+            cu_launch(st, pdl, k_attn_decode<16, KV_Q8_0, ROWS>, grid, ATT_THREADS, 0, out, q, kv, vv, bv, hb,
+                      scale, len, rows);
+        else
+            cu_launch(st, pdl, k_attn_decode<16, KV_ANY, ROWS>, grid, ATT_THREADS, 0, out, q, kv, vv, bv, hb, scale,
+                      len, rows);
+    } else {
+        if (dpt != 8) mode = KV_ANY;
+        if (mode == KV_F32)
+            cu_launch(st, pdl, k_attn_decode<8, KV_F32, ROWS>, grid, ATT_THREADS, 0, out, q, kv, vv, bv, hb, scale,
+                      len, rows);
+        else if (mode == KV_Q8_0)
+            cu_launch(st, pdl, k_attn_decode<8, KV_Q8_0, ROWS>, grid, ATT_THREADS, 0, out, q, kv, vv, bv, hb, scale,
+                      len, rows);
+        else
+            cu_launch(st, pdl, k_attn_decode<8, KV_ANY, ROWS>, grid, ATT_THREADS, 0, out, q, kv, vv, bv, hb, scale,
+                      len, rows);
+    }
     cu_launched(a, "attention (decode)");
+}
+
+/* The mode attn_decode runs k, v in (kv_mode, KV_ANY unless a thread's
+ * dims are its DPT) */
+static int decode_mode(const struct tensor *k, const struct tensor *v, int64_t D)
+{
+    const int dpt = (int)((D + AD_G - 1) / AD_G);
+    return dpt == 8 || dpt == 16 ? kv_mode(k, v, D) : KV_ANY;
+}
+
+/* op_attention_append in one attn_decode launch; false when the operands
+ * are not for it (a Q8_0 cache the kernel does not read by blocks) */
+static bool cuda_attention_append(struct arena *a, struct tensor *out, const struct tensor *q,
+                                  const struct tensor *kn, const struct tensor *vn, struct tensor *kc,
+                                  struct tensor *vc, const struct tensor *at, float scale)
+{
+    const int64_t B = q->ne[0], Hq = q->ne[1], D = q->ne[3];
+    if (D > ATT_THREADS || B > 65535 || Hq > 65535) return false;
+    const int mode = decode_mode(kc, vc, D);
+    if (kc->type == TYPE_Q8_0 && mode != KV_Q8_0) return false;
+    attn_decode(a, (float *)out->data, tv_of(q), kc, vc, NULL, scale, NULL, mode,
+                ad_app{tv_of(kn), tv_of(vn), (const int32_t *)at->data, (int)kc->type});
+    return true;
 }
 
 /* Each row's new key and value (kn, vn [R, Hk, 1, D] F32 views) into its
@@ -1094,5 +1216,6 @@ void cuda_register_nn(struct kernels *k)
     k->softmax = cuda_softmax;
     k->attention = cuda_attention;
     k->attention_group = cuda_attention_group;
+    k->attention_append = cuda_attention_append;
     k->rope = cuda_rope;
 }
