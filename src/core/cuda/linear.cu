@@ -72,13 +72,41 @@ __device__ static inline struct gemv_part gemv_pick(const struct gemv_group &g)
     return pp;
 }
 
-/* output o of row r: the product's sum v (+ bias[o]) through the epilogue */
-__device__ static inline void gemv_put(float *y, int64_t ldy, int r, int64_t o, float v, const char *bias,
-                                       int64_t bias_nb, const struct gemv_epi &e)
+/* The epilogue's operands of output o, its bias and residual (gemv_epi),
+ * loaded by the lane that stores o right after the wait, so their latency
+ * overlaps the product (the fast kernels, one row: more rows load them in
+ * the store, as registers would spill) */
+template <int MM>
+struct gemv_pre {
+    float b, res[MM];
+};
+
+template <int S, int MM>
+__device__ static inline gemv_pre<MM> gemv_preload(int64_t ldy, int64_t o, int64_t N, const char *bias,
+                                                   int64_t bias_nb, const float *res)
 {
-    if (bias) v += *(const float *)(bias + o * bias_nb);
+    gemv_pre<MM> p;
+    p.b = 0;
+#pragma unroll
+    for (int r = 0; r < MM; r++) p.res[r] = 0;
+    if (MM == 1 && (threadIdx.x & 31) == 0 && (threadIdx.x >> 5) % S == 0 && o < N) {
+        if (bias) p.b = *(const float *)(bias + o * bias_nb);
+        if (res)
+#pragma unroll
+            for (int r = 0; r < MM; r++) p.res[r] = res[r * ldy + o];
+    }
+    return p;
+}
+
+/* output o of row r: the product's sum v (+ bias[o]) through the epilogue;
+ * pb, pr: bias[o] and the residual when loaded ahead (gemv_pre) */
+__device__ static inline void gemv_put(float *y, int64_t ldy, int r, int64_t o, float v, const char *bias,
+                                       int64_t bias_nb, const struct gemv_epi &e, const float *pb = NULL,
+                                       const float *pr = NULL)
+{
+    if (bias) v += pb ? *pb : *(const float *)(bias + o * bias_nb);
     if (e.act >= 0) v = scalar_unary(e.act, v, 0.0f, 0.0f);
-    if (e.res) v = e.res[r * ldy + o] + v;
+    if (e.res) v = (pr ? *pr : e.res[r * ldy + o]) + v;
     y[r * ldy + o] = v;
 }
 
@@ -104,26 +132,28 @@ __device__ static inline void gemv_store(float *y, int64_t ldy, int M, int64_t o
 template <int S, int M>
 __device__ static inline void gemv_finish(float *y, int64_t ldy, int64_t N, int64_t o, float (&acc)[M],
                                           const char *bias, int64_t bias_nb, const struct gemv_epi &e,
-                                          float (*sh)[GEMV_ROWS])
+                                          float (*sh)[GEMV_ROWS], const gemv_pre<M> &pre)
 {
-    if (S == 1) {
-        if (o < N) gemv_store<M>(y, ldy, M, o, acc, bias, bias_nb, e);
-        return;
-    }
     const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
 #pragma unroll
     for (int r = 0; r < M; r++) {
         float v = acc[r];
         for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-        if (lane == 0) sh[wi][r] = v;
+        if (S == 1) {
+            if (lane == 0 && o < N) gemv_put(y, ldy, r, o, v, bias, bias_nb, e, M == 1 ? &pre.b : NULL,
+                                             M == 1 ? &pre.res[r] : NULL);
+        } else if (lane == 0) {
+            sh[wi][r] = v;
+        }
     }
+    if (S == 1) return;
     __syncthreads();
     if (lane == 0 && wi % S == 0 && o < N)
 #pragma unroll
         for (int r = 0; r < M; r++) {
             float v = sh[wi][r];
             for (int j = 1; j < S; j++) v += sh[wi + j][r];
-            gemv_put(y, ldy, r, o, v, bias, bias_nb, e);
+            gemv_put(y, ldy, r, o, v, bias, bias_nb, e, M == 1 ? &pre.b : NULL, M == 1 ? &pre.res[r] : NULL);
         }
 }
 
@@ -281,6 +311,7 @@ __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
     }
     GEMV_LOAD_F32(beg + lane);
     cu_pdl_wait();
+    const gemv_pre<M> pre = gemv_preload<S, M>(ldy, o, N, pp.bias, pp.bias_nb, g.res);
     const float *xs = x;
     if (g.norm >= 0) {
         gemv_norm_rows((float *)sx4, x, M, K, g);
@@ -305,7 +336,7 @@ __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
         GEMV_LOAD_F32(i0 + 32 * GEMV_UNROLL);
     }
 #undef GEMV_LOAD_F32
-    gemv_finish<S, M>(y + pp.col, ldy, N, o, acc, pp.bias, pp.bias_nb, gemv_epi{pp.act, g.res}, sh);
+    gemv_finish<S, M>(y + pp.col, ldy, N, o, acc, pp.bias, pp.bias_nb, gemv_epi{pp.act, g.res}, sh, pre);
 }
 
 /* one block's product with the M rows of x at xb (row stride K): the
@@ -386,6 +417,7 @@ __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
     _Pragma("unroll") for (int j = 0; j < BW; j++) q[j] = o < N && (bi) < end ? __ldg(row + (bi) * BW + j) : 0;
     GEMV_LOAD_Q(beg + lane);
     cu_pdl_wait();
+    const gemv_pre<M> pre = gemv_preload<S, M>(ldy, o, N, pp.bias, pp.bias_nb, g.res);
     const float *xs = x;
     if (g.norm >= 0) {
         gemv_norm_rows((float *)sx4, x, M, K, g);
@@ -399,7 +431,7 @@ __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
         q_block_dot<TYPE, M>(acc, scalar_fp16_to_f32(c[0]), c + 1, xs + bi * QK, K);
     }
 #undef GEMV_LOAD_Q
-    gemv_finish<S, M>(y + pp.col, ldy, N, o, acc, pp.bias, pp.bias_nb, gemv_epi{pp.act, g.res}, sh);
+    gemv_finish<S, M>(y + pp.col, ldy, N, o, acc, pp.bias, pp.bias_nb, gemv_epi{pp.act, g.res}, sh, pre);
 }
 
 /* Q8_0 / Q4_0 rows 16-byte aligned, K a multiple of 8 * S blocks: each
@@ -430,6 +462,7 @@ __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
         if (o < N && i < nch) c[u] = __ldg(src + i);
     }
     cu_pdl_wait();
+    const gemv_pre<M> pre = gemv_preload<S, M>(ldy, o, N, pp.bias, pp.bias_nb, g.res);
     const float *xs = x;
     const int64_t norm4 = g.norm >= 0 ? (int64_t)(M + 2) * K / 4 : 0;
     if (g.norm >= 0) {
@@ -450,7 +483,7 @@ __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
         const uint16_t *blk = (const uint16_t *)((const char *)stage + b * BS);
         q_block_dot<TYPE, M>(acc, scalar_fp16_to_f32(blk[0]), blk + 1, xs + (beg + b) * QK, K);
     }
-    gemv_finish<S, M>(y + pp.col, ldy, N, o, acc, pp.bias, pp.bias_nb, gemv_epi{pp.act, g.res}, sh);
+    gemv_finish<S, M>(y + pp.col, ldy, N, o, acc, pp.bias, pp.bias_nb, gemv_epi{pp.act, g.res}, sh, pre);
 }
 
 /* Warps per output: enough that each lane's loads are in flight at once
