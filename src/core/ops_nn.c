@@ -165,6 +165,15 @@ struct tensor *op_softmax(struct arena *a, const struct tensor *x, float scale)
     return arena_status(a) == CBX_OK ? out : NULL;
 }
 
+/* fail the arena with fmt naming the shapes of x, y and z (three %s) */
+static void shapes_fail(struct arena *a, const char *fmt, const struct tensor *x, const struct tensor *y,
+                        const struct tensor *z)
+{
+    char sx[64], sy[64], sz[64];
+    arena_fail(a, CBX_ERR_INTERNAL, fmt, tensor_shape_str(x, sx, sizeof sx), tensor_shape_str(y, sy, sizeof sy),
+               tensor_shape_str(z, sz, sizeof sz));
+}
+
 struct tensor *op_attention_group(struct arena *a, const struct tensor *q, const struct tensor *k,
                                   const struct tensor *v, const struct attn_group *g)
 {
@@ -228,12 +237,9 @@ struct tensor *op_attention_append(struct arena *a, const struct tensor *q, cons
              (d == 1 || d == 2 || q->ne[d] == kc->ne[d]);
     ok = ok && kn->ne[2] == 1 && kc->ne[1] > 0 && q->ne[1] % kc->ne[1] == 0;
     if (!ok) {
-        char sq[64], sk[64], sc[64];
-        arena_fail(a, CBX_ERR_INTERNAL,
-                   "op_attention_append: q %s, new keys %s, cache %s; want q [B, Hq, 1, D], kn and vn "
-                   "[B, Hk, 1, D], caches [B, Hk, cap, D]",
-                   tensor_shape_str(q, sq, sizeof sq), tensor_shape_str(kn, sk, sizeof sk),
-                   tensor_shape_str(kc, sc, sizeof sc));
+        shapes_fail(a, "op_attention_append: q %s, new keys %s, cache %s; want q [B, Hq, 1, D], kn and vn "
+                       "[B, Hk, 1, D], caches [B, Hk, cap, D]",
+                    q, kn, kc);
         return NULL;
     }
     if (be->k.attention_append) {
@@ -264,7 +270,7 @@ struct tensor *op_attention(struct arena *a, const struct tensor *q,
         (!kv_cache && (!is_f32(a, "op_attention", "k", k) || !is_f32(a, "op_attention", "v", v))) ||
         (bias && !is_f32(a, "op_attention", "bias", bias)))
         return NULL;
-    char sq[64], sk[64], sv[64];
+    char sq[64];
     bool ok = q->ndim == 4 && k->ndim == 4 && v->ndim == 4;
     for (int d = 0; ok && d < 4; d++)
         if (k->ne[d] != v->ne[d]) ok = false;
@@ -276,11 +282,9 @@ struct tensor *op_attention(struct arena *a, const struct tensor *q,
         return NULL;
     }
     if (!ok) {
-        arena_fail(a, CBX_ERR_INTERNAL,
-                   "op_attention: q %s, k %s, v %s; want q[B, Hq, Tq, D], k and v "
-                   "[B, Hk, Tk, D] with Hq %% Hk == 0",
-                   tensor_shape_str(q, sq, sizeof sq), tensor_shape_str(k, sk, sizeof sk),
-                   tensor_shape_str(v, sv, sizeof sv));
+        shapes_fail(a, "op_attention: q %s, k %s, v %s; want q[B, Hq, Tq, D], k and v [B, Hk, Tk, D] "
+                       "with Hq %% Hk == 0",
+                    q, k, v);
         return NULL;
     }
     struct attn_params pk = *p;
