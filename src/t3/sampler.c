@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,41 +14,51 @@ void sampler_temperature(float *l, int64_t V, float t)
     for (int64_t i = 0; i < V; i++) l[i] = l[i] / t;
 }
 
-/* The k-th largest (k from 0, duplicates counted) of v[0..n), n > k:
- * quickselect (Hoare partition around a median of three), reordering v. */
-static float kth_largest(float *v, int64_t n, int64_t k)
+/* order-preserving bits of a float (larger value, larger key) and back */
+static uint32_t okey(float v)
 {
-    int64_t lo = 0, hi = n - 1;
-    while (lo < hi) {
-        float a = v[lo], b = v[lo + (hi - lo) / 2], c = v[hi];
-        float piv = a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
-        int64_t i = lo, j = hi;
-        while (i <= j) { /* descending: larger values to the left */
-            while (v[i] > piv) i++;
-            while (v[j] < piv) j--;
-            if (i <= j) {
-                float t = v[i];
-                v[i++] = v[j];
-                v[j--] = t;
-            }
-        }
-        /* v[lo..j] >= piv, v[j+1..i-1] == piv, v[i..hi] <= piv */
-        if (k <= j) hi = j;
-        else if (k >= i) lo = i;
-        else return piv;
-    }
-    return v[k];
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    return u & 0x80000000u ? ~u : u | 0x80000000u;
 }
 
-/* k' = min(max(k, 1), V); entries strictly below the k'-th largest value
- * become -inf (ties at the threshold survive). The threshold is the entry
- * a descending sort would put at k' - 1, found without sorting. */
-void sampler_top_k(float *l, int64_t V, int k, float *scratch)
+static float okey_value(uint32_t k)
+{
+    const uint32_t u = k & 0x80000000u ? k & 0x7fffffffu : ~k;
+    float v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+/* The k-th largest (from 0) of v[0..n), k < n: a radix select on the
+ * order-preserving keys, 11, 11 and 10 bits a pass from the top. The
+ * value is the one a sort gives (0.0 and -0.0 may come back for each
+ * other, which compare equal). */
+static float kth_largest(const float *v, int64_t n, int64_t k)
+{
+    static const int shift[3] = {21, 10, 0}, bits[3] = {11, 11, 10};
+    uint32_t prefix = 0, mask = 0, cnt[1 << 11];
+    int64_t r = k; /* rank among the keys under prefix, from the top */
+    for (int p = 0; p < 3; p++) {
+        const uint32_t dm = (1u << bits[p]) - 1;
+        memset(cnt, 0, sizeof(uint32_t) << bits[p]);
+        for (int64_t i = 0; i < n; i++) {
+            const uint32_t u = okey(v[i]);
+            if ((u & mask) == prefix) cnt[(u >> shift[p]) & dm]++;
+        }
+        uint32_t d = dm;
+        while (d > 0 && r >= (int64_t)cnt[d]) r -= cnt[d--];
+        prefix |= d << shift[p];
+        mask |= dm << shift[p];
+    }
+    return okey_value(prefix);
+}
+
+void sampler_top_k(float *l, int64_t V, int k)
 {
     int64_t kk = k < 1 ? 1 : k;
     if (kk >= V) return;
-    memcpy(scratch, l, (size_t)V * sizeof *l);
-    float thr = kth_largest(scratch, V, kk - 1);
+    float thr = kth_largest(l, V, kk - 1);
     for (int64_t i = 0; i < V; i++)
         if (l[i] < thr) l[i] = -INFINITY;
 }
@@ -57,8 +68,8 @@ void sampler_softmax(const float *l, float *p, int64_t V)
     float mx = -INFINITY;
     for (int64_t i = 0; i < V; i++) mx = l[i] > mx ? l[i] : mx;
     float sum = 0;
-    for (int64_t i = 0; i < V; i++) {
-        p[i] = expf(l[i] - mx);
+    for (int64_t i = 0; i < V; i++) { /* exp(-inf) is 0: no call (the same sum) */
+        p[i] = l[i] == -INFINITY && mx != -INFINITY ? 0.0f : expf(l[i] - mx);
         sum += p[i];
     }
     for (int64_t i = 0; i < V; i++) p[i] = p[i] / sum;

@@ -20,7 +20,7 @@ struct sampler_params {
 /* In place on l[V]; scratch: 2*V floats, idx: V ints, seen: V bytes
  * (caller-owned). */
 void sampler_temperature(float *l, int64_t V, float t);
-void sampler_top_k(float *l, int64_t V, int k, float *scratch);
+void sampler_top_k(float *l, int64_t V, int k);
 void sampler_top_p(float *l, int64_t V, double p, float *scratch, int32_t *idx);
 void sampler_min_p(float *l, int64_t V, double m, float *scratch);
 /* each distinct id in ids[n] penalised once (z < 0 ? z*theta : z/theta) */

@@ -619,7 +619,7 @@ static void process(const struct t3_model *m, const struct sampler_params *s, fl
     if (m->order == T3_ORDER_TURBO) {
         /* inference_turbo: temperature, top-k, top-p, repetition penalty */
         if (s->temperature > 0 && s->temperature != 1.0) sampler_temperature(l, V, (float)s->temperature);
-        if (s->top_k > 0) sampler_top_k(l, V, s->top_k, b->scratch);
+        if (s->top_k > 0) sampler_top_k(l, V, s->top_k);
         if (s->top_p < 1.0) sampler_top_p(l, V, s->top_p, b->scratch, b->idx);
         if (s->repetition_penalty != 1.0) sampler_repetition_penalty(l, V, hist, n_hist, (float)s->repetition_penalty, b->seen);
     } else {

@@ -10,7 +10,7 @@
  * results equal the host's up to rounding of the sums; exponentials are
  * evaluated in double and rounded once. Top-k's threshold is found by a
  * radix select on the order-preserving bit pattern (exactly the value
- * the host's quickselect returns); top-p sorts the survivors by (value,
+ * the host's radix select returns); top-p sorts the survivors by (value,
  * id) with a bitonic sort. */
 #include <limits.h>
 #include <math.h>
