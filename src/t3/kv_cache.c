@@ -94,12 +94,13 @@ struct tensor *kv_cache_attend(struct arena *a, struct kv_cache *kv, int il,
     return attend(a, kv, il, q, k, v, kv_only, kv_cache_fixed(kv));
 }
 
-/* whether layer il exports attention probabilities */
-static bool exported_layer(const struct kv_export *x, int il)
+/* the entry of x that layer il exports (the last one naming it), or -1 */
+static int export_of(const struct kv_export *x, int il)
 {
-    for (int e = 0; e < x->n; e++)
-        if (x->layer[e] == il) return true;
-    return false;
+    int at = -1;
+    for (int e = 0; x && e < x->n; e++)
+        if (x->layer[e] == il) at = e;
+    return at;
 }
 
 /* fixed: invariant 5's step (the caller's at and len) */
@@ -121,10 +122,10 @@ static struct tensor *attend(struct arena *a, struct kv_cache *kv, int il, const
         arena_fail(a, CBX_ERR_INTERNAL, "kv cache: a fixed-shape step writes one position, not %lld", (long long)T);
         return NULL;
     }
-    const bool exported = kv->exp && exported_layer(kv->exp, il);
-    if (fixed && !exported) /* the write and the attention in one op */
-        return op_merge_heads(a, op_attention_append(a, q, k, v, kv->k[il], kv->v[il], kv->at, kv->len,
-                                                     1.0f / sqrtf((float)Dh)));
+    const float scale = 1.0f / sqrtf((float)Dh);
+    const int e = export_of(kv->exp, il);
+    if (fixed && e < 0) /* the write and the attention in one op */
+        return op_merge_heads(a, op_attention_append(a, q, k, v, kv->k[il], kv->v[il], kv->at, kv->len, scale));
     if (fixed) {
         op_copy_into_at(a, kv->k[il], k, 2, kv->at);
         op_copy_into_at(a, kv->v[il], v, 2, kv->at);
@@ -133,11 +134,10 @@ static struct tensor *attend(struct arena *a, struct kv_cache *kv, int il, const
         op_copy_into(a, op_slice(a, kv->v[il], 2, n_past, T), v);
     }
     if (kv_only) return arena_status(a) == CBX_OK ? kv->v[il] : NULL;
-    struct attn_params ap = {.scale = 1.0f / sqrtf((float)Dh), .causal = true};
+    struct attn_params ap = {.scale = scale, .causal = true};
     struct attn_probs pr;
-    for (int e = 0; kv->exp && e < kv->exp->n; e++) {
+    if (e >= 0) {
         const struct kv_export *x = kv->exp;
-        if (x->layer[e] != il) continue;
         if (x->n_q < 1 || x->n_q > T || x->ld < kv->capacity) {
             arena_fail(a, CBX_ERR_INTERNAL, "kv cache: exporting %d query rows (stride %lld) of a %lld-row forward",
                        x->n_q, (long long)x->ld, (long long)T);

@@ -54,6 +54,9 @@ static float kth_largest(const float *v, int64_t n, int64_t k)
     return okey_value(prefix);
 }
 
+/* k' = min(max(k, 1), V); entries strictly below the k'-th largest value
+ * become -inf (ties at the threshold survive). The threshold is the entry
+ * a descending sort would put at k' - 1, found without sorting. */
 void sampler_top_k(float *l, int64_t V, int k)
 {
     int64_t kk = k < 1 ? 1 : k;

@@ -912,6 +912,23 @@ static int kv_mode(const struct tensor *k, const struct tensor *v, int64_t D)
     return KV_ANY;
 }
 
+/* k_attn_decode<DPT, mode, ROWS> launched (mode as a compile-time read mode) */
+template <int DPT, typename ROWS>
+static void attn_decode_launch(cudaStream_t st, bool pdl, dim3 grid, float *out, const struct tv &q, const struct tv &k,
+                               const struct tv &v, const struct tv &bias, bool has_bias, float scale,
+                               const int32_t *len, int mode, const ROWS &rows)
+{
+    if (mode == KV_F32)
+        cu_launch(st, pdl, k_attn_decode<DPT, KV_F32, ROWS>, grid, ATT_THREADS, 0, out, q, k, v, bias, has_bias, scale,
+                  len, rows);
+    else if (mode == KV_Q8_0)
+        cu_launch(st, pdl, k_attn_decode<DPT, KV_Q8_0, ROWS>, grid, ATT_THREADS, 0, out, q, k, v, bias, has_bias,
+                  scale, len, rows);
+    else
+        cu_launch(st, pdl, k_attn_decode<DPT, KV_ANY, ROWS>, grid, ATT_THREADS, 0, out, q, k, v, bias, has_bias, scale,
+                  len, rows);
+}
+
 /* k_attn_decode over q [B, Hq, 1, D] (D <= ATT_THREADS) into out (B rows
  * of Hq * D floats): k, v as the cache (ad_none), or their type and row
  * strides with each batch row's cache in rows */
@@ -927,30 +944,12 @@ static void attn_decode(struct arena *a, float *out, const struct tv &q, const s
     const bool pdl = cuda_of(a)->pdl;
     cudaStream_t st = cuda_of(a)->st;
     const struct tv kv = tv_of(k), vv = tv_of(v);
-    const bool hb = bias != NULL;
-    if (dpt > 8) {
-        if (dpt != 16) mode = KV_ANY;
-        if (mode == KV_F32)
-            cu_launch(st, pdl, k_attn_decode<16, KV_F32, ROWS>, grid, ATT_THREADS, 0, out, q, kv, vv, bv, hb, scale,
-                      len, rows);
-        else if (mode == KV_Q8_0)
-            cu_launch(st, pdl, k_attn_decode<16, KV_Q8_0, ROWS>, grid, ATT_THREADS, 0, out, q, kv, vv, bv, hb,
-                      scale, len, rows);
-        else
-            cu_launch(st, pdl, k_attn_decode<16, KV_ANY, ROWS>, grid, ATT_THREADS, 0, out, q, kv, vv, bv, hb, scale,
-                      len, rows);
-    } else {
-        if (dpt != 8) mode = KV_ANY;
-        if (mode == KV_F32)
-            cu_launch(st, pdl, k_attn_decode<8, KV_F32, ROWS>, grid, ATT_THREADS, 0, out, q, kv, vv, bv, hb, scale,
-                      len, rows);
-        else if (mode == KV_Q8_0)
-            cu_launch(st, pdl, k_attn_decode<8, KV_Q8_0, ROWS>, grid, ATT_THREADS, 0, out, q, kv, vv, bv, hb, scale,
-                      len, rows);
-        else
-            cu_launch(st, pdl, k_attn_decode<8, KV_ANY, ROWS>, grid, ATT_THREADS, 0, out, q, kv, vv, bv, hb, scale,
-                      len, rows);
-    }
+    if (dpt > 8)
+        attn_decode_launch<16>(st, pdl, grid, out, q, kv, vv, bv, bias != NULL, scale, len, dpt == 16 ? mode : KV_ANY,
+                               rows);
+    else
+        attn_decode_launch<8>(st, pdl, grid, out, q, kv, vv, bv, bias != NULL, scale, len, dpt == 8 ? mode : KV_ANY,
+                              rows);
     cu_launched(a, "attention (decode)");
 }
 
