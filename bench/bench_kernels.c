@@ -14,6 +14,13 @@
  *                read per second, ratio = that / copy GB/s.
  *   matvec_hot   the same with one copy (cache-resident): the kernels'
  *                compute ceiling.
+ *   matvec_packed  q4_0 / q8_0 weights packed as T3 loads them
+ *                (linear_pack, the decode GEMV layout) at the matvec
+ *                shapes, from DRAM, for 1, 2 (the CFG pair), 4 and 8
+ *                rows of x (a server batch) through the dot path as a
+ *                row-exact arena takes it: weight GB/s, ratio to copy,
+ *                and us per call against one row's in the same run (the
+ *                group kernel reads the weights once for up to 4 rows).
  *   linear_rows  M = 1..256 rows of x at [4096, 1024] through each path
  *                op_linear has, in the same run: the per-row dot path
  *                ("dot", the only quantised path before the GEMM), the
@@ -266,6 +273,76 @@ static void bench_matvec(bool hot)
                     copy_gbs > 0 ? 100 * s.median / copy_gbs : 0);
             free(w);
             free(x);
+        }
+    }
+}
+
+/* ---- packed decode GEMV, 1..8 rows --------------------------------------- */
+
+static void bench_matvec_packed(void)
+{
+    static const enum dtype types[] = {TYPE_Q4_0, TYPE_Q8_0};
+    static const int64_t rows[] = {1, 2, 4, 8};
+    if (cpu_level() < CPU_AVX512) return;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        enum dtype t = types[ti];
+        char sel[64];
+        snprintf(sel, sizeof sel, "matvec_packed/%s", dtype_name(t));
+        if (!bench_selected(&opt, sel)) continue;
+        for (size_t si = 0; si < sizeof mv_shapes / sizeof mv_shapes[0]; si++) {
+            int64_t n = mv_shapes[si].n, k = mv_shapes[si].k;
+            size_t one = dtype_row_size(t, k) * (size_t)n;
+            int64_t copies = (int64_t)(((opt.mem_mib << 20) + one - 1) / one);
+            size_t wbytes;
+            char *w = make_weights(t, n, k, copies, &wbytes);
+            float *x = malloc((size_t)(8 * k) * sizeof *x);
+            struct tensor *wt = calloc((size_t)copies, sizeof *wt);
+            double *v = calloc((size_t)opt.reps, sizeof *v), *u = calloc((size_t)opt.reps, sizeof *u);
+            bool ok = w && x && wt && v && u;
+            const int64_t wne[2] = {n, k};
+            for (int64_t c = 0; ok && c < copies; c++) {
+                wt[c] = tensor_make(t, 2, wne, w + (size_t)c * wbytes, NULL);
+                ok = linear_pack(&wt[c], wt[c].data, &wt[c]);
+            }
+            if (!ok) {
+                fprintf(stderr, "matvec_packed: out of memory or not packable\n");
+                free(w); free(x); free(wt); free(v); free(u);
+                return;
+            }
+            fill_random(x, (size_t)(8 * k), 11);
+            arena_set_row_exact(ar, true);
+            double us1 = 0;
+            for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
+                const int64_t m = rows[ri], xne[2] = {m, k};
+                struct tensor xt = tensor_make(TYPE_F32, 2, xne, x, NULL);
+                for (int r = -1; r < opt.reps; r++) {
+                    double t0 = bench_now();
+                    for (int64_t c = 0; c < copies; c++) {
+                        arena_reset(ar);
+                        if (!op_linear(ar, &xt, &wt[c], NULL)) {
+                            fprintf(stderr, "op_linear: %s\n", arena_errmsg(ar));
+                            break;
+                        }
+                    }
+                    double dt = bench_now() - t0;
+                    if (r >= 0) {
+                        v[r] = (double)wbytes * (double)copies / dt * 1e-9;
+                        u[r] = dt / (double)copies * 1e6;
+                    }
+                }
+                struct bench_stats s = bench_stats(v, opt.reps);
+                double us = bench_stats(u, opt.reps).median;
+                if (m == 1) us1 = us;
+                char ty[32];
+                snprintf(ty, sizeof ty, "%s:rows%lld", dtype_name(t), (long long)m);
+                int64_t shape[2] = {n, k};
+                bench_emit("matvec_packed", ty, shape, 2, opt.threads, opt.reps, "GB/s", s, "copy", copy_gbs);
+                fprintf(stderr, "matvec_packed %-5s %-40s rows %lld %7.1f us  %6.1f GB/s  %4.0f%% of copy  "
+                        "x%.2f one row's time\n", dtype_name(t), mv_shapes[si].what, (long long)m, us, s.median,
+                        copy_gbs > 0 ? 100 * s.median / copy_gbs : 0, us1 > 0 ? us / us1 : 0);
+            }
+            arena_set_row_exact(ar, false);
+            free(w); free(x); free(wt); free(v); free(u);
         }
     }
 }
@@ -571,6 +648,7 @@ int main(int argc, char **argv)
     bench_copy(); /* always: the baseline of the bandwidth figures */
     bench_matvec(false);
     bench_matvec(true);
+    bench_matvec_packed();
     bench_rows();
     bench_sgemm();
     bench_dotx();

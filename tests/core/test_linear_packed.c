@@ -160,6 +160,55 @@ cleanup:
     free(wf); free(wd); free(xc); free(xd); free(bb); free(yp); free(yu); free(xq); free(w0); free(wp);
 }
 
+/* A row-exact arena (arena_set_row_exact) keeps the packed dot path at
+ * any row count; the group kernel takes up to four rows a pass (then 2,
+ * 1). Each row of m = 1..13 rows (every split of the passes, two calls of
+ * eight rows) must be bit for bit that row computed alone. */
+static void row_exact_case(enum dtype wt, int64_t k, int64_t n, uint64_t seed)
+{
+    enum { M = 13 };
+    const size_t wrow = dtype_row_size(wt, k), wbytes = wrow * (size_t)n;
+    float *wf = malloc((size_t)(n * k) * sizeof *wf), *xc = malloc((size_t)(M * k) * sizeof *xc);
+    float *bb = malloc((size_t)n * sizeof *bb), *alone = malloc((size_t)(M * n) * sizeof *alone);
+    float *all = malloc((size_t)(M * n) * sizeof *all);
+    char *w0 = aligned_alloc(64, (wbytes + 63) & ~(size_t)63);
+    if (!wf || !xc || !bb || !alone || !all || !w0) {
+        CHECK(0, "alloc");
+        goto cleanup;
+    }
+    fill_uniform(wf, (size_t)(n * k), -1.0f, 1.0f, seed);
+    fill_uniform(xc, (size_t)(M * k), -3.0f, 3.0f, seed + 1);
+    fill_uniform(bb, (size_t)n, -1.0f, 1.0f, seed + 2);
+    for (int64_t r = 0; r < n; r++) quantize_row(wt, wf + r * k, w0 + (size_t)r * wrow, k);
+    const int64_t wne[2] = {n, k}, bne[1] = {n};
+    struct tensor w = tensor_make(wt, 2, wne, w0, NULL), bt = tensor_make(TYPE_F32, 1, bne, bb, NULL);
+    if (!linear_pack(&w, w0, &w)) {
+        CHECK(0, "linear_pack %s [%lld, %lld]", dtype_name(wt), (long long)n, (long long)k);
+        goto cleanup;
+    }
+    arena_set_row_exact(ac, true);
+    const int64_t one[2] = {1, k};
+    for (int64_t r = 0; r < M; r++) {
+        struct tensor x = tensor_make(TYPE_F32, 2, one, xc + r * k, NULL);
+        if (!run(&x, &w, &bt, alone + r * n, (size_t)n)) goto done;
+    }
+    int bad = 0;
+    for (int64_t m = 2; m <= M; m++) {
+        const int64_t xne[2] = {m, k};
+        struct tensor x = tensor_make(TYPE_F32, 2, xne, xc, NULL);
+        if (!run(&x, &w, &bt, all, (size_t)(m * n))) goto done;
+        if (memcmp(all, alone, (size_t)(m * n) * sizeof *all)) bad++;
+    }
+    printf("packed %s [%lld,%lld] row-exact: %d of %d row counts differ from each row alone\n",
+           dtype_name(wt), (long long)n, (long long)k, bad, M - 1);
+    CHECK(bad == 0, "packed %s [%lld, %lld]: rows of a batch differ from the rows alone", dtype_name(wt),
+          (long long)n, (long long)k);
+done:
+    arena_set_row_exact(ac, false);
+cleanup:
+    free(wf); free(xc); free(bb); free(alone); free(all); free(w0);
+}
+
 static void test_refused(void)
 {
     char *buf = aligned_alloc(64, 1 << 16);
@@ -229,6 +278,8 @@ int main(void)
                 packed_case(types[t], ms[mi], shapes[s].k, shapes[s].n, (s + mi) % 2 == 0, (s + mi) % 3 != 0,
                             seed++);
         printf("packed %s all shapes: worst err/bound %.3f\n", dtype_name(types[t]), worst[t]);
+        row_exact_case(types[t], 256, 35, seed++);
+        row_exact_case(types[t], 4096, 32, seed++);
     }
     arena_free(ac);
     backend_cpu_free(cpu);

@@ -49,6 +49,7 @@
 #include "blas.h"
 #include "linear_bf16.h"
 #include "cpu_weight.h"
+#include "elementwise_kernels.h"
 #include "linear_kernels.h"
 
 /* Up to this many rows the dot path wins (bench_kernels linear_rows: it
@@ -307,15 +308,21 @@ static void pk_rows(void *ctx, int64_t g0, int64_t g1, int ith)
         float bias[LINEAR_PK_ROWS];
         for (int64_t i = r0; i < r1; i++)
             bias[i - r0] = j->bias ? *(const float *)((const char *)j->bias + i * j->bias_stride) : 0.0f;
-        for (int64_t r = 0; r < j->m; r++) {
-            float *y = j->y + r * j->n + r0;
+        for (int64_t r = 0; r < j->m;) {
             if (g < j->groups) {
-                float o[LINEAR_PK_ROWS];
-                j->gemv((const uint8_t *)j->w + (size_t)g * j->gbytes, j->xp + r, j->k / QK, o);
-                for (int i = 0; i < LINEAR_PK_ROWS; i++) y[i] = o[i] + bias[i];
+                enum { PASS = 8 }; /* rows per call */
+                const int rows = (int)(j->m - r < PASS ? j->m - r : PASS);
+                float o[PASS * LINEAR_PK_ROWS];
+                j->gemv((const uint8_t *)j->w + (size_t)g * j->gbytes, j->xp + r, rows, j->k / QK, o);
+                for (int q = 0; q < rows; q++, r++) {
+                    float *y = j->y + r * j->n + r0;
+                    for (int i = 0; i < LINEAR_PK_ROWS; i++) y[i] = o[q * LINEAR_PK_ROWS + i] + bias[i];
+                }
             } else {
+                float *y = j->y + r * j->n + r0;
                 for (int64_t i = r0; i < r1; i++)
                     y[i - r0] = j->dotx(j->w + (size_t)i * j->rs, j->xp + r, j->k) + bias[i - r0];
+                r++;
             }
         }
     }
@@ -349,8 +356,15 @@ static void linear_dot(struct arena *a, struct tensor *out, const struct tensor 
     } else {
         j.xq_stride = xq_stride;
         char *q = scratch_take(j.xq_stride * (size_t)m);
-        for (int64_t r = 0; r < m; r++)
+        for (int64_t r = 0; r < m; r++) {
+#if HAVE_X86
+            if (dotx) { /* the AVX-512 level: the same bytes, vectorised */
+                elementwise_q8_0_row_avx512(xm + r * ld, (struct block_q8_0 *)(q + (size_t)r * j.xq_stride), k);
+                continue;
+            }
+#endif
             quantize_row((enum dtype)vt, xm + r * ld, q + (size_t)r * j.xq_stride, k);
+        }
         j.xq = q;
         if (dotx) {
             struct linear_xq *xp = scratch_take((size_t)m * sizeof *xp);

@@ -459,14 +459,17 @@ bool linear_qgemm_avx512(enum dtype t, struct linear_qgemm *g)
 #define PK_PREFETCH 3072 /* bytes ahead (bench: 2048..8192 alike, 512 worse) */
 
 /* the group kernel of both types (q4: two nibbles a byte, offset 8; else
- * one signed byte, offset 128), specialised by the two callers below */
+ * one signed byte, offset 128) for R activation rows x[0..R-1] sharing
+ * each weight load and nibble split; out[r * 16 + i]. A row's float
+ * operations are the same, in the same order, whatever R: each row's
+ * result is bit for bit what it is alone (arena_set_row_exact). */
 TGT static inline __attribute__((always_inline)) void gemv16(const uint8_t *pw, const struct linear_xq *x,
-                                                               int64_t nb, float *out, const bool q4)
+                                                               int64_t nb, float *out, const bool q4, const int R)
 {
     const size_t pair = q4 ? LINEAR_PK_PAIR_Q4_0 : LINEAR_PK_PAIR_Q8_0, half = q4 ? 256 : 512;
     const __m512i m4 = _mm512_set1_epi8(0x0f);
-    const int32_t *xq = (const int32_t *)x->qs;
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, corr = acc0;
+    __m512 acc0[4], acc1[4], corr[4];
+    for (int r = 0; r < R; r++) acc0[r] = acc1[r] = corr[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b += 2, pw += pair) {
         for (size_t l = 0; l < pair / 64; l++) _mm_prefetch((const char *)pw + PK_PREFETCH + 64 * l, _MM_HINT_T0);
         __m512i sc = _mm512_load_si512(pw);
@@ -474,40 +477,51 @@ TGT static inline __attribute__((always_inline)) void gemv16(const uint8_t *pw, 
                        _mm512_cvtph_ps(_mm512_extracti64x4_epi64(sc, 1))};
         for (int h = 0; h < 2; h++) {
             const uint8_t *q = pw + 64 + half * h;
-            const int32_t *xb = xq + 8 * (b + h);
-            __m512i s0 = _mm512_setzero_si512(), s1 = s0;
-            for (int t = 0; t < 4; t++) { /* q4: low nibbles elements 4t.., high 16 + 4t.. */
-                __m512i lo, hi;
+            __m512i lo[4], hi[4]; /* q4: low nibbles elements 4t.., high 16 + 4t.. */
+            for (int t = 0; t < 4; t++) {
                 if (q4) {
                     const __m512i v = _mm512_load_si512(q + 64 * t);
-                    lo = _mm512_and_si512(v, m4);
-                    hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                    lo[t] = _mm512_and_si512(v, m4);
+                    hi[t] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
                 } else {
-                    lo = _mm512_load_si512(q + 64 * t);
-                    hi = _mm512_load_si512(q + 256 + 64 * t);
+                    lo[t] = _mm512_load_si512(q + 64 * t);
+                    hi[t] = _mm512_load_si512(q + 256 + 64 * t);
                 }
-                s0 = _mm512_dpbusd_epi32(s0, lo, _mm512_set1_epi32(xb[t]));
-                s1 = _mm512_dpbusd_epi32(s1, hi, _mm512_set1_epi32(xb[4 + t]));
             }
-            __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
-            __m512 s = _mm512_mul_ps(d[h], _mm512_set1_ps(x->d[b + h]));
-            if (h) acc1 = _mm512_fmadd_ps(f, s, acc1);
-            else acc0 = _mm512_fmadd_ps(f, s, acc0);
-            corr = _mm512_fmadd_ps(d[h], _mm512_set1_ps(x->ds[b + h]), corr);
+            for (int r = 0; r < R; r++) {
+                const int32_t *xb = (const int32_t *)x[r].qs + 8 * (b + h);
+                __m512i s0 = _mm512_setzero_si512(), s1 = s0;
+                for (int t = 0; t < 4; t++) {
+                    s0 = _mm512_dpbusd_epi32(s0, lo[t], _mm512_set1_epi32(xb[t]));
+                    s1 = _mm512_dpbusd_epi32(s1, hi[t], _mm512_set1_epi32(xb[4 + t]));
+                }
+                __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
+                __m512 s = _mm512_mul_ps(d[h], _mm512_set1_ps(x[r].d[b + h]));
+                if (h) acc1[r] = _mm512_fmadd_ps(f, s, acc1[r]);
+                else acc0[r] = _mm512_fmadd_ps(f, s, acc0[r]);
+                corr[r] = _mm512_fmadd_ps(d[h], _mm512_set1_ps(x[r].ds[b + h]), corr[r]);
+            }
         }
     }
-    _mm512_storeu_ps(out, _mm512_fnmadd_ps(corr, _mm512_set1_ps(q4 ? 8.0f : 128.0f), _mm512_add_ps(acc0, acc1)));
+    for (int r = 0; r < R; r++)
+        _mm512_storeu_ps(out + 16 * r, _mm512_fnmadd_ps(corr[r], _mm512_set1_ps(q4 ? 8.0f : 128.0f),
+                                                        _mm512_add_ps(acc0[r], acc1[r])));
 }
 
-TGT static void gemv16_q4_0(const uint8_t *pw, const struct linear_xq *x, int64_t nb, float *out)
-{
-    gemv16(pw, x, nb, out, true);
-}
-
-TGT static void gemv16_q8_0(const uint8_t *pw, const struct linear_xq *x, int64_t nb, float *out)
-{
-    gemv16(pw, x, nb, out, false);
-}
+/* up to four rows a pass: 4, then 2 or 1 for what is left */
+#define GEMV16_TYPE(name, q4)                                                              \
+    TGT static void name(const uint8_t *pw, const struct linear_xq *x, int rows, int64_t nb, float *out) \
+    {                                                                                      \
+        for (; rows >= 4; rows -= 4, x += 4, out += 64) gemv16(pw, x, nb, out, q4, 4);     \
+        if (rows >= 2) {                                                                   \
+            gemv16(pw, x, nb, out, q4, 2);                                                 \
+            rows -= 2, x += 2, out += 32;                                                  \
+        }                                                                                  \
+        if (rows) gemv16(pw, x, nb, out, q4, 1);                                           \
+    }
+GEMV16_TYPE(gemv16_q4_0, true)
+GEMV16_TYPE(gemv16_q8_0, false)
+#undef GEMV16_TYPE
 
 linear_gemv16_fn linear_gemv16_avx512(enum dtype t)
 {

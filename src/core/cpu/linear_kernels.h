@@ -55,8 +55,11 @@ linear_dotx4_fn linear_dotx4_avx512(enum dtype t);
 #define LINEAR_PK_ROWS 16
 #define LINEAR_PK_PAIR_Q4_0 576
 #define LINEAR_PK_PAIR_Q8_0 1088
-/* out[0..15] = the 16 rows of the group at w . x (nb blocks). */
-typedef void (*linear_gemv16_fn)(const uint8_t *w, const struct linear_xq *x, int64_t nb, float *out);
+/* out[r * 16 + i] = row i of the group at w . x[r] (nb blocks), for
+ * activation rows r < rows: the group is read once for up to four of
+ * them. Each row's result is bit for bit the one it gets alone. */
+typedef void (*linear_gemv16_fn)(const uint8_t *w, const struct linear_xq *x, int rows, int64_t nb,
+                                 float *out);
 linear_gemv16_fn linear_gemv16_avx512(enum dtype t);
 /* rows r0..r0+nw-1 of the packed group at w -> the quantised GEMM's
  * unpacked tile (struct linear_qgemm's unpack output). */
