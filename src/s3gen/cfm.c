@@ -524,7 +524,7 @@ static struct resid transformer(struct arena *a, const struct s3gen_estimator *e
     struct tensor *hs;
     n = op_add_layer_norm(a, h, op_linear(a, o, l->to_out.w, l->to_out.b), l->norm3_w, l->norm3_b,
                           LN_EPS, &hs);
-    struct tensor *f = op_unary(a, op_linear(a, n, l->ff_proj.w, l->ff_proj.b), UN_GELU, 0, 0);
+    struct tensor *f = op_linear_ex(a, n, l->ff_proj.w, l->ff_proj.b, UN_GELU, NULL);
     struct tensor *y = op_linear(a, f, l->ff_out.w, l->ff_out.b);
     if (hs && y) out = (struct resid){hs, y};
     return out;

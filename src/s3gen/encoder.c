@@ -342,8 +342,8 @@ static struct tensor *conformer_layer(struct arena *a, const struct s3gen_encode
     struct tensor *h = op_layer_norm(a, x, l->norm_mha_w, l->norm_mha_b, 1e-12f);
     /* the residual add and norm_ff in one pass */
     h = op_add_layer_norm(a, x, rel_attn(a, e, l, h, pos), l->norm_ff_w, l->norm_ff_b, 1e-12f, &x);
-    h = op_unary(a, op_linear(a, h, l->w_1_w, l->w_1_b), UN_SILU, 0, 0);
-    return op_add(a, x, op_linear(a, h, l->w_2_w, l->w_2_b));
+    h = op_linear_ex(a, h, l->w_1_w, l->w_1_b, UN_SILU, NULL);
+    return op_linear_ex(a, h, l->w_2_w, l->w_2_b, -1, x);
 }
 
 /* One conformer layer whose intermediates (the [H, T, 2T-1] position

@@ -476,6 +476,95 @@ static void test_matmul(void)
     }
 }
 
+/* op_linear_ex on the cpu stores the activation and the residual with
+ * the product where its path can (the dot paths, packed or not, and the
+ * AMX-BF16 GEMM) and runs the kernels after it elsewhere; either way each
+ * element must be bit for bit op_linear, then op_unary, then op_add (the
+ * op layer's own composition). Cases: every path (F32 and Q8_0 dot,
+ * packed Q4_0 dot and row-exact, F32 GEMM, Q4_0 GEMM, BF16 GEMM), fused
+ * ops (GELU, SiLU, GELU-tanh), one that is not (sin), a strided residual. */
+static void test_linear_ex(void)
+{
+    struct arena *ab = arena_create(cpu, 0);
+    if (!ab) {
+        CHECK(0, "arena");
+        return;
+    }
+    arena_set_bf16(ab, true);
+    static const struct { enum dtype t; bool pack, row_exact, bf16, strided; int64_t m, k, n; int act; } cs[] = {
+        {TYPE_F32, false, false, false, false, 1, 256, 77, UN_GELU_TANH},
+        {TYPE_Q8_0, false, false, false, false, 3, 256, 77, UN_GELU},
+        {TYPE_Q4_0, true, false, false, false, 2, 1024, 83, UN_SILU},
+        {TYPE_Q4_0, true, true, false, false, 9, 1024, 64, UN_GELU},
+        {TYPE_F32, false, false, false, false, 40, 256, 70, UN_SILU},
+        {TYPE_Q4_0, false, false, false, false, 40, 256, 70, UN_GELU},
+        {TYPE_Q4_0, true, false, true, false, 100, 256, 83, UN_GELU},
+        {TYPE_F32, false, false, true, false, 100, 256, 70, -1},
+        {TYPE_F32, false, false, false, false, 2, 256, 70, UN_SIN},
+        {TYPE_Q4_0, true, false, false, true, 1, 1024, 48, UN_GELU},
+    };
+    int bad = 0, n_cases = 0;
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        if (cs[c].pack && cpu_level() < CPU_AVX512) continue;
+        for (int with_res = 0; with_res < 2; with_res++)
+            for (int with_act = 0; with_act < 2; with_act++) {
+                const int64_t m = cs[c].m, k = cs[c].k, n = cs[c].n, wne[2] = {n, k}, xne[2] = {m, k};
+                const int64_t rne[2] = {m, n}, rtne[2] = {n, m};
+                const int act = with_act ? cs[c].act : -1;
+                struct arena *a = cs[c].bf16 ? ab : ac;
+                const size_t rs = dtype_row_size(cs[c].t, k);
+                float *wf = malloc((size_t)(n * k) * sizeof *wf), *xv = malloc((size_t)(m * k) * sizeof *xv);
+                float *bv = malloc((size_t)n * sizeof *bv), *rv = malloc((size_t)(m * n) * sizeof *rv);
+                float *y1 = malloc((size_t)(m * n) * sizeof *y1);
+                char *w0 = aligned_alloc(64, (rs * (size_t)n + 63) & ~(size_t)63);
+                if (!wf || !xv || !bv || !rv || !y1 || !w0) {
+                    CHECK(0, "out of memory");
+                    free(wf), free(xv), free(bv), free(rv), free(y1), free(w0);
+                    continue;
+                }
+                fill_uniform(wf, (size_t)(n * k), -1, 1, 40 + c);
+                fill_uniform(xv, (size_t)(m * k), -2, 2, 60 + c);
+                fill_uniform(bv, (size_t)n, -1, 1, 80 + c);
+                fill_uniform(rv, (size_t)(m * n), -1, 1, 90 + c);
+                if (cs[c].t == TYPE_F32) memcpy(w0, wf, (size_t)(n * k) * sizeof *wf);
+                else
+                    for (int64_t r = 0; r < n; r++) quantize_row(cs[c].t, wf + r * k, w0 + (size_t)r * rs, k);
+                struct tensor w = tensor_make(cs[c].t, 2, wne, w0, NULL);
+                if (cs[c].pack && !linear_pack(&w, w0, &w)) {
+                    CHECK(0, "linear_pack");
+                    free(wf), free(xv), free(bv), free(rv), free(y1), free(w0);
+                    continue;
+                }
+                struct tensor x = tensor_make(TYPE_F32, 2, xne, xv, NULL);
+                const int64_t bne[1] = {n};
+                struct tensor b = tensor_make(TYPE_F32, 1, bne, bv, NULL);
+                struct tensor rt = tensor_make(TYPE_F32, 2, cs[c].strided ? rtne : rne, rv, NULL);
+                arena_set_row_exact(a, cs[c].row_exact);
+                arena_reset(a);
+                const struct tensor *r = NULL;
+                if (with_res) r = cs[c].strided ? op_transpose(a, &rt, 0, 1) : &rt;
+                struct tensor *y = op_linear(a, &x, &w, &b);
+                if (act >= 0) y = op_unary(a, y, (enum unop)act, 0, 0);
+                if (r) y = op_add(a, r, y);
+                bool ok = y != NULL;
+                if (ok) memcpy(y1, y->data, (size_t)(m * n) * sizeof *y1);
+                struct tensor *e = op_linear_ex(a, &x, &w, &b, act, r);
+                ok = ok && e && !memcmp(e->data, y1, (size_t)(m * n) * sizeof *y1);
+                arena_set_row_exact(a, false);
+                n_cases++;
+                if (!ok) {
+                    bad++;
+                    CHECK(0, "op_linear_ex %s%s [%lld x %lld, %lld] act %d%s: differs from linear, unary, add (%s)",
+                          dtype_name(cs[c].t), cs[c].pack ? " packed" : "", (long long)m, (long long)k,
+                          (long long)n, act, r ? " + residual" : "", arena_errmsg(a));
+                }
+                free(wf), free(xv), free(bv), free(rv), free(y1), free(w0);
+            }
+    }
+    printf("op_linear_ex: %d of %d cases differ from op_linear + op_unary + op_add\n", bad, n_cases);
+    arena_free(ab);
+}
+
 int main(void)
 {
     cpu = backend_cpu_create(2);
@@ -491,6 +580,7 @@ int main(void)
     test_linear_errors();
     test_qgemm_pack();
     test_qgemm_vs_dot();
+    test_linear_ex();
     const enum dtype types[] = {TYPE_F32, TYPE_F16, TYPE_BF16, TYPE_Q8_0,
                                 TYPE_Q4_0, TYPE_Q4_1, TYPE_Q5_0, TYPE_Q5_1};
     struct { int64_t m, k, n; } shapes[] = {

@@ -519,14 +519,38 @@ static void un_units(void *p, int64_t u0, int64_t u1, int ith)
     }
 }
 
+static void un_pick(struct un_ctx *c)
+{
+#if HAVE_X86
+    c->avx2 = use_avx2() && un_has_avx2(c->op);
+    c->avx512 = cpu_level() >= CPU_AVX512 && un_has_avx512(c->op);
+#else
+    (void)c;
+#endif
+}
+
+bool cpu_unary_fusable(enum unop op)
+{
+    /* the vector forms compute each lane alone (masked tails the same);
+     * the AVX2 sin/cos falls back to libm per 8 lanes, and the scalar
+     * loop wants distinct in and out */
+    struct un_ctx c = {.op = op};
+    un_pick(&c);
+    return (c.avx2 || c.avx512) && op != UN_SIN && op != UN_COS;
+}
+
+void cpu_unary_run(enum unop op, float *o, const float *x, int64_t n)
+{
+    struct un_ctx c = {.op = op};
+    un_pick(&c);
+    un_run(&c, o, x, n);
+}
+
 static void cpu_unary(struct arena *a, struct tensor *out, const struct tensor *x,
                       enum unop op, float p0, float p1)
 {
     struct un_ctx c = {.op = op, .p0 = p0, .p1 = p1};
-#if HAVE_X86
-    c.avx2 = use_avx2() && un_has_avx2(op);
-    c.avx512 = HAVE_X86 && cpu_level() >= CPU_AVX512 && un_has_avx512(op);
-#endif
+    un_pick(&c);
     const struct tensor *t[2] = {out, x};
     iter_init(&c.it, 2, t);
     run_iter(a, &c.it, un_units, &c);

@@ -32,6 +32,12 @@ static inline bool un_has_avx512(enum unop op)
     return op == UN_GELU || op == UN_SILU || op == UN_SIGMOID || op == UN_MISH;
 }
 
+/* For fused epilogues (linear_epi): whether op_unary's cpu kernel gives
+ * op (parameters 0, 0) each element's value wherever a run starts and in
+ * place; then cpu_unary_run computes it for one contiguous run. */
+bool cpu_unary_fusable(enum unop op);
+void cpu_unary_run(enum unop op, float *o, const float *x, int64_t n);
+
 #if HAVE_X86
 /* n float16 <-> float32 (F16C; the AVX2 level includes it) */
 void elementwise_f16_to_f32_f16c(float *dst, const uint16_t *src, int64_t n);

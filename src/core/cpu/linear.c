@@ -242,6 +242,15 @@ void linear_xq_prepare(struct linear_xq *xq, int8_t *qs, float *d, float *ds, in
     xq->ds = ds;
 }
 
+void linear_epi_apply(const struct linear_epi *e, float *y, int64_t row, int64_t ld, int64_t c0, int64_t n)
+{
+    if (e->act >= 0) cpu_unary_run((enum unop)e->act, y, y, n);
+    if (e->res) {
+        const float *r = e->res + row * ld + c0;
+        for (int64_t i = 0; i < n; i++) y[i] = r[i] + y[i];
+    }
+}
+
 struct dot_job {
     vec_dot_fn dot;
     linear_dotx_fn dotx;    /* when set, used with xp[] instead of dot */
@@ -255,12 +264,14 @@ struct dot_job {
     const float *bias;
     int64_t bias_stride;    /* bytes */
     float *y;               /* [m, n] */
+    const struct linear_epi *epi; /* NULL: none */
 };
 
 static void dot_rows(void *ctx, int64_t n0, int64_t n1, int ith)
 {
     (void)ith;
     const struct dot_job *j = ctx;
+    const int64_t first = n0;
     if (j->dotx4) /* groups of four weight rows, then one at a time */
         for (; n0 + 4 <= n1; n0 += 4) {
             const char *w = j->w + n0 * j->w_stride;
@@ -282,6 +293,8 @@ static void dot_rows(void *ctx, int64_t n0, int64_t n1, int ith)
             j->y[r * j->n + n] = (j->dotx ? j->dotx(w, j->xp + r, j->k)
                                           : j->dot(w, j->xq + (size_t)r * j->xq_stride, j->k)) + bias;
     }
+    for (int64_t r = 0; j->epi && r < j->m; r++)
+        linear_epi_apply(j->epi, j->y + r * j->n + first, r, j->n, first, n1 - first);
 }
 
 /* Packed weights (linear_pack): groups of 16 rows per call, the rows
@@ -297,6 +310,7 @@ struct pk_job {
     const float *bias;
     int64_t bias_stride;    /* bytes */
     float *y;               /* [m, n] */
+    const struct linear_epi *epi; /* NULL: none */
 };
 
 static void pk_rows(void *ctx, int64_t g0, int64_t g1, int ith)
@@ -317,11 +331,13 @@ static void pk_rows(void *ctx, int64_t g0, int64_t g1, int ith)
                 for (int q = 0; q < rows; q++, r++) {
                     float *y = j->y + r * j->n + r0;
                     for (int i = 0; i < LINEAR_PK_ROWS; i++) y[i] = o[q * LINEAR_PK_ROWS + i] + bias[i];
+                    if (j->epi) linear_epi_apply(j->epi, y, r, j->n, r0, LINEAR_PK_ROWS);
                 }
             } else {
                 float *y = j->y + r * j->n + r0;
                 for (int64_t i = r0; i < r1; i++)
                     y[i - r0] = j->dotx(j->w + (size_t)i * j->rs, j->xp + r, j->k) + bias[i - r0];
+                if (j->epi) linear_epi_apply(j->epi, y, r, j->n, r0, r1 - r0);
                 r++;
             }
         }
@@ -330,13 +346,14 @@ static void pk_rows(void *ctx, int64_t g0, int64_t g1, int ith)
 
 /* packed: w was packed by linear_pack (then q4_0 / q8_0 at AVX-512) */
 static void linear_dot(struct arena *a, struct tensor *out, const struct tensor *x,
-                       const struct tensor *w, const struct tensor *b, bool packed)
+                       const struct tensor *w, const struct tensor *b, bool packed,
+                       const struct linear_epi *e)
 {
     const int64_t k = x->ne[x->ndim - 1], n = w->ne[0], m = tensor_nrows(x);
     struct dot_job j = {
         .dot = linear_dot_kernel(w->type, cpu_level()),
         .w = w->data, .w_stride = w->nb[0], .m = m, .k = k, .n = n,
-        .bias = b ? b->data : NULL, .bias_stride = b ? b->nb[0] : 0, .y = out->data,
+        .bias = b ? b->data : NULL, .bias_stride = b ? b->nb[0] : 0, .y = out->data, .epi = e,
     };
     int vt = quant_vec_dot_type(w->type);
     linear_dotx_fn dotx = vt == TYPE_Q8_0 && (packed || cpu_level() >= CPU_AVX512)
@@ -385,7 +402,7 @@ static void linear_dot(struct arena *a, struct tensor *out, const struct tensor 
             .gemv = linear_gemv16_avx512(w->type), .dotx = dotx, .xp = j.xp, .w = w->data,
             .gbytes = (size_t)row_bytes * LINEAR_PK_ROWS, .rs = (size_t)row_bytes,
             .groups = n / LINEAR_PK_ROWS, .m = m, .k = k, .n = n, .bias = j.bias,
-            .bias_stride = j.bias_stride, .y = j.y,
+            .bias_stride = j.bias_stride, .y = j.y, .epi = e,
         };
         int64_t items = pj.groups + (n % LINEAR_PK_ROWS ? 1 : 0);
         int64_t gb = (int64_t)pj.gbytes, grain = (16384 + gb - 1) / gb;
@@ -600,45 +617,93 @@ static void linear_gemm(struct arena *a, struct tensor *out, const struct tensor
 /* ---- BF16 products (linear_bf16.h) -------------------------------------- */
 
 static void linear_bf16(struct arena *a, struct tensor *out, const struct tensor *x,
-                        const struct tensor *w, const struct tensor *b)
+                        const struct tensor *w, const struct tensor *b, const struct linear_epi *e)
 {
     struct threadpool *tp = arena_backend(a)->tp;
     size_t need = linear_bf16_scratch_bytes(tensor_nrows(x), x->ne[x->ndim - 1], tp_n_threads(tp));
     if (!scratch_begin(a, need)) return;
-    linear_bf16_gemm(tp, x, w, b ? b->data : NULL, b ? b->nb[0] : 0, out->data, scratch_take(need));
+    linear_bf16_gemm(tp, x, w, b ? b->data : NULL, b ? b->nb[0] : 0, out->data, scratch_take(need), e);
+}
+
+/* The path op_linear takes for a shape */
+enum lpath { LP_NONE, LP_DOT, LP_DOT_PACKED, LP_BF16, LP_QGEMM, LP_QGEMM_PACKED, LP_GEMM };
+
+static enum lpath linear_path(struct arena *a, const struct tensor *x, const struct tensor *w,
+                              struct linear_qgemm *g)
+{
+    const int64_t m = tensor_nrows(x);
+    const bool packed = cpu_weight_is(w, CPU_WEIGHT_GEMV16);
+    if (m == 0 || w->ne[0] == 0) return LP_NONE;
+    /* row-exact (arena_set_row_exact): the dot path, whose rows are
+     * independent (each weight row's dot with each x row; the split over
+     * threads follows the weight rows alone), as one or two rows take it */
+    if (arena_row_exact(a)) return packed ? LP_DOT_PACKED : LP_DOT;
+    if (arena_bf16(a) && m >= linear_bf16_min_rows && x->ne[x->ndim - 1] > 0 && linear_bf16_supported(w))
+        return LP_BF16;
+    /* packed weights take the packed paths whatever the level now (they
+     * were packed at AVX-512, which the CPU has) */
+    if (packed)
+        return m >= linear_qgemm_min_rows &&
+                       ((linear_qgemm_use_amx && linear_qgemm_amx(w->type, g)) || linear_qgemm_avx512(w->type, g))
+                   ? LP_QGEMM_PACKED
+                   : LP_DOT_PACKED;
+    if (x->ne[x->ndim - 1] > 0 && qgemm_for(w->type, m, cpu_level(), g)) return LP_QGEMM;
+    return m <= linear_dot_max_rows ? LP_DOT : LP_GEMM;
+}
+
+/* The product on path p; the epilogue e (NULL: none) only on the paths
+ * that store through one (the dot paths and BF16). */
+static void linear_run(struct arena *a, enum lpath p, struct tensor *out, const struct tensor *x,
+                       const struct tensor *w, const struct tensor *b, const struct linear_qgemm *g,
+                       const struct linear_epi *e)
+{
+    switch (p) {
+    case LP_NONE: break;
+    case LP_DOT: linear_dot(a, out, x, w, b, false, e); break;
+    case LP_DOT_PACKED: linear_dot(a, out, x, w, b, true, e); break;
+    case LP_BF16: linear_bf16(a, out, x, w, b, e); break;
+    case LP_QGEMM: linear_qgemm(a, out, x, w, b, g, false); break;
+    case LP_QGEMM_PACKED: linear_qgemm(a, out, x, w, b, g, true); break;
+    case LP_GEMM: linear_gemm(a, out, x, w, b); break;
+    }
 }
 
 static void cpu_linear(struct arena *a, struct tensor *out, const struct tensor *x,
                        const struct tensor *w, const struct tensor *b)
 {
-    const int64_t m = tensor_nrows(x);
-    if (m == 0 || w->ne[0] == 0) return;
-    /* row-exact (arena_set_row_exact): the dot path, whose rows are
-     * independent (each weight row's dot with each x row; the split over
-     * threads follows the weight rows alone), as one or two rows take it */
-    if (arena_row_exact(a)) {
-        linear_dot(a, out, x, w, b, cpu_weight_is(w, CPU_WEIGHT_GEMV16));
-        return;
-    }
-    if (arena_bf16(a) && m >= linear_bf16_min_rows && x->ne[x->ndim - 1] > 0 && linear_bf16_supported(w)) {
-        linear_bf16(a, out, x, w, b);
-        return;
-    }
     struct linear_qgemm g;
-    /* packed weights take the packed paths whatever the level now (they
-     * were packed at AVX-512, which the CPU has) */
-    if (cpu_weight_is(w, CPU_WEIGHT_GEMV16)) {
-        if (m >= linear_qgemm_min_rows &&
-            ((linear_qgemm_use_amx && linear_qgemm_amx(w->type, &g)) || linear_qgemm_avx512(w->type, &g)))
-            linear_qgemm(a, out, x, w, b, &g, true);
-        else
-            linear_dot(a, out, x, w, b, true);
+    linear_run(a, linear_path(a, x, w, &g), out, x, w, b, &g, NULL);
+}
+
+/* op_linear_ex: the activation and the residual in the product's store
+ * where its path has one (the same values op_unary and op_add give);
+ * otherwise the product, the unary and the binary kernel one after the
+ * other through scratch, as the op's own fallback does */
+static void cpu_linear_ex(struct arena *a, struct tensor *out, const struct tensor *x, const struct tensor *w,
+                          const struct tensor *b, int act, const struct tensor *r)
+{
+    struct linear_qgemm g;
+    const enum lpath p = linear_path(a, x, w, &g);
+    if (p == LP_NONE) return;
+    const bool store_epi = p == LP_DOT || p == LP_DOT_PACKED || p == LP_BF16;
+    if ((act < 0 && !r) ||
+        (store_epi && (act < 0 || cpu_unary_fusable((enum unop)act)) && (!r || tensor_is_contiguous(r)))) {
+        const struct linear_epi e = {act, r ? (const float *)r->data : NULL};
+        linear_run(a, p, out, x, w, b, &g, act >= 0 || r ? &e : NULL);
         return;
     }
-    if (x->ne[x->ndim - 1] > 0 && qgemm_for(w->type, m, cpu_level(), &g))
-        linear_qgemm(a, out, x, w, b, &g, false);
-    else if (m <= linear_dot_max_rows) linear_dot(a, out, x, w, b, false);
-    else linear_gemm(a, out, x, w, b);
+    const struct kernels *k = &arena_backend(a)->k;
+    struct tensor y = *out, u = *out;
+    if (!(y.data = arena_alloc(a, tensor_nbytes(out)))) return;
+    linear_run(a, p, &y, x, w, b, &g, NULL);
+    struct tensor *cur = &y;
+    if (act >= 0 && arena_status(a) == CBX_OK) {
+        if (r && !(u.data = arena_alloc(a, tensor_nbytes(out)))) return;
+        if (!r) u.data = out->data;
+        k->unary(a, &u, cur, (enum unop)act, 0.0f, 0.0f);
+        cur = &u;
+    }
+    if (r && arena_status(a) == CBX_OK) k->binary(a, out, r, cur, BIN_ADD);
 }
 
 /* ---- matmul ------------------------------------------------------------ */
@@ -720,5 +785,6 @@ static void cpu_matmul(struct arena *a, struct tensor *out, const struct tensor 
 void cpu_register_linear(struct kernels *k)
 {
     k->linear = cpu_linear;
+    k->linear_ex = cpu_linear_ex;
     k->matmul = cpu_matmul;
 }

@@ -145,6 +145,7 @@ struct bjob {
     const char *bias;
     int64_t bias_stride;
     float *y;
+    const struct linear_epi *epi; /* NULL: none */
     uint16_t *xb;                 /* [mp][ldb], K past kp unused */
     int64_t *last;                /* per thread: panel in its scratch, -1 none */
     char *tmp;                    /* per thread: thread_bytes(kp) */
@@ -339,6 +340,7 @@ TGT static void store_block(const struct bjob *j, const float *cb, int64_t r0, i
         float *y = j->y + (r0 + r) * j->n + n0;
         _mm512_mask_storeu_ps(y, m0, _mm512_add_ps(_mm512_load_ps(cb + 32 * r), b0));
         if (m1) _mm512_mask_storeu_ps(y + 16, m1, _mm512_add_ps(_mm512_load_ps(cb + 32 * r + 16), b1));
+        if (j->epi) linear_epi_apply(j->epi, y, r0 + r, j->n, n0, cols);
     }
 }
 
@@ -442,7 +444,8 @@ TGT static void run_items(void *ctx, int64_t i0, int64_t i1, int ith)
 }
 
 void linear_bf16_gemm(struct threadpool *tp, const struct tensor *x, const struct tensor *w,
-                      const char *bias, int64_t bias_stride, float *y, void *scratch)
+                      const char *bias, int64_t bias_stride, float *y, void *scratch,
+                      const struct linear_epi *e)
 {
     const int nt = tp_n_threads(tp);
     const int64_t n = w->ne[0], k = x->ne[x->ndim - 1], m = tensor_nrows(x), kp = round32(k), mp = round32(m);
@@ -450,7 +453,7 @@ void linear_bf16_gemm(struct threadpool *tp, const struct tensor *x, const struc
         .x = x, .m = m, .k = k, .n = n, .kp = kp, .ks = kp / 32, .ldb = kp + XPAD, .w = w,
         .wd = w->data, .ws = w->nb[0],
         .pk_rows = cpu_weight_is(w, CPU_WEIGHT_GEMV16) ? n / LINEAR_PK_ROWS * LINEAR_PK_ROWS : 0,
-        .bias = bias, .bias_stride = bias_stride, .y = y, .tmp_bytes = thread_bytes(kp),
+        .bias = bias, .bias_stride = bias_stride, .y = y, .epi = e, .tmp_bytes = thread_bytes(kp),
     };
     char *sp = scratch;
     j.xb = (uint16_t *)sp;
@@ -481,9 +484,10 @@ size_t linear_bf16_scratch_bytes(int64_t m, int64_t k, int nt)
     return 0;
 }
 void linear_bf16_gemm(struct threadpool *tp, const struct tensor *x, const struct tensor *w,
-                      const char *bias, int64_t bias_stride, float *y, void *scratch)
+                      const char *bias, int64_t bias_stride, float *y, void *scratch,
+                      const struct linear_epi *e)
 {
-    (void)tp, (void)x, (void)w, (void)bias, (void)bias_stride, (void)y, (void)scratch;
+    (void)tp, (void)x, (void)w, (void)bias, (void)bias_stride, (void)y, (void)scratch, (void)e;
 }
 
 #endif

@@ -26,6 +26,16 @@ bool linear_bf16_supported(const struct tensor *w);
  * like linear_dot_max_rows; set it only while no linear runs). */
 extern int linear_bf16_min_rows;
 
+/* op_linear_ex's epilogue, applied to each stretch y[row][c0, c0 + n)
+ * of the product as it is stored (linear.c: linear_epi_apply): act >= 0
+ * as op_unary evaluates it (a cpu_unary_fusable op), then y = res + y as
+ * op_add, res [m, n] contiguous or NULL. */
+struct linear_epi {
+    int act;
+    const float *res;
+};
+void linear_epi_apply(const struct linear_epi *e, float *y, int64_t row, int64_t ld, int64_t c0, int64_t n);
+
 /* Scratch bytes linear_bf16_gemm needs (64-byte aligned) for m rows of k
  * and a pool of nt threads. */
 size_t linear_bf16_scratch_bytes(int64_t m, int64_t k, int nt);
@@ -33,8 +43,10 @@ size_t linear_bf16_scratch_bytes(int64_t m, int64_t k, int nt);
  * strides, m = tensor_nrows(x) rows of k = its last dim (bias: NULL or n
  * floats bias_stride bytes apart), n = w->ne[0], with the pool's threads;
  * w as linear_bf16_supported accepts it, scratch of
- * linear_bf16_scratch_bytes(m, k, tp_n_threads(tp)) bytes. */
+ * linear_bf16_scratch_bytes(m, k, tp_n_threads(tp)) bytes; then the
+ * epilogue e (NULL: none). */
 void linear_bf16_gemm(struct threadpool *tp, const struct tensor *x, const struct tensor *w,
-                      const char *bias, int64_t bias_stride, float *y, void *scratch);
+                      const char *bias, int64_t bias_stride, float *y, void *scratch,
+                      const struct linear_epi *e);
 
 #endif
