@@ -333,17 +333,20 @@ static void test_unary_special(void)
     }
 }
 
-/* The 16-lane (AVX-512) GELU, SiLU, sigmoid and Mish repeat the 8-lane
- * (AVX2) operations lane for lane: outputs must be the same bits, for
- * every length 1..40 (masked tails), a threaded size, and the special
- * values. Skipped (with a note) where the CPU has no AVX-512. */
+/* The 16-lane (AVX-512) GELU (erf and tanh), tanh, SiLU, sigmoid, Mish
+ * and Snake repeat the 8-lane (AVX2) operations lane for lane: outputs
+ * must be the same bits, for every length 1..40 (masked tails), a threaded
+ * size, and the special values (Snake: arguments past 8192 and NaN, which
+ * take libm's sinf per 8-lane half). Skipped (with a note) where the CPU
+ * has no AVX-512. */
 static void test_unary_widths(void)
 {
     if (cpu_level_detected() < CPU_AVX512) {
         printf("unary widths: no AVX-512 here, 16-lane path not tested\n");
         return;
     }
-    static const int ops[4] = {UN_GELU, UN_SILU, UN_SIGMOID, UN_MISH};
+    enum { N_OPS = 7, SNAKE = -1 };
+    static const int ops[N_OPS] = {UN_GELU, UN_SILU, UN_SIGMOID, UN_MISH, UN_GELU_TANH, UN_TANH, SNAKE};
     const float sp[19] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-30f, -1e-30f, 88.5f, 89.0f,
                           -87.5f, -100.0f, -104.0f, 8191.0f, 8193.0f, -3e5f, 20.0f, 20.5f,
                           9.2f, -9.2f};
@@ -351,7 +354,19 @@ static void test_unary_widths(void)
     float *x = rnd((size_t)big, -12, 12, 977);
     memcpy(x + 100, sp, sizeof sp);
     enum cpu_level lvl = cpu_level();
-    for (int k = 0; k < 4; k++) {
+    const float al[1] = {1.7f};
+    /* Snake's input: also one argument past 8192 in the first 8-lane half
+     * of every 16 elements, so the other half must keep its vector sin */
+    float *xs = malloc((size_t)big * sizeof *xs);
+    if (!xs) {
+        CHECK(0, "out of memory");
+        free(x);
+        return;
+    }
+    memcpy(xs, x, (size_t)big * sizeof *xs);
+    for (int64_t i = 3; i < big; i += 16) xs[i] = 6000.0f;
+    const int64_t one = 1;
+    for (int k = 0; k < N_OPS; k++) {
         long diff = 0, total = 0;
         double maxd = 0;
         for (int64_t n = 1; n <= 41; n++) {
@@ -359,10 +374,17 @@ static void test_unary_widths(void)
             float *o[2] = {NULL, NULL};
             for (int w = 0; w < 2; w++) {
                 cpu_set_level(w ? CPU_AVX2 : CPU_AVX512);
-                o[w] = host_copy(A_cpu, op_unary(A_cpu, f32(A_cpu, 1, &len, x + off), (enum unop)ops[k], 0, 0));
+                struct tensor *in = f32(A_cpu, 1, &len, x + off);
+                if (ops[k] == SNAKE) { /* [1, 1, len]: one channel */
+                    const int64_t ne3[3] = {1, 1, len};
+                    in = f32(A_cpu, 3, ne3, (n == 41 ? xs : x) + off);
+                }
+                o[w] = host_copy(A_cpu, ops[k] == SNAKE ? op_snake(A_cpu, in, f32(A_cpu, 1, &one, al))
+                                                        : op_unary(A_cpu, in, (enum unop)ops[k], 0, 0));
             }
             cpu_set_level(lvl);
-            CHECK(o[0] && o[1], "unary %s widths n=%lld ran", un_names[ops[k]], (long long)len);
+            const char *nm = ops[k] == SNAKE ? "snake" : un_names[ops[k]];
+            CHECK(o[0] && o[1], "unary %s widths n=%lld ran", nm, (long long)len);
             for (int64_t i = 0; o[0] && o[1] && i < len; i++, total++) {
                 if (memcmp(&o[0][i], &o[1][i], 4) == 0) continue;
                 bool both_nan = isnan(o[0][i]) && isnan(o[1][i]);
@@ -374,12 +396,13 @@ static void test_unary_widths(void)
             free(o[1]);
             arena_reset(A_cpu);
         }
-        printf("unary %-8s 16 vs 8 lanes: %ld of %ld differ, max abs %.3g\n", un_names[ops[k]], diff,
-               total, maxd);
-        CHECK(diff == 0, "unary %s: the AVX-512 path differs from AVX2 in %ld values (max abs %.3g)",
-              un_names[ops[k]], diff, maxd);
+        const char *nm = ops[k] == SNAKE ? "snake" : un_names[ops[k]];
+        printf("unary %-10s 16 vs 8 lanes: %ld of %ld differ, max abs %.3g\n", nm, diff, total, maxd);
+        CHECK(diff == 0, "unary %s: the AVX-512 path differs from AVX2 in %ld values (max abs %.3g)", nm, diff,
+              maxd);
     }
     free(x);
+    free(xs);
 }
 
 /* ---- snake -------------------------------------------------------------- */

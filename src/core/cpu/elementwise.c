@@ -577,6 +577,10 @@ static void snake_run(float *restrict o, const float *restrict x, float al, floa
 static void snake_any(bool avx2, float *o, const float *x, float al, float inv, int64_t n)
 {
 #if HAVE_X86
+    if (avx2 && cpu_level() >= CPU_AVX512) {
+        elementwise_snake_avx512(o, x, al, inv, n);
+        return;
+    }
     if (avx2) {
         elementwise_snake_avx2(o, x, al, inv, n);
         return;

@@ -76,60 +76,11 @@ AVX2_FN static inline __m256 v_nan_from(__m256 y, __m256 x)
 #define VLT(a, b) _mm256_cmp_ps(a, b, _CMP_LT_OQ)
 #define VGT(a, b) _mm256_cmp_ps(a, b, _CMP_GT_OQ)
 #define VSEL(m, a, b) _mm256_blendv_ps(a, b, m)
+#define VIADDC(q, c) _mm256_add_epi32(q, _mm256_set1_epi32(c))
+#define VODD(q) _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(q, _mm256_set1_epi32(1)), _mm256_set1_epi32(1)))
+#define VFLIP2(y, q) _mm256_xor_ps(y, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(q, _mm256_set1_epi32(2)), 30)))
 #include "act_simd.inc"
 #include "act_simd_undef.inc"
-
-/* e^x - 1 without cancellation near 0; x clamped to [-30, 20] (callers
- * only need that range: the result is -1 below, and tanh saturates). */
-AVX2_FN static inline __m256 v_expm1(__m256 x)
-{
-    __m256 xc = _mm256_min_ps(_mm256_max_ps(x, v_set(-30.0f)), v_set(20.0f)), n;
-    __m256 r = v_reduce_ln2(xc, &n);
-    __m256 p = _mm256_fmadd_ps(_mm256_mul_ps(r, r), v_expm1_tail(r), r); /* e^r - 1 */
-    __m256 s = v_pow2i(_mm256_cvtps_epi32(n));
-    /* 2^n (p + 1) - 1 = 2^n p + (2^n - 1); exact p when n = 0 */
-    __m256 y = _mm256_fmadd_ps(s, p, _mm256_sub_ps(s, v_set(1.0f)));
-    return v_nan_from(y, x);
-}
-
-/* tanh(|x|) = expm1(2|x|) / (expm1(2|x|) + 2); 1 in float beyond 9.1 */
-AVX2_FN static inline __m256 v_tanh(__m256 x)
-{
-    const __m256 sign = v_set(-0.0f);
-    __m256 a = _mm256_min_ps(_mm256_andnot_ps(sign, x), v_set(9.1f));
-    __m256 e = v_expm1(_mm256_add_ps(a, a));
-    __m256 t = _mm256_div_ps(e, _mm256_add_ps(e, v_set(2.0f)));
-    return v_nan_from(_mm256_or_ps(t, _mm256_and_ps(x, sign)), x);
-}
-
-/* sin(x) (quadrant offset 0) or cos(x) (offset 1) for |x| <= 8192:
- * k = round(x 2/pi), r = x - k pi/2 in three parts (Cephes' split). */
-AVX2_FN static inline __m256 v_sincos(__m256 x, int offset)
-{
-    __m256 k = _mm256_round_ps(_mm256_mul_ps(x, v_set(0.636619772367581343f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(k, v_set(1.5703125f), x);
-    r = _mm256_fnmadd_ps(k, v_set(4.837512969970703125e-4f), r);
-    r = _mm256_fnmadd_ps(k, v_set(7.54978995489188216e-8f), r);
-    __m256 z = _mm256_mul_ps(r, r);
-    __m256 ps = v_set(1.0f / 362880);
-    ps = _mm256_fmadd_ps(ps, z, v_set(-1.0f / 5040));
-    ps = _mm256_fmadd_ps(ps, z, v_set(1.0f / 120));
-    ps = _mm256_fmadd_ps(ps, z, v_set(-1.0f / 6));
-    __m256 s = _mm256_fmadd_ps(_mm256_mul_ps(r, z), ps, r);
-    __m256 pc = v_set(-1.0f / 3628800);
-    pc = _mm256_fmadd_ps(pc, z, v_set(1.0f / 40320));
-    pc = _mm256_fmadd_ps(pc, z, v_set(-1.0f / 720));
-    pc = _mm256_fmadd_ps(pc, z, v_set(1.0f / 24));
-    pc = _mm256_fmadd_ps(pc, z, v_set(-0.5f));
-    __m256 c = _mm256_fmadd_ps(pc, z, v_set(1.0f));
-    __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(offset));
-    __m256 odd = _mm256_castsi256_ps(_mm256_cmpeq_epi32(
-        _mm256_and_si256(q, _mm256_set1_epi32(1)), _mm256_set1_epi32(1)));
-    __m256 y = _mm256_blendv_ps(s, c, odd);
-    __m256 neg = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(q, _mm256_set1_epi32(2)), 30));
-    return _mm256_xor_ps(y, neg);
-}
 
 AVX2_FN static inline bool v_sincos_ok(__m256 x)
 {
@@ -146,15 +97,10 @@ AVX2_FN static inline __m256i v_tail_mask(int64_t m)
 
 AVX2_FN static inline __m256 un8(enum unop op, __m256 v, __m256 p0, __m256 p1)
 {
-    const __m256 one = v_set(1.0f), zero = _mm256_setzero_ps();
+    const __m256 zero = _mm256_setzero_ps();
     switch (op) {
     case UN_GELU: return v_gelu(v);
-    case UN_GELU_TANH: {
-        /* same float order as the scalar: k * (v + ((kappa v) v) v) */
-        __m256 c = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(v_set(0.044715f), v), v), v);
-        __m256 in = _mm256_mul_ps(v_set((float)(M_SQRT2 * M_2_SQRTPI * 0.5)), _mm256_add_ps(v, c));
-        return _mm256_mul_ps(_mm256_mul_ps(v_set(0.5f), v), _mm256_add_ps(one, v_tanh(in)));
-    }
+    case UN_GELU_TANH: return v_gelu_tanh(v);
     case UN_SILU: return v_silu(v);
     case UN_SIGMOID: return v_sigmoid(v);
     case UN_MISH: return v_mish(v);

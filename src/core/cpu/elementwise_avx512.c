@@ -10,7 +10,7 @@
 
 #define AVX512_FN __attribute__((target("avx512f,avx2,fma")))
 
-/* The flow decoder's GELU (erf), Mish, SiLU and sigmoid on 16 lanes: the
+/* GELU (erf and tanh forms), tanh, Mish, SiLU, sigmoid and Snake's sin on 16 lanes: the
  * same operations in the same order as the AVX2 functions of
  * elementwise_avx2.c (IEEE
  * add/mul/div/fma, round-to-nearest conversions), so every lane gives the
@@ -57,6 +57,10 @@ AVX512_FN static inline __m512 w_nan_from(__m512 y, __m512 x)
 #define VLT(a, b) _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ)
 #define VGT(a, b) _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ)
 #define VSEL(m, a, b) _mm512_mask_blend_ps(m, a, b)
+#define VIADDC(q, c) _mm512_add_epi32(q, _mm512_set1_epi32(c))
+#define VODD(q) _mm512_test_epi32_mask(q, _mm512_set1_epi32(1))
+#define VFLIP2(y, q) \
+    _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(y), _mm512_slli_epi32(_mm512_and_si512(q, _mm512_set1_epi32(2)), 30)))
 #include "act_simd.inc"
 #include "act_simd_undef.inc"
 #undef W_SIGN
@@ -68,6 +72,8 @@ AVX512_FN static inline __m512 un16(enum unop op, __m512 v)
     case UN_SILU: return w_silu(v);
     case UN_SIGMOID: return w_sigmoid(v);
     case UN_MISH: return w_mish(v);
+    case UN_GELU_TANH: return w_gelu_tanh(v);
+    case UN_TANH: return w_tanh(v);
     default: return v; /* not reached: un_has_avx512 */
     }
 }
@@ -88,10 +94,38 @@ AVX512_FN void elementwise_unary_avx512(enum unop op, float *o, const float *x, 
     case UN_SILU: UN_LOOP512(UN_SILU) break;
     case UN_SIGMOID: UN_LOOP512(UN_SIGMOID) break;
     case UN_MISH: UN_LOOP512(UN_MISH) break;
+    case UN_GELU_TANH: UN_LOOP512(UN_GELU_TANH) break;
+    case UN_TANH: UN_LOOP512(UN_TANH) break;
     default: break;
     }
 }
 #undef UN_LOOP512
+
+/* elementwise_snake_avx2 on 16 lanes: the same sin per lane; as there,
+ * each aligned 8-lane half holding an argument outside |x| <= 8192 (or a
+ * NaN) takes libm's sinf for all its lanes, so results are bit for bit
+ * the AVX2 ones */
+AVX512_FN void elementwise_snake_avx512(float *o, const float *x, float al, float inv, int64_t n)
+{
+    const __m512 va = w_set(al), vi = w_set(inv), lim = w_set(8192.0f);
+    for (int64_t i = 0; i < n; i += 16) {
+        int64_t m = n - i;
+        __mmask16 k = m >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << m) - 1);
+        __m512 v = _mm512_maskz_loadu_ps(k, x + i), ax = _mm512_mul_ps(v, va);
+        __m512 s = w_sincos(ax, 0);
+        __mmask16 ok = _mm512_cmp_ps_mask(_mm512_abs_ps(ax), lim, _CMP_LE_OQ);
+        if (ok != 0xffff) {
+            float t[16], a[16];
+            _mm512_storeu_ps(t, s);
+            _mm512_storeu_ps(a, ax);
+            for (int h = 0; h < 2; h++)
+                if ((ok >> (8 * h) & 0xff) != 0xff)
+                    for (int l = 8 * h; l < 8 * h + 8; l++) t[l] = sinf(a[l]);
+            s = _mm512_loadu_ps(t);
+        }
+        _mm512_mask_storeu_ps(o + i, k, _mm512_add_ps(v, _mm512_mul_ps(vi, _mm512_mul_ps(s, s))));
+    }
+}
 
 /* quantize_row_q8_0_ref at the AVX-512 level, byte for byte: per block
  * amax = max |x|, d = amax / 127, id = 1 / d (0 when d is 0), d stored by

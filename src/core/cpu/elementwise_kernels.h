@@ -26,10 +26,11 @@ static inline bool un_has_avx2(enum unop op)
     return op != UN_SOFTPLUS && op != UN_LOG;
 }
 
-/* the ops with an AVX-512 form (the flow decoder's) */
+/* the ops with an AVX-512 form */
 static inline bool un_has_avx512(enum unop op)
 {
-    return op == UN_GELU || op == UN_SILU || op == UN_SIGMOID || op == UN_MISH;
+    return op == UN_GELU || op == UN_SILU || op == UN_SIGMOID || op == UN_MISH || op == UN_GELU_TANH ||
+           op == UN_TANH;
 }
 
 /* For fused epilogues (linear_epi): whether op_unary's cpu kernel gives
@@ -48,6 +49,8 @@ void elementwise_unary_avx2(enum unop op, float p0, float p1, float *o, const fl
 void elementwise_snake_avx2(float *o, const float *x, float al, float inv, int64_t n);
 /* o = op(x) for n floats, op with un_has_avx512 */
 void elementwise_unary_avx512(enum unop op, float *o, const float *x, int64_t n);
+/* elementwise_snake_avx2 on 16 lanes, bit for bit */
+void elementwise_snake_avx512(float *o, const float *x, float al, float inv, int64_t n);
 /* quantize_row_q8_0_ref of n floats (a multiple of QK), byte for byte */
 void elementwise_q8_0_row_avx512(const float *x, struct block_q8_0 *y, int64_t n);
 #endif
