@@ -302,7 +302,7 @@ static void bench_matvec_packed(void)
             const int64_t wne[2] = {n, k};
             for (int64_t c = 0; ok && c < copies; c++) {
                 wt[c] = tensor_make(t, 2, wne, w + (size_t)c * wbytes, NULL);
-                ok = linear_pack(&wt[c], wt[c].data, &wt[c]);
+                ok = linear_pack(cpu->tp, &wt[c], wt[c].data, &wt[c]);
             }
             if (!ok) {
                 fprintf(stderr, "matvec_packed: out of memory or not packable\n");
@@ -601,7 +601,7 @@ static void bench_linear_bf16(void)
             fill_random(xv, (size_t)(m * k), 11);
             int64_t xne[2] = {m, k}, wne[2] = {n, k};
             struct tensor x = tensor_make(TYPE_F32, 2, xne, xv, NULL), wt = tensor_make(t, 2, wne, w, NULL);
-            if (packed && !linear_pack(&wt, w, &wt)) packed = false;
+            if (packed && !linear_pack(cpu->tp, &wt, w, &wt)) packed = false;
             double flops = 2.0 * (double)(m * n * k), gf[2];
             /* the two paths alternate rep by rep, so both see the same load */
             for (int r = -1; r < opt.reps; r++)

@@ -530,7 +530,7 @@ static void test_linear_ex(void)
                 else
                     for (int64_t r = 0; r < n; r++) quantize_row(cs[c].t, wf + r * k, w0 + (size_t)r * rs, k);
                 struct tensor w = tensor_make(cs[c].t, 2, wne, w0, NULL);
-                if (cs[c].pack && !linear_pack(&w, w0, &w)) {
+                if (cs[c].pack && !linear_pack(NULL, &w, w0, &w)) {
                     CHECK(0, "linear_pack");
                     free(wf), free(xv), free(bv), free(rv), free(y1), free(w0);
                     continue;

@@ -84,7 +84,7 @@ static void check_case(enum dtype wt, bool packed, int64_t m, int64_t n, int64_t
     }
     struct tensor bt = tensor_make(TYPE_F32, 1, bne, bb, NULL);
     if (packed) {
-        bool ok = linear_pack(&w, wp, &w);
+        bool ok = linear_pack(NULL, &w, wp, &w);
         CHECK(ok, "%s: linear_pack", what);
         if (!ok) goto out;
     }

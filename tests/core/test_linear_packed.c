@@ -109,9 +109,9 @@ static void packed_case(enum dtype wt, int64_t m, int64_t k, int64_t n, bool in_
     if (in_place) {
         memcpy(wp, w0, wbytes);
         wpk.data = wp;
-        packed = linear_pack(&wpk, wp, &wpk);
+        packed = linear_pack(cpu->tp, &wpk, wp, &wpk);
     } else {
-        packed = linear_pack(&w, wp, &wpk);
+        packed = linear_pack(NULL, &w, wp, &wpk);
     }
     CHECK(packed, "linear_pack%s %s [%lld, %lld]", in_place ? " in place" : "", dtype_name(wt), (long long)n,
           (long long)k);
@@ -182,7 +182,7 @@ static void row_exact_case(enum dtype wt, int64_t k, int64_t n, uint64_t seed)
     for (int64_t r = 0; r < n; r++) quantize_row(wt, wf + r * k, w0 + (size_t)r * wrow, k);
     const int64_t wne[2] = {n, k}, bne[1] = {n};
     struct tensor w = tensor_make(wt, 2, wne, w0, NULL), bt = tensor_make(TYPE_F32, 1, bne, bb, NULL);
-    if (!linear_pack(&w, w0, &w)) {
+    if (!linear_pack(cpu->tp, &w, w0, &w)) {
         CHECK(0, "linear_pack %s [%lld, %lld]", dtype_name(wt), (long long)n, (long long)k);
         goto cleanup;
     }
@@ -224,11 +224,11 @@ static void test_refused(void)
     struct tensor d = tensor_make(TYPE_Q4_0, 2, ok, buf + 4, NULL); /* misaligned */
     struct tensor e = tensor_make(TYPE_Q4_0, 2, ok, buf, NULL);
     struct tensor out = e;
-    CHECK(!linear_pack_supported(&a) && !linear_pack(&a, buf, &out), "K = 96 refused");
-    CHECK(!linear_pack_supported(&b) && !linear_pack(&b, buf, &out), "15 rows refused");
-    CHECK(!linear_pack_supported(&c) && !linear_pack(&c, buf, &out), "q4_1 refused");
-    CHECK(!linear_pack_supported(&d) && !linear_pack(&d, buf + 4, &out), "misaligned data refused");
-    CHECK(!linear_pack(&e, buf + 4, &out), "misaligned destination refused");
+    CHECK(!linear_pack_supported(&a) && !linear_pack(NULL, &a, buf, &out), "K = 96 refused");
+    CHECK(!linear_pack_supported(&b) && !linear_pack(NULL, &b, buf, &out), "15 rows refused");
+    CHECK(!linear_pack_supported(&c) && !linear_pack(NULL, &c, buf, &out), "q4_1 refused");
+    CHECK(!linear_pack_supported(&d) && !linear_pack(NULL, &d, buf + 4, &out), "misaligned data refused");
+    CHECK(!linear_pack(NULL, &e, buf + 4, &out), "misaligned destination refused");
     linear_pack_enable = 0;
     CHECK(!linear_pack_supported(&e), "linear_pack_enable = 0 refuses");
     linear_pack_enable = 1;
@@ -269,7 +269,7 @@ int main(void)
     }
     test_refused();
     const enum dtype types[] = {TYPE_Q4_0, TYPE_Q8_0};
-    struct { int64_t k, n; } shapes[] = {{64, 16}, {128, 67}, {192, 35}, {1024, 48}, {4096, 19}};
+    struct { int64_t k, n; } shapes[] = {{64, 16}, {128, 67}, {192, 35}, {1024, 48}, {4096, 19}, {1024, 1027}};
     const int64_t ms[] = {1, 3, 4, 7, 21};
     uint64_t seed = 5000;
     for (size_t t = 0; t < 2; t++) {

@@ -201,22 +201,44 @@ bool linear_pack_supported(const struct tensor *w)
            tensor_is_contiguous(w) && (uintptr_t)w->data % 64 == 0;
 }
 
-bool linear_pack(const struct tensor *w, void *dst, struct tensor *out)
+/* groups [g0, g1) of a pack; in place, each group through a copy in its
+ * thread's buffer (tmp + ith * gbytes) */
+struct pack_job {
+    enum dtype type;
+    const char *src;
+    uint8_t *dst;
+    char *tmp;      /* in place: one group's bytes per thread, else NULL */
+    size_t rs, gbytes;
+    int64_t nb;
+};
+
+static void pack_groups(void *ctx, int64_t g0, int64_t g1, int ith)
+{
+    const struct pack_job *j = ctx;
+    for (int64_t g = g0; g < g1; g++) {
+        const char *src = j->src + (size_t)g * j->gbytes;
+        if (j->tmp) src = memcpy(j->tmp + (size_t)ith * j->gbytes, src, j->gbytes);
+        linear_pk_pack_avx512(j->type, src, j->rs, j->nb, j->dst + (size_t)g * j->gbytes);
+    }
+}
+
+bool linear_pack(struct threadpool *tp, const struct tensor *w, void *dst, struct tensor *out)
 {
     if (!linear_pack_supported(w) || !dst || (uintptr_t)dst % 64) return false;
-    const int64_t n = w->ne[0], nb = w->ne[1] / QK, groups = n / LINEAR_PK_ROWS;
-    const size_t rs = dtype_row_size(w->type, w->ne[1]), gbytes = LINEAR_PK_ROWS * rs;
+    const int64_t n = w->ne[0], groups = n / LINEAR_PK_ROWS;
+    const size_t rs = dtype_row_size(w->type, w->ne[1]);
+    struct pack_job j = {
+        .type = w->type, .src = w->data, .dst = dst, .rs = rs, .gbytes = LINEAR_PK_ROWS * rs,
+        .nb = w->ne[1] / QK,
+    };
     const bool in_place = dst == w->data;
-    char *tmp = in_place ? malloc(gbytes) : NULL;
-    if (in_place && !tmp) return false;
-    for (int64_t g = 0; g < groups; g++) {
-        const char *src = (const char *)w->data + (size_t)g * gbytes;
-        if (in_place) src = memcpy(tmp, src, gbytes);
-        linear_pk_pack_avx512(w->type, src, rs, nb, (uint8_t *)dst + (size_t)g * gbytes);
-    }
-    free(tmp);
+    if (in_place && !(j.tmp = malloc((size_t)(tp ? tp_n_threads(tp) : 1) * j.gbytes))) return false;
+    /* chunks of at least 256 KiB: the pool's dispatch is small next to
+     * them, and the pages the packing first touches fault on every thread */
+    tp_parallel_for(tp, groups, (int64_t)((256u << 10) / j.gbytes) + 1, pack_groups, &j);
+    free(j.tmp);
     if (!in_place && n > groups * LINEAR_PK_ROWS) /* the tail rows as they are */
-        memcpy((char *)dst + (size_t)groups * gbytes, (const char *)w->data + (size_t)groups * gbytes,
+        memcpy((char *)dst + (size_t)groups * j.gbytes, (const char *)w->data + (size_t)groups * j.gbytes,
                (size_t)(n - groups * LINEAR_PK_ROWS) * rs);
     const char *name = w->name;
     *out = tensor_make(w->type, 2, w->ne, dst, w->be);

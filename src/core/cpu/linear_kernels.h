@@ -84,12 +84,13 @@ bool linear_pack_copies(void);
  * cpu level AVX-512 (the packed kernels need VNNI). */
 bool linear_pack_supported(const struct tensor *w);
 /* Write w packed into dst (tensor_nbytes(w) bytes, 64-byte aligned; dst
- * may be w->data: packed in place, a group at a time) and make *out the
- * descriptor of the result: w's type, shape and name over dst, tagged
- * CPU_WEIGHT_GEMV16
+ * may be w->data: packed in place, a group at a time) with the threads
+ * of tp (NULL: the caller alone) and make *out the descriptor of the
+ * result: w's type, shape and name over dst, tagged CPU_WEIGHT_GEMV16
  * (out may be w itself). False (nothing written) when not supported or
  * out of memory. */
-bool linear_pack(const struct tensor *w, void *dst, struct tensor *out);
+struct threadpool;
+bool linear_pack(struct threadpool *tp, const struct tensor *w, void *dst, struct tensor *out);
 
 /* ---- quantised GEMM: many rows of x (linear.c, linear_qgemm) ----------
  * x is quantised to Q8_0 exactly as on the dot path, then packed in groups

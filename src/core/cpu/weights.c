@@ -23,14 +23,13 @@ const struct cpu_weight cpu_weight_gemv16 = {.kind = CPU_WEIGHT_GEMV16};
 cbx_status cpu_prepare_weight(const struct backend *be, struct weight_set *s, struct tensor *t,
                               enum weight_role role, unsigned flags, char *err)
 {
-    (void)be;
     if (role == WEIGHT_LINEAR && (flags & WEIGHT_DECODE) && linear_pack_supported(t)) {
         if (weight_set_owns(s, t->data)) {
-            (void)linear_pack(t, t->data, t);
+            (void)linear_pack(be->tp, t, t->data, t);
         } else if (linear_pack_copies()) {
             const struct tensor src = *t;
             void *dst = weight_set_host(s, tensor_nbytes(t), true);
-            if (dst && linear_pack(t, dst, t)) weight_drop_source(&src);
+            if (dst && linear_pack(be->tp, t, dst, t)) weight_drop_source(&src);
         }
         return CBX_OK;
     }
