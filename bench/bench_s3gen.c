@@ -23,7 +23,8 @@
  * type of its linears, f32 when unsure), and the time of each stage of
  * s3gen_inference (encoder, each CFM step, HiFT f0 / source / decode) for
  * --tokens N speech tokens (default 253, 10 s), median of the reps, with
- * --precision f32 (default), bf16 (arena_set_bf16) or both (f32 first). */
+ * --precision f32 (default), bf16 (arena_set_bf16) or both (f32 first),
+ * on --backend NAME (default cpu; on a device each stage is waited for). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +52,15 @@ static void die(const char *what, const char *msg)
 
 /* ---- stage profile of the real model ----------------------------------- */
 
-struct step_clock { double t[64]; int n; };
+struct step_clock { double t[64]; int n; const struct backend *be; };
+
+/* On a device backend the ops only queue kernels: wait for those that
+ * made t (a one-float download), so a stage's clock holds its work. */
+static void stage_wait(const struct backend *be, const struct tensor *t)
+{
+    float f;
+    if (!be->host && t && t->data) be->to_host(be, &f, t->data, sizeof f);
+}
 
 static long minflt(void)
 {
@@ -72,14 +81,15 @@ static double cpu_s(void)
 static int on_step(void *user, int step, float t, float r, const struct tensor *x,
                    const struct tensor *v)
 {
-    (void)step, (void)t, (void)r, (void)x, (void)v;
+    (void)step, (void)t, (void)r, (void)v;
     struct step_clock *c = user;
+    stage_wait(c->be, x);
     if (c->n < 64) c->t[c->n++] = bench_now();
     return 0;
 }
 
 static void run_stages(const char *path, const char *wname, int n_tok, const struct bench_opts *opt,
-                       struct backend *cpu, bool bf16)
+                       struct backend *be, bool bf16)
 {
     char err[ERR_MAX];
     struct model *md = NULL;
@@ -90,7 +100,7 @@ static void run_stages(const char *path, const char *wname, int n_tok, const str
     int wt = dtype_from_name(wname);
     if (wt < 0) die("--wtype", "unknown type");
     struct weights w = model_weights(md, MODEL_S3GEN);
-    if (s3gen_load(&s3, &w, cpu, (enum dtype)wt, err) != CBX_OK) die("s3gen_load", err);
+    if (s3gen_load(&s3, &w, be, (enum dtype)wt, err) != CBX_OK) die("s3gen_load", err);
     int64_t np = vc.n_prompt_token, all = np + n_tok;
     int32_t *ids = malloc(sizeof *ids * (size_t)all);
     if (!ids) die("tokens", "out of memory");
@@ -102,14 +112,14 @@ static void run_stages(const char *path, const char *wname, int n_tok, const str
     double *v[N_ST + 1];
     for (int k = 0; k <= N_ST; k++)
         if (!(v[k] = calloc((size_t)opt->reps, sizeof(double)))) die("stages", "out of memory");
-    struct arena *a = arena_create(cpu, 0);
+    struct arena *a = arena_create(be, 0);
     if (!a) die("arena", "out of memory");
     arena_set_bf16(a, bf16);
-    fprintf(stderr, "bench_s3gen stages: %s (S3Gen %s, %s products), %lld prompt + %d speech tokens, "
-            "%d threads\n", path, wname, bf16 ? "bf16" : "f32", (long long)np, n_tok, opt->threads);
+    fprintf(stderr, "bench_s3gen stages: %s (S3Gen %s, %s products) on %s, %lld prompt + %d speech tokens, "
+            "%d threads\n", path, wname, bf16 ? "bf16" : "f32", be->name, (long long)np, n_tok, opt->threads);
     for (int r = -1; r < opt->reps; r++) {
         arena_reset(a);
-        struct step_clock sc = {{0}, 0};
+        struct step_clock sc = {{0}, 0, be};
         struct s3gen_cfm_params cp = {0, false, on_step, &sc};
         struct rng_stream zs;
         rng_stream_init(&zs, "s3gen.cfm.z", 0);
@@ -120,6 +130,7 @@ static void run_stages(const char *path, const char *wname, int n_tok, const str
         struct tensor *spks = s3gen_flow_spks(a, &s3.flow, ref.embedding);
         struct tensor *mu = s3gen_encoder_forward(a, s3.flow.encoder, ids, all);
         if (!mu) die("encoder", arena_errmsg(a));
+        stage_wait(be, mu);
         double t1 = bench_now();
         long f1c = minflt();
         double c1 = cpu_s();
@@ -131,14 +142,19 @@ static void run_stages(const char *path, const char *wname, int n_tok, const str
         struct tensor *x = s3gen_cfm_forward(a, &s3.flow.cfm, mu, spks, cond, noised, &zs, &cp);
         struct tensor *mel = op_cont(a, op_slice(a, x, 2, tp, tm - tp));
         if (!mel) die("cfm", arena_errmsg(a));
+        stage_wait(be, mel);
         double t2 = bench_now();
         long f2c = minflt();
         double c2 = cpu_s();
         struct tensor *f0 = hift_f0(a, s3.mel2wav, mel);
+        stage_wait(be, f0);
         double t3 = bench_now();
         struct tensor *src = hift_source(a, s3.mel2wav, f0, 0);
+        stage_wait(be, src);
         double t4 = bench_now();
-        if (!hift_decode(a, s3.mel2wav, mel, src)) die("hift", arena_errmsg(a));
+        struct tensor *wav = hift_decode(a, s3.mel2wav, mel, src);
+        if (!wav) die("hift", arena_errmsg(a));
+        stage_wait(be, wav);
         double t5 = bench_now();
         long f5c = minflt();
         double c5 = cpu_s();
@@ -179,16 +195,17 @@ int main(int argc, char **argv)
     if (model) {
         int n = atoi(bench_take_opt_or(&argc, argv, "--tokens", "253"));
         const char *prec = bench_take_opt_or(&argc, argv, "--precision", "f32");
+        const char *bname = bench_take_opt_or(&argc, argv, "--backend", "cpu");
         struct bench_opts o;
         if (!bench_parse(argc, argv, &o, 3)) return 2;
         if (n < 1 || n > 4000) die("--tokens", "needs 1..4000");
-        struct backend *be = backend_cpu_create(o.threads);
-        if (!be) die("backend", "out of memory");
+        struct backend *be = bench_backend("bench_s3gen", bname, o.threads);
+        if (!be) return 1;
         if (strcmp(prec, "f32") && strcmp(prec, "bf16") && strcmp(prec, "both"))
             die("--precision", "f32, bf16 or both");
         if (strcmp(prec, "bf16")) run_stages(model, wname, n, &o, be, false);
         if (strcmp(prec, "f32")) run_stages(model, wname, n, &o, be, true);
-        backend_cpu_free(be);
+        backend_free(be);
         return 0;
     }
     const char *variant = bench_take_opt_or(&argc, argv, "--variant", "turbo");

@@ -13,6 +13,10 @@
 #                                                # and the server on the GPU
 #   bash scripts/device-test.sh profile          # ncu: a decode step's kernels
 #                                                # by name (needs ncu)
+#   bash scripts/device-test.sh s3gen            # S3Gen's stages on the GPU
+#                                                # (Turbo, English), its
+#                                                # kernels by name (profile
+#                                                # and ncu)
 #
 # The libraries come from scripts/device-deps.sh (pack them here first:
 # `bash scripts/device-deps.sh pack`, then carry .device-deps). Logs go to
@@ -95,6 +99,29 @@ profile() {
     python3 scripts/ncu-sum.py "$out/ncu.csv" "$out/ncu_sample.csv"
 }
 
+# where S3Gen's time goes on the GPU: each stage waited for (bench_s3gen
+# --model), every kernel step's wall time (CBX_CUDA_PROFILE) and every
+# kernel's device time (ncu) by name, for Turbo (and English's 10 CFG steps)
+s3gen() {
+    local m ncu=/usr/local/cuda/bin/ncu
+    m="$(turbo_model)" || return 1
+    ./build-dev/bench/bench_s3gen --model "$m" --backend cuda --reps "${REPS:-3}" --precision both \
+        >> "$out/bench.json" 2>> "$out/s3gen.txt"
+    CBX_CUDA_PROFILE=1 ./build-dev/bench/bench_s3gen --model "$m" --backend cuda --reps 1 \
+        > /dev/null 2> "$out/s3gen_profile.txt"
+    if [ -n "${ENGLISH:-}" ]; then
+        [ -d build-dev/models/english ] || ./build-dev/chatterbox synth english -o build-dev/models/english --quiet
+        ./build-dev/bench/bench_s3gen --model build-dev/models/english --backend cuda --reps 2 --precision both \
+            >> "$out/bench.json" 2>> "$out/s3gen.txt"
+    fi
+    "$ncu" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+        ./build-dev/bench/bench_s3gen --model "$m" --backend cuda --reps 1 > "$out/ncu_s3gen.csv" 2> "$out/ncu.err"
+    python3 scripts/ncu-sum.py "$out/ncu_s3gen.csv" > "$out/ncu_s3gen.txt" 2>&1
+    grep -v '^{' "$out/s3gen.txt"
+    head -40 "$out/s3gen_profile.txt"
+    head -40 "$out/ncu_s3gen.txt"
+}
+
 case "${1:-}" in
 build) build ;;
 test) build && run_tests "${2:-}" ;;
@@ -102,5 +129,6 @@ test-re) build && run_tests "" "${2:?a ctest -R pattern}" ;;
 bench) build && bench ;;
 bench-gpu) build && bench_gpu ;;
 profile) build && profile ;;
-*) echo "usage: device-test.sh build|test [LABELS]|test-re REGEX|bench|bench-gpu|profile" >&2; exit 2 ;;
+s3gen) build && s3gen ;;
+*) echo "usage: device-test.sh build|test [LABELS]|test-re REGEX|bench|bench-gpu|profile|s3gen" >&2; exit 2 ;;
 esac
