@@ -24,7 +24,9 @@
  * s3gen_inference (encoder, each CFM step, HiFT f0 / source / decode) for
  * --tokens N speech tokens (default 253, 10 s), median of the reps, with
  * --precision f32 (default), bf16 (arena_set_bf16) or both (f32 first),
- * on --backend NAME (default cpu; on a device each stage is waited for). */
+ * on --backend NAME (default cpu; on a device each stage is waited for);
+ * --prompt-tokens N: the reference prompt cut to its last N tokens and 2N
+ * mel frames, as a stream's chunks are (engine_params.stream_prompt_tokens). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,7 +90,7 @@ static int on_step(void *user, int step, float t, float r, const struct tensor *
     return 0;
 }
 
-static void run_stages(const char *path, const char *wname, int n_tok, const struct bench_opts *opt,
+static void run_stages(const char *path, const char *wname, int n_tok, int n_prompt, const struct bench_opts *opt,
                        struct backend *be, bool bf16)
 {
     char err[ERR_MAX];
@@ -101,11 +103,19 @@ static void run_stages(const char *path, const char *wname, int n_tok, const str
     if (wt < 0) die("--wtype", "unknown type");
     struct weights w = model_weights(md, MODEL_S3GEN);
     if (s3gen_load(&s3, &w, be, (enum dtype)wt, err) != CBX_OK) die("s3gen_load", err);
-    int64_t np = vc.n_prompt_token, all = np + n_tok;
+    int64_t np = vc.n_prompt_token, pfo = 0;
+    if (n_prompt > 0 && n_prompt < np) { /* the last n_prompt tokens and 2 n_prompt frames, as streaming cuts */
+        int64_t nf = 2 * (int64_t)n_prompt < vc.n_prompt_feat ? 2 * (int64_t)n_prompt : vc.n_prompt_feat;
+        memmove(vc.prompt_token, vc.prompt_token + (np - n_prompt), sizeof *vc.prompt_token * (size_t)n_prompt);
+        pfo = (vc.n_prompt_feat - nf) * 80;
+        np = vc.n_prompt_token = n_prompt;
+        vc.n_prompt_feat = nf;
+    }
+    int64_t all = np + n_tok;
     int32_t *ids = malloc(sizeof *ids * (size_t)all);
     if (!ids) die("tokens", "out of memory");
     for (int64_t i = 0; i < all; i++) ids[i] = i < np ? vc.prompt_token[i] : (int32_t)((i * 2731 + 17) % 6561);
-    struct s3gen_ref ref = {vc.prompt_token, np, vc.prompt_feat, vc.n_prompt_feat, vc.embedding};
+    struct s3gen_ref ref = {vc.prompt_token, np, vc.prompt_feat + pfo, vc.n_prompt_feat, vc.embedding};
     int n_steps = s3.meanflow ? S3GEN_MEANFLOW_STEPS : S3GEN_STANDARD_STEPS;
     enum { N_ST = 6 };
     const char *names[N_ST] = {"encoder", "cfm_step0", "cfm_step_rest", "hift_f0", "hift_source", "hift_decode"};
@@ -194,6 +204,7 @@ int main(int argc, char **argv)
     const char *wname = bench_take_opt_or(&argc, argv, "--wtype", "f32");
     if (model) {
         int n = atoi(bench_take_opt_or(&argc, argv, "--tokens", "253"));
+        int npr = atoi(bench_take_opt_or(&argc, argv, "--prompt-tokens", "0"));
         const char *prec = bench_take_opt_or(&argc, argv, "--precision", "f32");
         const char *bname = bench_take_opt_or(&argc, argv, "--backend", "cpu");
         struct bench_opts o;
@@ -203,8 +214,8 @@ int main(int argc, char **argv)
         if (!be) return 1;
         if (strcmp(prec, "f32") && strcmp(prec, "bf16") && strcmp(prec, "both"))
             die("--precision", "f32, bf16 or both");
-        if (strcmp(prec, "bf16")) run_stages(model, wname, n, &o, be, false);
-        if (strcmp(prec, "f32")) run_stages(model, wname, n, &o, be, true);
+        if (strcmp(prec, "bf16")) run_stages(model, wname, n, npr, &o, be, false);
+        if (strcmp(prec, "f32")) run_stages(model, wname, n, npr, &o, be, true);
         backend_free(be);
         return 0;
     }
