@@ -33,6 +33,8 @@ struct kernels {
     void (*cpy_at)(struct arena *a, struct tensor *out, const struct tensor *x,
                    const struct tensor *at, int64_t nb, int64_t max);
     void (*fill)(struct arena *a, struct tensor *out, float v);
+    /* out (contiguous F32) element i = scalar_rng_gaussian(key, c + 2 i) */
+    void (*randn)(struct arena *a, struct tensor *out, uint64_t key, uint64_t c);
     void (*binary)(struct arena *a, struct tensor *out, const struct tensor *x,
                    const struct tensor *y, enum binop op);
     void (*unary)(struct arena *a, struct tensor *out, const struct tensor *x,

@@ -34,6 +34,13 @@ struct tensor *op_from_host(struct arena *a, enum dtype type, int ndim,
 cbx_status tensor_to_host(const struct tensor *t, void *dst);
 /* F32 tensor filled with a constant. */
 struct tensor *op_fill(struct arena *a, int ndim, const int64_t *ne, float v);
+/* F32 tensor of the run-time generator's gaussians: element i (in memory
+ * order) is the value rng_gaussian would give at draw s->counter + 2 i,
+ * computed by the backend (the same values rng_gaussian_fill writes on
+ * the host: core/rng.h, scalar_rng_gaussian); s->counter then moves past
+ * them, as rng_gaussian_fill moves it. */
+struct rng_stream;
+struct tensor *op_randn(struct arena *a, int ndim, const int64_t *ne, struct rng_stream *s);
 
 /* Views share data with x (no copy). */
 struct tensor *op_slice(struct arena *a, const struct tensor *x, int dim,

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "rng.h"
 
 struct tensor *op_from_host(struct arena *a, enum dtype type, int ndim,
                             const int64_t *ne, const void *host)
@@ -32,6 +33,17 @@ struct tensor *op_fill(struct arena *a, int ndim, const int64_t *ne, float v)
     KERNEL(a, fill);
     struct tensor *t = arena_tensor(a, TYPE_F32, ndim, ne);
     if (t) be_->k.fill(a, t, v);
+    return t;
+}
+
+struct tensor *op_randn(struct arena *a, int ndim, const int64_t *ne, struct rng_stream *s)
+{
+    KERNEL(a, randn);
+    struct tensor *t = arena_tensor(a, TYPE_F32, ndim, ne);
+    if (!t) return NULL;
+    const int64_t n = tensor_nelements(t);
+    if (n > 0) be_->k.randn(a, t, s->key, s->counter);
+    s->counter += 2 * (uint64_t)n;
     return t;
 }
 

@@ -29,11 +29,9 @@ void rng_uniform_fill(struct rng_stream *s, float *dst, size_t n)
 
 float rng_gaussian(struct rng_stream *s)
 {
-    uint32_t a = rng_next_m24(s), b = rng_next_m24(s);
-    double u1 = (double)(16777216u - a) * 0x1p-24;
-    double u2 = (double)b * 0x1p-24;
-    double g = sqrt(-2.0 * log(u1)) * cos(2.0 * 3.141592653589793 * u2);
-    return (float)g;
+    const float g = scalar_rng_gaussian(s->key, s->counter);
+    s->counter += 2;
+    return g;
 }
 
 void rng_gaussian_fill(struct rng_stream *s, float *dst, size_t n)

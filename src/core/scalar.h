@@ -41,6 +41,17 @@ SCALAR_FN uint32_t scalar_rng_m24(uint64_t key, uint64_t i)
     return (uint32_t)(z >> 40);
 }
 
+/* Gaussian value c / 2 of the sequence keyed by key (draws c and c + 1),
+ * Box-Muller's cosine branch in double (spec/rng.md §2): rng.c's
+ * rng_gaussian and op_randn's kernels on every backend. */
+SCALAR_FN float scalar_rng_gaussian(uint64_t key, uint64_t c)
+{
+    const uint32_t a = scalar_rng_m24(key, c), b = scalar_rng_m24(key, c + 1);
+    const double u1 = (double)(16777216u - a) * 0x1p-24;
+    const double u2 = (double)b * 0x1p-24;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * 3.141592653589793 * u2));
+}
+
 SCALAR_FN float scalar_f32_of_bits(uint32_t bits)
 {
     float f;

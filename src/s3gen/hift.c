@@ -360,7 +360,8 @@ struct tensor *hift_f0(struct arena *a, const struct hift *h, const struct tenso
 /* f0 [1, T] -> s [1, 1, 480 T]. The per-frame factors (f0 * (i + 1) / 24000,
  * uv, noise_amp) are formed on the host from the T f0 values (exactly the
  * float32 operations upstream applies per sample: nearest upsampling only
- * repeats them), the draws come from the shared RNG; the rest are ops. */
+ * repeats them), the phases are drawn from the shared RNG on the host, the
+ * noise (9 x S gaussians) by op_randn on the backend; the rest are ops. */
 static struct tensor *source_in(struct arena *out, struct arena *a, const struct hift *h,
                                 const struct tensor *f0, uint64_t seed)
 {
@@ -375,8 +376,7 @@ static struct tensor *source_in(struct arena *out, struct arena *a, const struct
     float *fmat = arena_alloc_host(a, sizeof(float) * (size_t)(N_HARMONIC * T));
     float *uvh = arena_alloc_host(a, sizeof(float) * (size_t)T);
     float *amp = arena_alloc_host(a, sizeof(float) * (size_t)T);
-    float *noise = arena_alloc_host(a, sizeof(float) * (size_t)(N_HARMONIC * S));
-    if (!f0h || !fmat || !uvh || !amp || !noise) return NULL;
+    if (!f0h || !fmat || !uvh || !amp) return NULL;
     if (tensor_to_host(f0, f0h) != CBX_OK) {
         arena_fail(a, CBX_ERR_INTERNAL, "hift_source: cannot read f0");
         return NULL;
@@ -400,7 +400,7 @@ static struct tensor *source_in(struct arena *out, struct arena *a, const struct
     for (int i = 0; i < N_HARMONIC; i++) phase[i] = low + phase[i] * (high - low);
     phase[0] = 0.0f;
     rng_stream_init(&rs, "hift.sinegen.noise", seed);   /* randn_like(sine_waves) [1, 9, S] */
-    rng_gaussian_fill(&rs, noise, (size_t)(N_HARMONIC * S));
+    struct tensor *noise = op_randn(a, 2, (int64_t[]){N_HARMONIC, S}, &rs); /* on the backend */
 
     const int R = HIFT_SAMPLES_PER_FRAME;
     struct tensor *F = op_upsample_nearest(a, op_from_host(a, TYPE_F32, 2, (int64_t[]){N_HARMONIC, T}, fmat), R);
@@ -415,7 +415,7 @@ static struct tensor *source_in(struct arena *out, struct arena *a, const struct
     /* sine_waves = sine_waves * uv + noise_amp * randn */
     struct tensor *uv = op_upsample_nearest(a, op_from_host(a, TYPE_F32, 2, (int64_t[]){1, T}, uvh), R);
     struct tensor *na = op_upsample_nearest(a, op_from_host(a, TYPE_F32, 2, (int64_t[]){1, T}, amp), R);
-    struct tensor *nz = op_mul(a, na, op_from_host(a, TYPE_F32, 2, (int64_t[]){N_HARMONIC, S}, noise));
+    struct tensor *nz = op_mul(a, na, noise);
     struct tensor *sw = op_add(a, op_mul(a, sine, uv), nz);               /* [9, S] */
     /* SourceModuleHnNSF: sine_merge = tanh(l_linear(sine_wavs)) over the 9 harmonics */
     struct tensor *m = op_matmul(a, h->l_linear_w, sw);                   /* [1, S] */

@@ -22,6 +22,7 @@
 #include "core/backend.h"
 #include "core/ops.h"
 #include "core/quant.h"
+#include "core/rng.h"
 #include "core/weights.h"
 #include "core/window.h"
 #include "testutil.h"
@@ -185,6 +186,16 @@ static struct tensor *c_reduce(struct arena *a, int v)
     struct tensor *x = in_f32(a, 42, ND(3, 4, 77), -3, 3);
     return op_reduce(a, v >= 3 ? op_transpose(a, x, 1, 2) : x, (enum redop)(v % 3));
 }
+/* the generator's gaussians from draw 10 of a stream on; v = 1: a
+ * 9 x 48000 block (HiFT's noise) */
+static struct tensor *c_randn(struct arena *a, int v)
+{
+    struct rng_stream s;
+    rng_stream_init(&s, "hift.sinegen.noise", 5);
+    s.counter = 10;
+    return v ? op_randn(a, ND(9, 48000), &s) : op_randn(a, ND(3, 37), &s);
+}
+
 static struct tensor *c_cumsum(struct arena *a, int v)
 {
     struct tensor *x = in_f32(a, 43, ND(3, 2000), -1, 1);
@@ -660,6 +671,8 @@ static const struct tcase cases[] = {
     {"cast q5_1->f32", c_cast_to_f32, 6, 0, 0},
     {"cast i32->f32", c_cast_i32, 0, 0, 0},
     {"fill", c_fill, 0, 0, 0},
+    {"randn [3,37]", c_randn, 0, 0, 0},
+    {"randn [9,48000]", c_randn, 1, 2e-7, 0},
     {"concat dim 1", c_concat, 1, 0, 0},
     {"concat dim 2", c_concat, 2, 0, 0},
     {"binary add same shape", c_binary, 0, 0, 0},

@@ -1,12 +1,44 @@
 /* test_rng.c - the shared RNG against the test vectors of spec/rng.md §6
- * and spec/synthetic-weights.md §2-3. */
+ * and spec/synthetic-weights.md §2-3; op_randn on the ref and cpu
+ * backends against rng_gaussian_fill, bit for bit. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "core/backend.h"
+#include "core/ops.h"
 #include "core/rng.h"
 #include "testutil.h"
 
 static uint32_t fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+/* op_randn of n values on be from a stream already 6 draws in: the same
+ * bits as rng_gaussian_fill from the same point, the counter moved as far */
+static void check_randn(const struct backend *be, int64_t n)
+{
+    float *want = malloc(sizeof(float) * (size_t)n), *got = malloc(sizeof(float) * (size_t)n);
+    struct arena *a = arena_create(be, 0);
+    CHECK(want && got && a, "randn buffers");
+    if (want && got && a) {
+        struct rng_stream h, d;
+        rng_stream_init(&h, "hift.sinegen.noise", 9);
+        h.counter = 6;
+        d = h;
+        rng_gaussian_fill(&h, want, (size_t)n);
+        struct tensor *t = op_randn(a, 2, (int64_t[]){9, n / 9}, &d);
+        CHECK(t && arena_status(a) == CBX_OK && tensor_to_host(t, got) == CBX_OK, "op_randn on %s", be->name);
+        int64_t bad = 0;
+        for (int64_t i = 0; t && i < n; i++) bad += memcmp(&want[i], &got[i], sizeof(float)) != 0;
+        printf("op_randn %s, %lld values: %lld differ from rng_gaussian_fill\n", be->name, (long long)n,
+               (long long)bad);
+        CHECK(t && bad == 0, "op_randn %s bit for bit", be->name);
+        CHECK(d.counter == h.counter, "op_randn %s moves the counter by 2 n (%llu, want %llu)", be->name,
+              (unsigned long long)d.counter, (unsigned long long)h.counter);
+    }
+    arena_free(a);
+    free(want);
+    free(got);
+}
 
 int main(void)
 {
@@ -54,5 +86,14 @@ int main(void)
     CHECK(rng_categorical(&s, onehot, 3) == 1, "one-hot returns argmax");
     float none[2] = {0, 0};
     CHECK(rng_categorical(&s, none, 2) == -1, "all-zero returns -1");
+
+    check_randn(backend_ref(), 9 * 1001);
+    struct backend *cpu = backend_cpu_create(2);
+    CHECK(cpu != NULL, "cpu backend");
+    if (cpu) {
+        check_randn(cpu, 9 * 1001);
+        check_randn(cpu, 9 * 24007); /* many chunks over the pool */
+        backend_cpu_free(cpu);
+    }
     return test_summary();
 }

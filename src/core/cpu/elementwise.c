@@ -26,6 +26,7 @@
 #include "../cpu_features.h"
 #include "../elem.h"
 #include "../quant.h"
+#include "../scalar.h"
 #include "../threadpool.h"
 #include "elementwise_kernels.h"
 
@@ -342,6 +343,32 @@ static void cpu_fill(struct arena *a, struct tensor *out, float v)
     const struct tensor *t[1] = {out};
     iter_init(&c.it, 1, t);
     run_iter(a, &c.it, fill_units, &c);
+}
+
+/* ---- randn: the generator's gaussians, in chunks over the pool (each
+ * value depends only on its draw index, so the split changes no bit) ---- */
+
+enum { RANDN_CHUNK = 4096 };
+
+struct randn_ctx {
+    float *o;
+    int64_t n;
+    uint64_t key, c;
+};
+
+static void randn_units(void *p, int64_t u0, int64_t u1, int ith)
+{
+    (void)ith;
+    const struct randn_ctx *c = p;
+    const int64_t i1 = u1 * RANDN_CHUNK < c->n ? u1 * RANDN_CHUNK : c->n;
+    for (int64_t i = u0 * RANDN_CHUNK; i < i1; i++)
+        c->o[i] = scalar_rng_gaussian(c->key, c->c + 2 * (uint64_t)i);
+}
+
+static void cpu_randn(struct arena *a, struct tensor *out, uint64_t key, uint64_t c)
+{
+    struct randn_ctx x = {(float *)out->data, tensor_nelements(out), key, c};
+    tp_parallel_for(arena_backend(a)->tp, (x.n + RANDN_CHUNK - 1) / RANDN_CHUNK, 1, randn_units, &x);
 }
 
 /* ---- binary ------------------------------------------------------------- */
@@ -793,6 +820,7 @@ void cpu_register_elementwise(struct kernels *k)
 {
     k->cpy = cpu_cpy;
     k->fill = cpu_fill;
+    k->randn = cpu_randn;
     k->binary = cpu_binary;
     k->unary = cpu_unary;
     k->snake = cpu_snake;

@@ -272,6 +272,20 @@ static void cuda_fill(struct arena *a, struct tensor *out, float v)
     cu_launched(a, "fill");
 }
 
+/* out[i] = the generator's gaussian at draw c + 2 i (scalar.h: the same
+ * formula as the host's, log and cos in double) */
+__global__ static void k_randn(float *o, int64_t n, uint64_t key, uint64_t c)
+{
+    CU_FOR(i, n) o[i] = scalar_rng_gaussian(key, c + 2 * (uint64_t)i);
+}
+
+static void cuda_randn(struct arena *a, struct tensor *out, uint64_t key, uint64_t c)
+{
+    const int64_t n = tensor_nelements(out);
+    k_randn<<<cu_blocks(n, CU_THREADS), CU_THREADS, 0, cuda_of(a)->st>>>((float *)out->data, n, key, c);
+    cu_launched(a, "randn");
+}
+
 /* ---- binary ---------------------------------------------------------------- */
 
 __global__ static void k_binary(float *o, struct tv x, struct tv y, int64_t n, int op, bool xc)
@@ -472,6 +486,7 @@ void cuda_register_elementwise(struct kernels *k)
     k->cpy = cuda_cpy;
     k->cpy_at = cuda_cpy_at;
     k->fill = cuda_fill;
+    k->randn = cuda_randn;
     k->binary = cuda_binary;
     k->unary = cuda_unary;
     k->snake = cuda_snake;

@@ -69,6 +69,14 @@ static void ref_cpy(struct arena *a, struct tensor *out, const struct tensor *x)
                 }
 }
 
+static void ref_randn(struct arena *a, struct tensor *out, uint64_t key, uint64_t c)
+{
+    (void)a;
+    float *o = (float *)out->data;
+    const int64_t n = tensor_nelements(out);
+    for (int64_t i = 0; i < n; i++) o[i] = scalar_rng_gaussian(key, c + 2 * (uint64_t)i);
+}
+
 static void ref_fill(struct arena *a, struct tensor *out, float v)
 {
     (void)a;
@@ -216,6 +224,7 @@ void ref_register_elementwise(struct kernels *k)
 {
     k->cpy = ref_cpy;
     k->fill = ref_fill;
+    k->randn = ref_randn;
     k->binary = ref_binary;
     k->unary = ref_unary;
     k->snake = ref_snake;
