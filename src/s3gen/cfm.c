@@ -796,11 +796,9 @@ struct tensor *s3gen_cfm_forward(struct arena *a, const struct s3gen_cfm *c,
                    noised_mels ? tensor_shape_str(noised_mels, s2, sizeof s2) : "none");
         return NULL;
     }
-    /* z = torch.randn_like(mu) */
-    float *zh = arena_alloc_host(a, sizeof *zh * (size_t)(S3GEN_MEL_CHANNELS * T));
-    if (!zh) return NULL;
-    rng_gaussian_fill(z_stream, zh, (size_t)(S3GEN_MEL_CHANNELS * T));
-    struct tensor *z = op_from_host(a, TYPE_F32, 3, mu->ne, zh);
+    /* z = torch.randn_like(mu), drawn on the backend */
+    struct tensor *z = op_randn(a, 3, mu->ne, z_stream);
+    if (!z) return NULL;
     if (noised_mels) { /* z[..., prompt_len:] = noised_mels */
         int64_t w = noised_mels->ne[2];
         if (op_copy_into(a, op_slice(a, z, 2, T - w, w), noised_mels) != CBX_OK) return NULL;

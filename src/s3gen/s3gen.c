@@ -73,12 +73,8 @@ struct tensor *s3gen_flow_mel(struct arena *a, const struct s3gen *s, const int3
     if (s->meanflow && n > 0) { /* noise = torch.randn(1, 80, 2 * n) */
         struct rng_stream ns;
         rng_stream_init(&ns, "s3gen.flow.noised_mels", p->seed);
-        size_t cnt = (size_t)(S3GEN_MEL_CHANNELS * 2 * n);
-        float *h = arena_alloc_host(a, sizeof *h * cnt);
-        if (!h) return NULL;
-        rng_gaussian_fill(&ns, h, cnt);
         const int64_t ne[3] = {1, S3GEN_MEL_CHANNELS, 2 * n};
-        noised = op_from_host(a, TYPE_F32, 3, ne, h);
+        noised = op_randn(a, 3, ne, &ns);
         if (!noised) return NULL;
     }
     return s3gen_flow_inference(a, &s->flow, tokens, n, ref, noised, &zs, &cp, NULL);
