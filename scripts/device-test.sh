@@ -114,12 +114,12 @@ s3gen() {
         ./build-dev/bench/bench_s3gen --model build-dev/models/english --backend cuda --reps 2 --precision both \
             >> "$out/bench.json" 2>> "$out/s3gen.txt"
     fi
-    "$ncu" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+    grep -v '^{' "$out/s3gen.txt"
+    head -45 "$out/s3gen_profile.txt"
+    timeout "${NCU_S:-150}" "$ncu" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
         ./build-dev/bench/bench_s3gen --model "$m" --backend cuda --reps 1 > "$out/ncu_s3gen.csv" 2> "$out/ncu.err"
     python3 scripts/ncu-sum.py "$out/ncu_s3gen.csv" > "$out/ncu_s3gen.txt" 2>&1
-    grep -v '^{' "$out/s3gen.txt"
-    head -40 "$out/s3gen_profile.txt"
-    head -40 "$out/ncu_s3gen.txt"
+    head -45 "$out/ncu_s3gen.txt"
 }
 
 case "${1:-}" in
