@@ -565,6 +565,107 @@ static void test_linear_ex(void)
     arena_free(ab);
 }
 
+/* op_linear_cat on the cpu against its definition: the norm op, then
+ * op_linear_ex per weight and op_concat, byte for byte. Cases: the packed
+ * decode GEMV (one dispatch over every weight: Llama's q, k, v after an
+ * RMS norm, gate and up with SiLU, GPT-2's c_attn and c_fc after a layer
+ * norm, a row-exact batch of 9) and the per-weight fallback (F32, a BF16
+ * batch of 100 rows, an activation the store cannot apply). */
+static void test_linear_cat(void)
+{
+    struct arena *ab = arena_create(cpu, 0);
+    if (!ab) {
+        CHECK(0, "arena");
+        return;
+    }
+    arena_set_bf16(ab, true);
+    static const struct {
+        enum dtype t; bool pack, row_exact, bf16; int nw; int64_t m, k; int64_t n[3]; int act; int norm;
+    } cs[] = {
+        {TYPE_Q4_0, true, false, false, 3, 2, 1024, {1024, 256, 256}, -1, LINEAR_NORM_RMS},
+        {TYPE_Q4_0, true, false, false, 2, 1, 1024, {2048, 2048, 0}, UN_SILU, LINEAR_NORM_RMS},
+        {TYPE_Q8_0, true, false, false, 1, 1, 1024, {3072, 0, 0}, -1, LINEAR_NORM_LAYER},
+        {TYPE_Q4_0, true, false, false, 1, 2, 1024, {4096, 0, 0}, UN_GELU_TANH, LINEAR_NORM_LAYER},
+        {TYPE_Q4_0, true, true, false, 3, 9, 1024, {1024, 1024, 40}, -1, -1},
+        {TYPE_Q4_0, true, false, false, 2, 1, 1024, {64, 83, 0}, UN_SIN, LINEAR_NORM_RMS},
+        {TYPE_F32, false, false, false, 3, 2, 256, {77, 64, 64}, UN_GELU, LINEAR_NORM_LAYER},
+        {TYPE_Q4_0, true, false, true, 2, 100, 256, {96, 83, 0}, UN_SILU, LINEAR_NORM_RMS},
+    };
+    int bad = 0, n_cases = 0;
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        if (cs[c].pack && cpu_level() < CPU_AVX512) continue;
+        const int64_t m = cs[c].m, k = cs[c].k, xne[2] = {m, k}, kne[1] = {k};
+        const size_t rs = dtype_row_size(cs[c].t, k);
+        int64_t ntot = 0;
+        for (int i = 0; i < cs[c].nw; i++) ntot += cs[c].n[i];
+        float *xv = malloc((size_t)(m * k) * sizeof *xv), *gv = malloc((size_t)(2 * k) * sizeof *gv);
+        float *y1 = malloc((size_t)(m * ntot) * sizeof *y1), *wf = malloc((size_t)(4096 * k) * sizeof *wf);
+        float *bv = malloc((size_t)ntot * sizeof *bv);
+        char *wd[3] = {NULL, NULL, NULL};
+        struct tensor wt[3], bt[3];
+        const struct tensor *wp[3], *bp[3];
+        int acts[3];
+        bool ok = xv && gv && y1 && wf && bv;
+        fill_uniform(xv, (size_t)(m * k), -2, 2, 300 + c);
+        fill_uniform(gv, (size_t)(2 * k), 0.5f, 1.5f, 310 + c);
+        fill_uniform(bv, (size_t)ntot, -1, 1, 320 + c);
+        for (int i = 0; ok && i < cs[c].nw; i++) {
+            const int64_t n = cs[c].n[i], wne[2] = {n, k}, bne[1] = {n};
+            fill_uniform(wf, (size_t)(n * k), -1, 1, 330 + 10 * c + (uint64_t)i);
+            if (!(wd[i] = aligned_alloc(64, (rs * (size_t)n + 63) & ~(size_t)63))) {
+                ok = false;
+                break;
+            }
+            if (cs[c].t == TYPE_F32) memcpy(wd[i], wf, (size_t)(n * k) * sizeof *wf);
+            else
+                for (int64_t r = 0; r < n; r++) quantize_row(cs[c].t, wf + r * k, wd[i] + (size_t)r * rs, k);
+            wt[i] = tensor_make(cs[c].t, 2, wne, wd[i], NULL);
+            if (cs[c].pack && !linear_pack(NULL, &wt[i], wd[i], &wt[i])) ok = false;
+            bt[i] = tensor_make(TYPE_F32, 1, bne, bv, NULL);
+            wp[i] = &wt[i];
+            bp[i] = i == 1 ? NULL : &bt[i];
+            acts[i] = i == 2 ? -1 : cs[c].act;
+        }
+        if (!ok) {
+            CHECK(0, "linear_cat case %zu set-up", c);
+        } else {
+            struct tensor x = tensor_make(TYPE_F32, 2, xne, xv, NULL);
+            struct tensor g = tensor_make(TYPE_F32, 1, kne, gv, NULL), bb = tensor_make(TYPE_F32, 1, kne, gv + k, NULL);
+            const struct linear_norm nm = {(enum linear_norm_kind)(cs[c].norm < 0 ? 0 : cs[c].norm), &g,
+                                           cs[c].norm == LINEAR_NORM_LAYER ? &bb : NULL, 1e-5f};
+            struct arena *a = cs[c].bf16 ? ab : ac;
+            arena_set_row_exact(a, cs[c].row_exact);
+            arena_reset(a);
+            const struct tensor *h = &x;
+            if (cs[c].norm == LINEAR_NORM_LAYER) h = op_layer_norm(a, &x, &g, &bb, 1e-5f);
+            else if (cs[c].norm == LINEAR_NORM_RMS) h = op_rms_norm(a, &x, &g, 1e-5f);
+            struct tensor *y = NULL;
+            for (int i = 0; h && i < cs[c].nw; i++) {
+                struct tensor *p = op_linear_ex(a, h, wp[i], bp[i], acts[i], NULL);
+                y = i == 0 ? p : op_concat(a, y, p, 1);
+            }
+            ok = y && arena_status(a) == CBX_OK;
+            if (ok) memcpy(y1, y->data, (size_t)(m * ntot) * sizeof *y1);
+            struct tensor *e = op_linear_cat(a, &x, cs[c].norm < 0 ? NULL : &nm, cs[c].nw, wp, bp, acts);
+            ok = ok && e && arena_status(a) == CBX_OK && e->ne[1] == ntot &&
+                 !memcmp(e->data, y1, (size_t)(m * ntot) * sizeof *y1);
+            arena_set_row_exact(a, false);
+            n_cases++;
+            if (!ok) {
+                bad++;
+                CHECK(0, "op_linear_cat case %zu (%s%s, %d weights, %lld rows): differs from norm, linear_ex, concat "
+                      "(%s)", c, dtype_name(cs[c].t), cs[c].pack ? " packed" : "", cs[c].nw, (long long)m,
+                      arena_errmsg(a));
+            }
+        }
+        for (int i = 0; i < 3; i++) free(wd[i]);
+        free(xv), free(gv), free(y1), free(wf), free(bv);
+    }
+    printf("op_linear_cat: %d of %d cases differ from the norm, op_linear_ex per weight and op_concat\n", bad,
+           n_cases);
+    arena_free(ab);
+}
+
 int main(void)
 {
     cpu = backend_cpu_create(2);
@@ -581,6 +682,7 @@ int main(void)
     test_qgemm_pack();
     test_qgemm_vs_dot();
     test_linear_ex();
+    test_linear_cat();
     const enum dtype types[] = {TYPE_F32, TYPE_F16, TYPE_BF16, TYPE_Q8_0,
                                 TYPE_Q4_0, TYPE_Q4_1, TYPE_Q5_0, TYPE_Q5_1};
     struct { int64_t m, k, n; } shapes[] = {

@@ -331,7 +331,8 @@ struct pk_job {
     int64_t groups, m, k, n;
     const float *bias;
     int64_t bias_stride;    /* bytes */
-    float *y;               /* [m, n] */
+    float *y;               /* [m, n], rows ld floats apart */
+    int64_t ld;
     const struct linear_epi *epi; /* NULL: none */
 };
 
@@ -351,20 +352,91 @@ static void pk_rows(void *ctx, int64_t g0, int64_t g1, int ith)
                 float o[PASS * LINEAR_PK_ROWS];
                 j->gemv((const uint8_t *)j->w + (size_t)g * j->gbytes, j->xp + r, rows, j->k / QK, o);
                 for (int q = 0; q < rows; q++, r++) {
-                    float *y = j->y + r * j->n + r0;
+                    float *y = j->y + r * j->ld + r0;
                     for (int i = 0; i < LINEAR_PK_ROWS; i++) y[i] = o[q * LINEAR_PK_ROWS + i] + bias[i];
-                    if (j->epi) linear_epi_apply(j->epi, y, r, j->n, r0, LINEAR_PK_ROWS);
+                    if (j->epi) linear_epi_apply(j->epi, y, r, j->ld, r0, LINEAR_PK_ROWS);
                 }
             } else {
-                float *y = j->y + r * j->n + r0;
+                float *y = j->y + r * j->ld + r0;
                 for (int64_t i = r0; i < r1; i++)
                     y[i - r0] = j->dotx(j->w + (size_t)i * j->rs, j->xp + r, j->k) + bias[i - r0];
-                if (j->epi) linear_epi_apply(j->epi, y, r, j->n, r0, r1 - r0);
+                if (j->epi) linear_epi_apply(j->epi, y, r, j->ld, r0, r1 - r0);
                 r++;
             }
         }
     }
 }
+
+/* x's rows as the dot kernels of weight type wt take them, in the calling
+ * thread's scratch (false: the arena failed): j->xq (x itself for F32
+ * products, else each row quantised to the vec-dot type, xq_stride bytes
+ * apart), and with dotx also j->xp, the rows prepared for it. */
+static bool dot_x(struct arena *a, struct dot_job *j, const struct tensor *x, enum dtype wt, linear_dotx_fn dotx)
+{
+    const int64_t k = x->ne[x->ndim - 1], m = tensor_nrows(x), nb = k / QK;
+    int vt = quant_vec_dot_type(wt);
+    size_t xq_stride = vt == TYPE_F32 ? 0 : dtype_row_size((enum dtype)vt, k);
+    size_t need = x_copy_bytes(x) + scr_round(xq_stride * (size_t)m);
+    if (dotx)
+        need += scr_round((size_t)m * sizeof(struct linear_xq)) + scr_round((size_t)(m * k)) +
+                scr_round((size_t)(2 * m * nb + 1) * sizeof(float));
+    if (!scratch_begin(a, need)) return false;
+    int64_t ld;
+    const float *xm = x_matrix(x, &ld);
+    if (vt == TYPE_F32) {
+        j->xq = (const char *)xm;
+        j->xq_stride = (size_t)ld * 4;
+        return true;
+    }
+    j->xq_stride = xq_stride;
+    char *q = scratch_take(j->xq_stride * (size_t)m);
+    for (int64_t r = 0; r < m; r++) {
+#if HAVE_X86
+        if (dotx) { /* the AVX-512 level: the same bytes, vectorised */
+            elementwise_q8_0_row_avx512(xm + r * ld, (struct block_q8_0 *)(q + (size_t)r * j->xq_stride), k);
+            continue;
+        }
+#endif
+        quantize_row((enum dtype)vt, xm + r * ld, q + (size_t)r * j->xq_stride, k);
+    }
+    j->xq = q;
+    if (dotx) {
+        struct linear_xq *xp = scratch_take((size_t)m * sizeof *xp);
+        int8_t *qs = scratch_take((size_t)(m * k));
+        float *d = scratch_take((size_t)(2 * m * nb + 1) * sizeof *d);
+        for (int64_t r = 0; r < m; r++) {
+            xp[r].q = q + (size_t)r * j->xq_stride;
+            linear_xq_prepare(&xp[r], qs + r * k, d + 2 * r * nb, d + (2 * r + 1) * nb, k);
+        }
+        j->dotx = dotx;
+        j->dotx4 = linear_dotx4_avx512(wt);
+        j->xp = xp;
+    }
+    return true;
+}
+
+/* The packed decode GEMV's dotx kernel for w (NULL: not on this path) */
+static linear_dotx_fn dot_packed_fn(const struct tensor *w)
+{
+    return quant_vec_dot_type(w->type) == TYPE_Q8_0 ? linear_dotx_avx512(w->type) : NULL;
+}
+
+/* The pk_job of packed w over the rows j->xp, y [m, n] ld floats apart */
+static struct pk_job pk_job_of(const struct dot_job *j, const struct tensor *w, const struct tensor *b, float *y,
+                               int64_t ld, const struct linear_epi *e)
+{
+    const int64_t n = w->ne[0], row_bytes = (int64_t)dtype_row_size(w->type, j->k);
+    return (struct pk_job){
+        .gemv = linear_gemv16_avx512(w->type), .dotx = j->dotx, .xp = j->xp, .w = w->data,
+        .gbytes = (size_t)row_bytes * LINEAR_PK_ROWS, .rs = (size_t)row_bytes,
+        .groups = n / LINEAR_PK_ROWS, .m = j->m, .k = j->k, .n = n, .bias = b ? b->data : NULL,
+        .bias_stride = b ? b->nb[0] : 0, .y = y, .ld = ld, .epi = e,
+    };
+}
+
+/* pk_rows' items (the groups, then one for the tail rows) and grain */
+static int64_t pk_items(const struct pk_job *pj) { return pj->groups + (pj->n % LINEAR_PK_ROWS ? 1 : 0); }
+static int64_t pk_grain(const struct pk_job *pj) { return (16384 + (int64_t)pj->gbytes - 1) / (int64_t)pj->gbytes; }
 
 /* packed: w was packed by linear_pack (then q4_0 / q8_0 at AVX-512) */
 static void linear_dot(struct arena *a, struct tensor *out, const struct tensor *x,
@@ -377,58 +449,12 @@ static void linear_dot(struct arena *a, struct tensor *out, const struct tensor 
         .w = w->data, .w_stride = w->nb[0], .m = m, .k = k, .n = n,
         .bias = b ? b->data : NULL, .bias_stride = b ? b->nb[0] : 0, .y = out->data, .epi = e,
     };
-    int vt = quant_vec_dot_type(w->type);
-    linear_dotx_fn dotx = vt == TYPE_Q8_0 && (packed || cpu_level() >= CPU_AVX512)
-                              ? linear_dotx_avx512(w->type) : NULL;
-    const int64_t nb = k / QK;
-    size_t xq_stride = vt == TYPE_F32 ? 0 : dtype_row_size((enum dtype)vt, k);
-    size_t need = x_copy_bytes(x) + scr_round(xq_stride * (size_t)m);
-    if (dotx)
-        need += scr_round((size_t)m * sizeof(struct linear_xq)) + scr_round((size_t)(m * k)) +
-                scr_round((size_t)(2 * m * nb + 1) * sizeof(float));
-    if (!scratch_begin(a, need)) return;
-    int64_t ld;
-    const float *xm = x_matrix(x, &ld);
-    if (vt == TYPE_F32) {
-        j.xq = (const char *)xm;
-        j.xq_stride = (size_t)ld * 4;
-    } else {
-        j.xq_stride = xq_stride;
-        char *q = scratch_take(j.xq_stride * (size_t)m);
-        for (int64_t r = 0; r < m; r++) {
-#if HAVE_X86
-            if (dotx) { /* the AVX-512 level: the same bytes, vectorised */
-                elementwise_q8_0_row_avx512(xm + r * ld, (struct block_q8_0 *)(q + (size_t)r * j.xq_stride), k);
-                continue;
-            }
-#endif
-            quantize_row((enum dtype)vt, xm + r * ld, q + (size_t)r * j.xq_stride, k);
-        }
-        j.xq = q;
-        if (dotx) {
-            struct linear_xq *xp = scratch_take((size_t)m * sizeof *xp);
-            int8_t *qs = scratch_take((size_t)(m * k));
-            float *d = scratch_take((size_t)(2 * m * nb + 1) * sizeof *d);
-            for (int64_t r = 0; r < m; r++) {
-                xp[r].q = q + (size_t)r * j.xq_stride;
-                linear_xq_prepare(&xp[r], qs + r * k, d + 2 * r * nb, d + (2 * r + 1) * nb, k);
-            }
-            j.dotx = dotx;
-            j.dotx4 = linear_dotx4_avx512(w->type);
-            j.xp = xp;
-        }
-    }
+    linear_dotx_fn dotx = packed || cpu_level() >= CPU_AVX512 ? dot_packed_fn(w) : NULL;
+    if (!dot_x(a, &j, x, w->type, dotx)) return;
     int64_t row_bytes = (int64_t)dtype_row_size(w->type, k);
     if (packed && dotx) {
-        struct pk_job pj = {
-            .gemv = linear_gemv16_avx512(w->type), .dotx = dotx, .xp = j.xp, .w = w->data,
-            .gbytes = (size_t)row_bytes * LINEAR_PK_ROWS, .rs = (size_t)row_bytes,
-            .groups = n / LINEAR_PK_ROWS, .m = m, .k = k, .n = n, .bias = j.bias,
-            .bias_stride = j.bias_stride, .y = j.y, .epi = e,
-        };
-        int64_t items = pj.groups + (n % LINEAR_PK_ROWS ? 1 : 0);
-        int64_t gb = (int64_t)pj.gbytes, grain = (16384 + gb - 1) / gb;
-        tp_parallel_for(arena_backend(a)->tp, items, grain, pk_rows, &pj);
+        struct pk_job pj = pk_job_of(&j, w, b, j.y, n, e);
+        tp_parallel_for(arena_backend(a)->tp, pk_items(&pj), pk_grain(&pj), pk_rows, &pj);
         return;
     }
     /* grain: enough rows that a chunk reads >= 16 KiB of weights */
@@ -731,6 +757,90 @@ static void cpu_linear_ex(struct arena *a, struct tensor *out, const struct tens
     if (r && arena_status(a) == CBX_OK) k->binary(a, out, r, cur, BIN_ADD);
 }
 
+/* op_linear_cat. The input h (x, or the norm kernel's output for it)
+ * goes to every product. Where each weight takes the packed decode GEMV
+ * (linear_path LP_DOT_PACKED; activations the store can apply), h is
+ * quantised once and one dispatch runs every weight's groups, each
+ * storing into its columns of out. Otherwise each product runs as
+ * op_linear_ex does, into scratch, then its columns are copied into out.
+ * Either way the floats are those of the norm op, op_linear_ex per weight
+ * and op_concat. */
+struct cat_job {
+    struct pk_job pj[OP_LINEAR_CAT_MAX];
+    struct linear_epi epi[OP_LINEAR_CAT_MAX];
+    int64_t first[OP_LINEAR_CAT_MAX + 1]; /* weight i's items start at first[i] */
+    int n;
+};
+
+static void cat_items(void *ctx, int64_t i0, int64_t i1, int ith)
+{
+    const struct cat_job *c = ctx;
+    for (int i = 0; i < c->n; i++) {
+        const int64_t lo = i0 > c->first[i] ? i0 : c->first[i], hi = i1 < c->first[i + 1] ? i1 : c->first[i + 1];
+        if (lo < hi) pk_rows((void *)&c->pj[i], lo - c->first[i], hi - c->first[i], ith);
+    }
+}
+
+static bool cat_packed(struct arena *a, const struct tensor *h, int n, const struct tensor *const *w,
+                       const int *act)
+{
+    for (int i = 0; i < n; i++) {
+        struct linear_qgemm g;
+        if (linear_path(a, h, w[i], &g) != LP_DOT_PACKED || !dot_packed_fn(w[i]) ||
+            (act[i] >= 0 && !cpu_unary_fusable((enum unop)act[i])))
+            return false;
+    }
+    return true;
+}
+
+static void cpu_linear_cat(struct arena *a, struct tensor *out, const struct tensor *x,
+                           const struct linear_norm *norm, int n, const struct tensor *const *w,
+                           const struct tensor *const *b, const int *act)
+{
+    const struct kernels *k = &arena_backend(a)->k;
+    const struct tensor *h = x;
+    if (norm) {
+        struct tensor *t = arena_tensor(a, TYPE_F32, x->ndim, x->ne);
+        if (!t) return;
+        if (norm->kind == LINEAR_NORM_LAYER) k->layer_norm(a, t, x, norm->g, norm->b, norm->eps);
+        else k->rms_norm(a, t, x, norm->g, norm->eps);
+        if (arena_status(a) != CBX_OK) return;
+        h = t;
+    }
+    const int64_t m = tensor_nrows(h), ld = out->ne[out->ndim - 1];
+    if (m == 0) return;
+    if (cat_packed(a, h, n, w, act)) {
+        struct cat_job c = {.n = n};
+        struct dot_job j = {.m = m, .k = h->ne[h->ndim - 1]};
+        if (!dot_x(a, &j, h, w[0]->type, dot_packed_fn(w[0]))) return;
+        float *y = out->data;
+        int64_t grain = 1;
+        for (int i = 0; i < n; i++) {
+            c.epi[i] = (struct linear_epi){act[i], NULL};
+            c.pj[i] = pk_job_of(&j, w[i], b[i], y, ld, act[i] >= 0 ? &c.epi[i] : NULL);
+            c.first[i + 1] = c.first[i] + pk_items(&c.pj[i]);
+            grain = pk_grain(&c.pj[i]);
+            y += w[i]->ne[0];
+        }
+        tp_parallel_for(arena_backend(a)->tp, c.first[n], grain, cat_items, &c);
+        return;
+    }
+    int64_t c0 = 0;
+    for (int i = 0; i < n && arena_status(a) == CBX_OK; i++) {
+        int64_t ne[TENSOR_MAX_DIMS];
+        memcpy(ne, out->ne, sizeof ne);
+        ne[out->ndim - 1] = w[i]->ne[0];
+        struct tensor *y = arena_tensor(a, TYPE_F32, out->ndim, ne);
+        if (!y) return;
+        cpu_linear_ex(a, y, h, w[i], b[i], act[i], NULL);
+        struct tensor cols = *out; /* out's columns [c0, c0 + Ni) */
+        cols.ne[out->ndim - 1] = w[i]->ne[0];
+        cols.data = (float *)out->data + c0;
+        if (arena_status(a) == CBX_OK) k->cpy(a, &cols, y);
+        c0 += w[i]->ne[0];
+    }
+}
+
 /* ---- matmul ------------------------------------------------------------ */
 
 /* One [rows, cols] operand as a BLAS matrix: row-major with *ld (NoTrans)
@@ -811,5 +921,6 @@ void cpu_register_linear(struct kernels *k)
 {
     k->linear = cpu_linear;
     k->linear_ex = cpu_linear_ex;
+    k->linear_cat = cpu_linear_cat;
     k->matmul = cpu_matmul;
 }
