@@ -1,5 +1,5 @@
-/* linear.c - cpu kernels of the linear group: op_linear, op_matmul (see
- * ops.h).
+/* linear.c - cpu kernels of the linear group: op_linear, op_linear_ex,
+ * op_linear_cat, op_matmul (see ops.h).
  *
  * op_linear, y[M, N] = x[M, K] @ w[N, K]^T + b, has three paths, and a
  * fourth when the arena asks for BF16 products (arena_bf16), AMX-BF16 is
