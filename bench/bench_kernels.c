@@ -33,7 +33,8 @@
  *                linear_qgemm_min_rows). Above 16 rows fewer weight
  *                copies cycle (the cases are compute-bound there).
  *   sgemm        op_linear with many rows (CFM-like: M = 602 or 1204
- *                frames), F32 weights straight to OpenBLAS, F16
+ *                frames), F32 weights through OpenBLAS and through our
+ *                GEMM (cpu/gemm.c) in the same run (ratio to OpenBLAS), F16
  *                dequantised per tile, Q8_0 through the quantised GEMM at
  *                the AVX-512 level (dequantised per tile below it);
  *                GFLOP/s and ratio to fma_peak (the F32 FMA peak, which
@@ -71,6 +72,7 @@
 
 #include "common.h"
 #include "core/backend.h"
+#include "core/cpu/blas.h"
 #include "core/cpu/linear_bf16.h"
 #include "core/cpu/linear_kernels.h"
 #include "core/cpu_features.h"
@@ -425,17 +427,32 @@ static void bench_sgemm(void)
             float *x = malloc((size_t)(m * k) * sizeof *x);
             if (!w || !x) { free(w); free(x); return; }
             fill_random(x, (size_t)(m * k), 11);
-            double us;
-            struct bench_stats s = time_linear(t, m, n, k, 1, w, wbytes, x, &us);
-            /* convert weight GB/s samples to GFLOP/s: flops per weight byte */
-            double f = 2.0 * (double)(m * n * k) / (double)wbytes;
-            s.median *= f; s.p10 *= f; s.p90 *= f;
-            int64_t shape[3] = {m, k, n};
-            bench_emit("sgemm", dtype_name(t), shape, 3, opt.threads, opt.reps, "GFLOP/s", s,
-                       "fma_peak", peak_gflops);
-            fprintf(stderr, "sgemm %-5s M=%-5lld K=%-5lld N=%-5lld %8.0f us  %6.1f GFLOP/s  %4.0f%% of peak\n",
-                    dtype_name(t), (long long)m, (long long)k, (long long)n, us, s.median,
-                    peak_gflops > 0 ? 100 * s.median / peak_gflops : 0);
+            /* F32: OpenBLAS, then our kernels (where the CPU level has
+             * them) against it; other types as op_linear runs them */
+            const enum cpu_sgemm_impl impls[] = {SGEMM_BLAS, SGEMM_OWN};
+            const int n_impl = t == TYPE_F32 && cpu_level() >= CPU_AVX2 ? 2 : 1;
+            double blas_gflops = 0;
+            for (int ii = 0; ii < n_impl; ii++) {
+                const enum cpu_sgemm_impl prev = cpu_sgemm_set_impl(t == TYPE_F32 ? impls[ii] : SGEMM_AUTO);
+                char ty[64];
+                snprintf(ty, sizeof ty, "%s%s%s", dtype_name(t), t == TYPE_F32 ? " " : "",
+                         t == TYPE_F32 ? cpu_sgemm_name() : "");
+                double us;
+                struct bench_stats s = time_linear(t, m, n, k, 1, w, wbytes, x, &us);
+                cpu_sgemm_set_impl(prev);
+                /* convert weight GB/s samples to GFLOP/s: flops per weight byte */
+                double f = 2.0 * (double)(m * n * k) / (double)wbytes;
+                s.median *= f; s.p10 *= f; s.p90 *= f;
+                int64_t shape[3] = {m, k, n};
+                if (ii == 0) blas_gflops = s.median;
+                bench_emit("sgemm", ty, shape, 3, opt.threads, opt.reps, "GFLOP/s", s, ii ? "openblas" : "fma_peak",
+                           ii ? blas_gflops : peak_gflops);
+                fprintf(stderr, "sgemm %-22s M=%-5lld K=%-5lld N=%-5lld %8.0f us  %6.1f GFLOP/s  %4.0f%% of peak",
+                        ty, (long long)m, (long long)k, (long long)n, us, s.median,
+                        peak_gflops > 0 ? 100 * s.median / peak_gflops : 0);
+                if (ii) fprintf(stderr, "  x%.2f of openblas", blas_gflops > 0 ? s.median / blas_gflops : 0);
+                fputc('\n', stderr);
+            }
             free(w);
             free(x);
         }

@@ -236,8 +236,8 @@ bool backend_compatible(const struct backend *be, const struct backend *other)
 void backend_describe(char *buf, size_t n)
 {
     size_t k = 0;
-    int w = snprintf(buf, n, "cpu   yes  %d threads, %s%s\n", tp_default_threads(),
-                     cpu_level_name(cpu_level()), cpu_amx_ready() ? " + AMX" : "");
+    int w = snprintf(buf, n, "cpu   yes  %d threads, %s%s, f32 products: %s\n", tp_default_threads(),
+                     cpu_level_name(cpu_level()), cpu_amx_ready() ? " + AMX" : "", cpu_sgemm_name());
     if (w > 0) k = (size_t)w < n ? (size_t)w : n;
 #ifdef CBX_HAVE_CUDA
     const int nd = backend_cuda_device_count();
