@@ -120,7 +120,8 @@ bool cpu_gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
     const int64_t kcm = K < GEMM_KC ? K : GEMM_KC;
     const int64_t mcm = M < u.mc ? (M + u.mr - 1) / u.mr * u.mr : u.mc;
     const int64_t ncm = N < u.nc ? (N + u.nr - 1) / u.nr * u.nr : u.nc;
-    float *buf = aligned_alloc(64, ((size_t)(mcm + ncm) * (size_t)kcm + (size_t)u.mr * (size_t)u.nr) * sizeof(float));
+    const size_t bytes = ((size_t)(mcm + ncm) * (size_t)kcm + (size_t)u.mr * (size_t)u.nr) * sizeof(float);
+    float *buf = aligned_alloc(64, (bytes + 63) & ~(size_t)63); /* C11: a multiple of the alignment */
     if (!buf) return false;
     float *ap = buf, *bp = buf + mcm * kcm, *tile = bp + ncm * kcm;
     for (int64_t jc = 0; jc < N; jc += u.nc) {
