@@ -33,9 +33,8 @@
 struct gemm_ukr {
     gemm_ukr_fn fn;
     int mr, nr, mc, nc; /* tile, then row and column blocks (multiples of it) */
-    /* whole-panel packers of untransposed A, transposed B (or NULL) */
-    void (*pack_an)(float *d, const float *A, int64_t lda, int64_t kc);
-    void (*pack_bt)(float *d, const float *B, int64_t ldb, int64_t kc);
+    /* packer of a whole panel whose depth is contiguous, or NULL */
+    void (*pack_tr)(float *d, const float *X, int64_t ld, int64_t kc, int p);
 };
 
 static bool ukr_for_level(struct gemm_ukr *u)
@@ -43,13 +42,12 @@ static bool ukr_for_level(struct gemm_ukr *u)
 #ifdef GEMM_X86
     const enum cpu_level l = cpu_level();
     if (l >= CPU_AVX512) {
-        *u = (struct gemm_ukr){gemm_ukr_avx512,     GEMM_MR_AVX512,     GEMM_NR_AVX512,     16 * GEMM_MR_AVX512,
-                               64 * GEMM_NR_AVX512, gemm_pack_an_avx512, gemm_pack_bt_avx512};
+        *u = (struct gemm_ukr){gemm_ukr_avx512, GEMM_MR_AVX512, GEMM_NR_AVX512, 16 * GEMM_MR_AVX512,
+                               64 * GEMM_NR_AVX512, gemm_pack_tr_avx512};
         return true;
     }
     if (l >= CPU_AVX2) {
-        *u = (struct gemm_ukr){gemm_ukr_avx2, GEMM_MR_AVX2, GEMM_NR_AVX2, 16 * GEMM_MR_AVX2, 64 * GEMM_NR_AVX2,
-                               NULL,          NULL};
+        *u = (struct gemm_ukr){gemm_ukr_avx2, GEMM_MR_AVX2, GEMM_NR_AVX2, 16 * GEMM_MR_AVX2, 64 * GEMM_NR_AVX2, NULL};
         return true;
     }
 #else
@@ -58,56 +56,26 @@ static bool ukr_for_level(struct gemm_ukr *u)
     return false;
 }
 
-/* rows [i0, i0 + mc) x depth [k0, k0 + kc) of op(A) as mr-row panels:
- * ap[(ir / mr) * mr * kc + k * mr + i] = op(A)[i0 + ir + i][k0 + k] */
-static void pack_a(const struct gemm_ukr *u, float *ap, const float *A, bool trans, int64_t lda, int64_t i0,
-                   int64_t mc, int64_t k0, int64_t kc)
+/* n lanes x kc depths of a matrix X, element (lane l, depth k) at
+ * X[l * sl + k * sk], as panels of p lanes (zero past n):
+ * d[(l / p) * p * kc + k * p + l % p]. op(A)'s rows and op(B)'s columns
+ * are both lanes: A's with p = MR, B's with p = NR. */
+static void pack(const struct gemm_ukr *u, float *d, const float *X, int64_t sl, int64_t sk, int64_t n, int p,
+                 int64_t kc)
 {
-    const int mr = u->mr;
-    for (int64_t ir = 0; ir < mc; ir += mr) {
-        float *d = ap + ir * kc;
-        const int mh = mc - ir < mr ? (int)(mc - ir) : mr;
-        if (!trans && mh == mr && u->pack_an) {
-            u->pack_an(d, A + (i0 + ir) * lda + k0, lda, kc);
-        } else if (!trans) { /* op(A)[i][k] = A[i * lda + k] */
-            for (int i = 0; i < mh; i++) {
-                const float *s = A + (i0 + ir + i) * lda + k0;
-                for (int64_t k = 0; k < kc; k++) d[k * mr + i] = s[k];
-            }
-            for (int i = mh; i < mr; i++)
-                for (int64_t k = 0; k < kc; k++) d[k * mr + i] = 0.0f;
-        } else { /* op(A)[i][k] = A[k * lda + i] */
+    for (int64_t l0 = 0; l0 < n; l0 += p, d += (int64_t)p * kc) {
+        const int nl = n - l0 < p ? (int)(n - l0) : p;
+        const float *x = X + l0 * sl;
+        if (sk == 1 && nl == p && u->pack_tr) {
+            u->pack_tr(d, x, sl, kc, p);
+        } else if (sl == 1) { /* a depth's lanes contiguous */
             for (int64_t k = 0; k < kc; k++) {
-                const float *s = A + (k0 + k) * lda + i0 + ir;
-                for (int i = 0; i < mr; i++) d[k * mr + i] = i < mh ? s[i] : 0.0f;
+                memcpy(d + k * p, x + k * sk, (size_t)nl * sizeof(float));
+                for (int l = nl; l < p; l++) d[k * p + l] = 0.0f;
             }
-        }
-    }
-}
-
-/* depth [k0, k0 + kc) x columns [j0, j0 + nc) of op(B) as nr-column
- * panels: bp[(jr / nr) * nr * kc + k * nr + j] = op(B)[k0 + k][j0 + jr + j] */
-static void pack_b(const struct gemm_ukr *u, float *bp, const float *B, bool trans, int64_t ldb, int64_t k0,
-                   int64_t kc, int64_t j0, int64_t nc)
-{
-    const int nr = u->nr;
-    for (int64_t jr = 0; jr < nc; jr += nr) {
-        float *d = bp + jr * kc;
-        const int nw = nc - jr < nr ? (int)(nc - jr) : nr;
-        if (trans && nw == nr && u->pack_bt) {
-            u->pack_bt(d, B + (j0 + jr) * ldb + k0, ldb, kc);
-        } else if (!trans) { /* op(B)[k][j] = B[k * ldb + j] */
-            for (int64_t k = 0; k < kc; k++) {
-                memcpy(d + k * nr, B + (k0 + k) * ldb + j0 + jr, (size_t)nw * sizeof(float));
-                for (int j = nw; j < nr; j++) d[k * nr + j] = 0.0f;
-            }
-        } else { /* op(B)[k][j] = B[j * ldb + k] */
-            for (int j = 0; j < nw; j++) {
-                const float *s = B + (j0 + jr + j) * ldb + k0;
-                for (int64_t k = 0; k < kc; k++) d[k * nr + j] = s[k];
-            }
-            for (int j = nw; j < nr; j++)
-                for (int64_t k = 0; k < kc; k++) d[k * nr + j] = 0.0f;
+        } else {
+            for (int l = 0; l < p; l++)
+                for (int64_t k = 0; k < kc; k++) d[k * p + l] = l < nl ? x[l * sl + k * sk] : 0.0f;
         }
     }
 }
@@ -131,10 +99,12 @@ bool cpu_gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
             /* the first slice applies beta; later ones add to C */
             const float b = pc == 0 ? beta : 1.0f;
             const bool bz = pc == 0 && beta == 0.0f;
-            pack_b(&u, bp, B, tb, ldb, pc, kc, jc, nc);
+            /* op(B)[k][j]: B[k * ldb + j], or B[j * ldb + k] when tb */
+            pack(&u, bp, tb ? B + jc * ldb + pc : B + pc * ldb + jc, tb ? ldb : 1, tb ? 1 : ldb, nc, u.nr, kc);
             for (int64_t ic = 0; ic < M; ic += u.mc) {
                 const int64_t mc = M - ic < u.mc ? M - ic : u.mc;
-                pack_a(&u, ap, A, ta, lda, ic, mc, pc, kc);
+                /* op(A)[i][k]: A[i * lda + k], or A[k * lda + i] when ta */
+                pack(&u, ap, ta ? A + pc * lda + ic : A + ic * lda + pc, ta ? 1 : lda, ta ? lda : 1, mc, u.mr, kc);
                 for (int64_t jr = 0; jr < nc; jr += u.nr) {
                     const int64_t nw = nc - jr < u.nr ? nc - jr : u.nr;
                     for (int64_t ir = 0; ir < mc; ir += u.mr) {

@@ -29,14 +29,11 @@ typedef void (*gemm_ukr_fn)(int64_t kc, const float *ap, const float *bp, float 
 #define GEMM_MR_AVX2 6
 #define GEMM_NR_AVX2 16
 
-/* Packing of a whole panel (full rows / columns; gemm.c packs the edges):
- * gemm_pack_bt_avx512: NR_AVX512 columns of a transposed B, rows of B
- * (ldb apart) read from B: d[k * NR + j] = B[j * ldb + k], k < kc.
- * gemm_pack_an_avx512: MR_AVX512 rows of an untransposed A (lda apart):
- * d[k * MR + i] = A[i * lda + k], k < kc. */
+/* gemm_pack_tr_avx512: a whole panel of p lanes (p a multiple of 8, at
+ * most 32) whose depth is contiguous, lane l at X + l * ld:
+ * d[k * p + l] = X[l * ld + k], k < kc (gemm.c packs the other cases). */
 #ifdef GEMM_X86
-void gemm_pack_bt_avx512(float *d, const float *B, int64_t ldb, int64_t kc);
-void gemm_pack_an_avx512(float *d, const float *A, int64_t lda, int64_t kc);
+void gemm_pack_tr_avx512(float *d, const float *X, int64_t ld, int64_t kc, int p);
 void gemm_ukr_avx512(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc, float alpha, float beta,
                      bool beta_zero);
 void gemm_ukr_avx2(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc, float alpha, float beta,
