@@ -47,7 +47,8 @@ static bool ukr_for_level(struct gemm_ukr *u)
         return true;
     }
     if (l >= CPU_AVX2) {
-        *u = (struct gemm_ukr){gemm_ukr_avx2, GEMM_MR_AVX2, GEMM_NR_AVX2, 16 * GEMM_MR_AVX2, 64 * GEMM_NR_AVX2, NULL};
+        *u = (struct gemm_ukr){gemm_ukr_avx2,     GEMM_MR_AVX2,     GEMM_NR_AVX2, 16 * GEMM_MR_AVX2,
+                               64 * GEMM_NR_AVX2, gemm_pack_tr_avx2};
         return true;
     }
 #else

@@ -29,11 +29,13 @@ typedef void (*gemm_ukr_fn)(int64_t kc, const float *ap, const float *bp, float 
 #define GEMM_MR_AVX2 6
 #define GEMM_NR_AVX2 16
 
-/* gemm_pack_tr_avx512: a whole panel of p lanes (p a multiple of 8, at
- * most 32) whose depth is contiguous, lane l at X + l * ld:
- * d[k * p + l] = X[l * ld + k], k < kc (gemm.c packs the other cases). */
+/* gemm_pack_tr_*: a whole panel of p lanes whose depth is contiguous,
+ * lane l at X + l * ld: d[k * p + l] = X[l * ld + k], k < kc (gemm.c
+ * packs the other cases). avx512: p a multiple of 8, at most 32; avx2:
+ * any p. */
 #ifdef GEMM_X86
 void gemm_pack_tr_avx512(float *d, const float *X, int64_t ld, int64_t kc, int p);
+void gemm_pack_tr_avx2(float *d, const float *X, int64_t ld, int64_t kc, int p);
 void gemm_ukr_avx512(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc, float alpha, float beta,
                      bool beta_zero);
 void gemm_ukr_avx2(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc, float alpha, float beta,
