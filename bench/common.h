@@ -80,5 +80,10 @@ struct weights bench_synth_weights(const struct bench_synth *w, const char *what
 /* STREAM-like copy of two o->mem_mib MiB buffers over the pool's threads;
  * emits its JSON line and returns the median GB/s (bytes read + written). */
 double bench_copy_baseline(struct threadpool *tp, const struct bench_opts *o);
+/* Reading one o->mem_mib MiB buffer over the pool's threads (every byte
+ * loaded once, folded so the loads stay); emits its JSON line and returns
+ * the median GB/s read: the limit of a decode step, which streams its
+ * weights and writes next to nothing. */
+double bench_read_baseline(struct threadpool *tp, const struct bench_opts *o);
 
 #endif
