@@ -483,11 +483,14 @@ static int say_main(int argc, char **argv, struct cli_gen *g)
         const double gen = st.t_t3 + st.t_s3gen;
         fprintf(stderr,
                 "say: %d segment%s, %lld text tokens, %lld speech tokens (%d retr%s)\n"
-                "say: text %.3f s | t3 %.2f s (%.1f tokens/s) | s3gen %.2f s (%s products) | total %.2f s\n"
+                "say: text %.3f s | t3 %.2f s (%.1f tokens/s) | s3gen %.2f s (%s) | total %.2f s\n"
                 "say: %.2f s of audio, real-time factor %.3f (generation / audio)\n",
                 st.n_segments, st.n_segments == 1 ? "" : "s", (long long)st.n_text_tokens,
                 (long long)st.n_speech_tokens, st.n_retries, st.n_retries == 1 ? "y" : "ies", st.t_text,
-                st.t_t3, st.t_t3 > 0 ? (double)st.n_t3_steps / st.t_t3 : 0.0, st.t_s3gen, st.s3gen_bf16 ? "bf16" : "f32",
+                st.t_t3, st.t_t3 > 0 ? (double)st.n_t3_steps / st.t_t3 : 0.0, st.t_s3gen,
+                !st.s3gen_bf16                ? "f32 products"
+                : backend_bf16_products(be) ? "bf16 products"
+                                            : "f32 products: no BF16 tiles on this cpu",
                 st.t_total,
                 st.audio_seconds, st.audio_seconds > 0 ? gen / st.audio_seconds : 0.0);
         static const char *const from[] = {"built", "in memory", "loaded"};
