@@ -18,15 +18,32 @@ void cpu_blas_init(void) { pthread_once(&blas_once, blas_single); }
 /* ---- which implementation ------------------------------------------------ */
 
 static _Atomic int sgemm_impl = SGEMM_AUTO;
+/* read once (sgemm_setup): CBX_SGEMM, and OpenBLAS's core by level */
 static enum cpu_sgemm_impl sgemm_env = SGEMM_AUTO;
-static pthread_once_t sgemm_env_once = PTHREAD_ONCE_INIT;
+static bool blas_tuned[CPU_AVX512 + 1];
+static char blas_name[64];
+static pthread_once_t sgemm_once = PTHREAD_ONCE_INIT;
 
-static bool blas_tuned_at(enum cpu_level l);
-static bool blas_tuned[CPU_AVX512 + 1]; /* by level, read once */
-
-static void sgemm_env_read(void)
+/* Whether OpenBLAS's core runs kernels of level l: its DYNAMIC_ARCH core
+ * names for AVX-512 and AVX2 sgemm kernels (a CPU it does not know gets
+ * an older core, e.g. "Prescott": SSE3). */
+static bool blas_tuned_at(const char *core, enum cpu_level l)
 {
-    for (int l = CPU_AVX2; l <= CPU_AVX512; l++) blas_tuned[l] = blas_tuned_at((enum cpu_level)l);
+    static const char *const avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
+    static const char *const avx2[] = {"Haswell", "Zen"};
+    for (size_t i = 0; i < sizeof avx512 / sizeof avx512[0]; i++)
+        if (!strcasecmp(core, avx512[i])) return true;
+    for (size_t i = 0; l < CPU_AVX512 && i < sizeof avx2 / sizeof avx2[0]; i++)
+        if (!strcasecmp(core, avx2[i])) return true;
+    return false;
+}
+
+static void sgemm_setup(void)
+{
+    const char *core = openblas_get_corename();
+    if (!core) core = "?";
+    snprintf(blas_name, sizeof blas_name, "openblas %s", core);
+    for (int l = CPU_AVX2; l <= CPU_AVX512; l++) blas_tuned[l] = blas_tuned_at(core, (enum cpu_level)l);
     const char *e = getenv("CBX_SGEMM");
     if (e && !strcmp(e, "own")) sgemm_env = SGEMM_OWN;
     else if (e && !strcmp(e, "blas")) sgemm_env = SGEMM_BLAS;
@@ -37,29 +54,13 @@ enum cpu_sgemm_impl cpu_sgemm_set_impl(enum cpu_sgemm_impl impl)
     return (enum cpu_sgemm_impl)atomic_exchange(&sgemm_impl, (int)impl);
 }
 
-/* Whether OpenBLAS runs kernels of the level our CPU runs at: its
- * DYNAMIC_ARCH core names for AVX-512 and AVX2 sgemm kernels (a CPU it
- * does not know gets an older core, e.g. "Prescott": SSE3). */
-static bool blas_tuned_at(enum cpu_level l)
-{
-    static const char *const avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
-    static const char *const avx2[] = {"Haswell", "Zen"};
-    const char *core = openblas_get_corename();
-    if (!core) return false;
-    for (size_t i = 0; i < sizeof avx512 / sizeof avx512[0]; i++)
-        if (!strcasecmp(core, avx512[i])) return true;
-    for (size_t i = 0; l < CPU_AVX512 && i < sizeof avx2 / sizeof avx2[0]; i++)
-        if (!strcasecmp(core, avx2[i])) return true;
-    return false;
-}
-
 /* whether cpu_sgemm tries our kernels first: where we have them, unless
  * chosen otherwise or (AUTO) OpenBLAS runs kernels of the CPU's level
- * (measured on AVX-512 without AMX: OpenBLAS's SkylakeX kernels about 7%
- * faster over S3Gen's CFM, its Prescott ones about 2x slower) */
+ * (measured on AVX-512 without AMX: ours x0.69-1.13 of OpenBLAS's SkylakeX
+ * kernels, x3.1-4.6 of its Prescott ones) */
 static bool sgemm_own(void)
 {
-    pthread_once(&sgemm_env_once, sgemm_env_read);
+    pthread_once(&sgemm_once, sgemm_setup);
     enum cpu_sgemm_impl i = (enum cpu_sgemm_impl)atomic_load(&sgemm_impl);
     if (i == SGEMM_AUTO) i = sgemm_env;
     const enum cpu_level l = cpu_level();
@@ -67,19 +68,10 @@ static bool sgemm_own(void)
     return i == SGEMM_OWN || !blas_tuned[l];
 }
 
-static char blas_name[64];
-static pthread_once_t blas_name_once = PTHREAD_ONCE_INIT;
-static void blas_name_make(void)
-{
-    const char *core = openblas_get_corename();
-    snprintf(blas_name, sizeof blas_name, "openblas %s", core ? core : "?");
-}
-
 const char *cpu_sgemm_name(void)
 {
     if (sgemm_own()) return cpu_level() >= CPU_AVX512 ? "own avx512" : "own avx2";
-    pthread_once(&blas_name_once, blas_name_make);
-    return blas_name;
+    return blas_name; /* made by sgemm_own's setup */
 }
 
 /* one single-threaded product */
