@@ -9,7 +9,6 @@
 #include <sys/mman.h>
 
 #include "cpu/blas.h"
-#include "cpu/linear_bf16.h"
 #include "cpu_features.h"
 #include "error.h"
 #include "threadpool.h"
@@ -252,10 +251,4 @@ void backend_describe(char *buf, size_t n)
 #else
     if (k < n) snprintf(buf + k, n - k, "cuda  no   not built (cmake -DCBX_CUDA=ON)\n");
 #endif
-}
-
-bool backend_bf16_products(const struct backend *be)
-{
-    if (!be || !strcmp(be->name, "ref")) return false;
-    return be->host ? linear_bf16_available() : true;
 }

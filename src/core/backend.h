@@ -254,11 +254,6 @@ bool backend_compatible(const struct backend *be, const struct backend *other);
  * whether usable here, and what (threads and SIMD level, or the GPU);
  * written into buf (n bytes). */
 void backend_describe(char *buf, size_t n);
-/* Whether be's kernels act on an arena's BF16 hint (arena_set_bf16), so
- * "BF16 products" means BF16 operands there: a device backend's GEMMs do;
- * on the cpu only AMX-BF16 tiles do (without them the hint changes
- * nothing); ref never. */
-bool backend_bf16_products(const struct backend *be);
 
 /* Registration of each kernel group, one function per source file pair
  * (src/core/cpu/<group>.c, src/core/ref/<group>.c). */
