@@ -264,24 +264,28 @@ static struct tensor *c_linear_ex(struct arena *a, int v)
  * c_fc); 5 q4_0 RMS norm, gate + SiLU and up, two rows (K 2048); 6 q8_0
  * layer norm without affine, three parts with biases, three rows; 7 f32
  * RMS norm over 9 rows (the GEMM path); 8 f32 layer norm, bias, K 4096
- * (split GEMV); 9 = 5 with a BF16 norm weight (the norm op first) */
+ * (split GEMV); 9 = 5 with a BF16 norm weight (the norm op first); the
+ * quantised GEMVs' staged input at other widths of block groups: 10 q8_0
+ * layer norm, bias, K 512 (16 blocks), two rows; 11 q4_0 K 768 (24
+ * blocks), one row, no norm */
 static struct tensor *c_linear_cat(struct arena *a, int v)
 {
     const bool bf16_g = v == 9;
     if (bf16_g) v = 5;
-    static const enum dtype t[9] = {TYPE_F32, TYPE_Q4_0, TYPE_Q8_0, TYPE_F32, TYPE_F32,
-                                    TYPE_Q4_0, TYPE_Q8_0, TYPE_F32, TYPE_F32};
-    static const int nw[9] = {3, 2, 3, 2, 1, 2, 3, 2, 1}, rows[9] = {2, 1, 3, 9, 1, 2, 3, 9, 1};
-    static const int64_t kk[9] = {1024, 2048, 256, 320, 1024, 2048, 256, 320, 4096};
-    static const int64_t nn[9][3] = {{96, 64, 64}, {150, 150, 0}, {40, 7, 33}, {50, 70, 0}, {200, 0, 0},
-                                     {150, 150, 0}, {40, 7, 33}, {50, 70, 0}, {90, 0, 0}};
-    static const int acts[9][3] = {{-1, -1, -1}, {UN_SILU, -1, -1}, {UN_GELU_TANH, -1, UN_SILU}, {-1, UN_SILU, -1},
-                                   {UN_GELU_TANH, -1, -1}, {UN_SILU, -1, -1}, {-1, UN_SILU, -1}, {UN_SILU, -1, -1},
-                                   {-1, -1, -1}};
+    static const enum dtype t[12] = {TYPE_F32, TYPE_Q4_0, TYPE_Q8_0, TYPE_F32,  TYPE_F32, TYPE_Q4_0,
+                                     TYPE_Q8_0, TYPE_F32,  TYPE_F32, TYPE_BF16, TYPE_Q8_0, TYPE_Q4_0};
+    static const int nw[12] = {3, 2, 3, 2, 1, 2, 3, 2, 1, 0, 1, 2}, rows[12] = {2, 1, 3, 9, 1, 2, 3, 9, 1, 0, 2, 1};
+    static const int64_t kk[12] = {1024, 2048, 256, 320, 1024, 2048, 256, 320, 4096, 0, 512, 768};
+    static const int64_t nn[12][3] = {{96, 64, 64}, {150, 150, 0}, {40, 7, 33}, {50, 70, 0}, {200, 0, 0}, {150, 150, 0},
+                                      {40, 7, 33},  {50, 70, 0},   {90, 0, 0},  {0, 0, 0},   {70, 0, 0}, {65, 33, 0}};
+    static const int acts[12][3] = {{-1, -1, -1},     {UN_SILU, -1, -1}, {UN_GELU_TANH, -1, UN_SILU},
+                                    {-1, UN_SILU, -1}, {UN_GELU_TANH, -1, -1}, {UN_SILU, -1, -1},
+                                    {-1, UN_SILU, -1}, {UN_SILU, -1, -1}, {-1, -1, -1},
+                                    {-1, -1, -1},     {-1, -1, -1},     {UN_GELU_TANH, -1, -1}};
     const struct tensor *w[3], *b[3] = {NULL, NULL, NULL};
     for (int i = 0; i < nw[v]; i++) {
         w[i] = in_w(a, t[v], 74 + (uint64_t)(3 * v + i), ND(nn[v][i], kk[v]));
-        if (v == 4 || v == 6 || v == 8) b[i] = in_f32(a, 120 + (uint64_t)(3 * v + i), ND(nn[v][i]), -1, 1);
+        if (v == 4 || v == 6 || v == 8 || v == 10) b[i] = in_f32(a, 120 + (uint64_t)(3 * v + i), ND(nn[v][i]), -1, 1);
     }
     /* a mean well away from zero, as a residual stream's */
     struct tensor *x = in_f32(a, 75, ND(rows[v], kk[v]), v < 4 ? -1 : 0.5f, v < 4 ? 1 : 3);
@@ -289,7 +293,7 @@ static struct tensor *c_linear_cat(struct arena *a, int v)
                              v == 6 ? 1e-5f : 1e-6f};
     if (v != 6) nm.g = bf16_g ? in_w(a, TYPE_BF16, 76, ND(kk[v])) : in_f32(a, 76, ND(kk[v]), 0.5f, 1.5f);
     if (nm.kind == LINEAR_NORM_LAYER && v != 6) nm.b = in_f32(a, 77, ND(kk[v]), -1, 1);
-    return op_linear_cat(a, x, v < 4 ? NULL : &nm, nw[v], w, b, v == 0 ? NULL : acts[v]);
+    return op_linear_cat(a, x, v < 4 || v == 11 ? NULL : &nm, nw[v], w, b, v == 0 ? NULL : acts[v]);
 }
 static struct tensor *c_matmul(struct arena *a, int v)
 {
@@ -768,6 +772,8 @@ static const struct tcase cases[] = {
     {"linear_cat f32 rms norm nine rows", c_linear_cat, 7, 1e-5, 1e-5},
     {"linear_cat f32 layer norm K 4096", c_linear_cat, 8, 1e-5, 1e-5},
     {"linear_cat q4_0 bf16 rms norm weight, two rows", c_linear_cat, 9, 1e-5, 3e-2},
+    {"linear_cat q8_0 layer norm K 512, two rows", c_linear_cat, 10, 1e-5, 3e-2},
+    {"linear_cat q4_0 K 768, gelu_tanh + plain", c_linear_cat, 11, 1e-5, 3e-2},
     {"matmul batched", c_matmul, 0, 1e-5, 0},
     {"matmul broadcast batch", c_matmul, 1, 1e-5, 0},
     {"matmul strided views", c_matmul, 2, 1e-5, 0},

@@ -41,8 +41,11 @@ struct gemv_epi {
  * part i takes blocks [blk0, next part's blk0) and writes columns
  * [col, col + N) through its own bias and activation; the residual is the
  * launch's (a group of one). norm >= 0 (enum linear_norm_kind): the input
- * rows are normalised first (gemv_norm_rows), ng/nb the norm's weight and
- * bias (F32 or NULL; other types run the norm kernel first). */
+ * rows are normalised first, ng/nb the norm's weight and bias (F32 or
+ * NULL; other types run the norm kernel first). xs: the kernel reads its
+ * input rows from shared memory, staged there (and normalised) by
+ * gemv_stage_rows, float4s laid out for lanes that stride over K (xw 0)
+ * or that each take whole blocks (xw > 0, gemv_xpos); else from x. */
 struct gemv_part {
     const char *w; /* N rows of nb0 bytes */
     int64_t nb0, N, col;
@@ -58,6 +61,8 @@ struct gemv_group {
     int norm;
     const float *ng, *nb;
     float eps;
+    bool xs;
+    int xw;
     bool early; /* every part's weight is placed (cuda_weight_placed): its
                  * loads go out before cu_pdl_wait */
 };
@@ -157,61 +162,87 @@ __device__ static inline void gemv_finish(float *y, int64_t ldy, int64_t N, int6
         }
 }
 
-/* The norm prologue (g.norm >= 0): rows [0, M) of x [M, K] into sx
- * (shared, (M + 2) * K floats: the rows, then the norm's weight and bias)
- * normalised as the norm kernels do (ops_nn.c): mean and mean square in
- * double over the block in one reduction, the affine map in double.
- * K % 4 == 0. The rows, weight and bias are loaded in one pass (the
- * prologue waits on memory once) with few registers, so the product's
- * occupancy stays as without it. Every thread of the block calls it (it
- * synchronises the block). */
-__device__ static void gemv_norm_rows(float *sx, const float *x, int M, int64_t K, const struct gemv_group &g)
+/* Where float4 i of a staged row goes (gemv_stage_rows): in order for W
+ * 0 (the F32 kernel, whose lanes stride over K); for W > 0 (a power of
+ * two dividing the row's blocks of QK; the quantised kernels, where each
+ * lane takes whole blocks) float4 j of block bi = i / 8 goes to
+ * ((bi / W) * 8 + j) * W + bi % W, so the lanes of a warp, each on its
+ * own block, read adjacent float4s: no shared-memory bank conflicts (in
+ * order, lanes 128 bytes apart all hit the same four banks). */
+__device__ static inline int64_t gemv_xpos(int64_t i, int W)
+{
+    if (!W) return i;
+    const int64_t bi = i >> 3;
+    return (bi & ~(int64_t)(W - 1)) * 8 + (i & 7) * W + (bi & (W - 1));
+}
+
+/* the first float4 of block bi in a staged row (gemv_xpos) */
+__device__ static inline int64_t gemv_xblk(int64_t bi, int W)
+{
+    return W ? (bi & ~(int64_t)(W - 1)) * 8 + (bi & (W - 1)) : bi * 8;
+}
+
+/* The product's input in shared memory (g.xs): rows [0, M) of x [M, K]
+ * (K % 4 == 0) at s4, float4 i of row r at r * K / 4 + gemv_xpos(i,
+ * g.xw); normalised first when g.norm >= 0 as the norm kernels do
+ * (ops_nn.c): mean and mean square in double over the block in one
+ * reduction, the affine map in double. x, the norm's weight and bias are
+ * read from global memory (x twice with a norm: the second read hits the
+ * cache). Every thread of the block calls it (it synchronises the block). */
+__device__ static void gemv_stage_rows(float4 *s4, const float *x, int M, int64_t K, const struct gemv_group &g)
 {
     __shared__ double red[GEMV_WARPS][2 * GEMV_ROWS];
-    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, K4 = (int)(K / 4), n4 = (M + 2) * K4;
+    __shared__ double st[GEMV_ROWS][2]; /* each row's mean and 1 / std */
+    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, K4 = (int)(K / 4);
     const bool layer = g.norm == LINEAR_NORM_LAYER;
-    float4 *s4 = (float4 *)sx;
+    const float4 *x4 = (const float4 *)x;
+    if (g.norm >= 0) {
+        for (int r = 0; r < M; r++) {
+            double s1 = 0, s2 = 0;
 #pragma unroll 4
-    for (int e = threadIdx.x; e < n4; e += blockDim.x) {
+            for (int i = threadIdx.x; i < K4; i += blockDim.x) {
+                const float4 v = __ldg(x4 + (int64_t)r * K4 + i);
+                s1 += (double)v.x + (double)v.y + (double)v.z + (double)v.w;
+                s2 += (double)v.x * v.x + (double)v.y * v.y + (double)v.z * v.z + (double)v.w * v.w;
+            }
+            for (int off = 16; off > 0; off >>= 1) {
+                s1 += __shfl_xor_sync(0xffffffffu, s1, off);
+                s2 += __shfl_xor_sync(0xffffffffu, s2, off);
+            }
+            if (lane == 0) {
+                red[wi][2 * r] = s1;
+                red[wi][2 * r + 1] = s2;
+            }
+        }
+        __syncthreads();
+        if (threadIdx.x < M) {
+            const int r = threadIdx.x;
+            double s1 = 0, s2 = 0;
+            for (int w = 0; w < GEMV_WARPS; w++) {
+                s1 += red[w][2 * r];
+                s2 += red[w][2 * r + 1];
+            }
+            const double mean = layer ? s1 / (double)K : 0.0, var = s2 / (double)K - mean * mean;
+            st[r][0] = mean;
+            st[r][1] = 1.0 / sqrt((var > 0 ? var : 0.0) + (double)g.eps);
+        }
+        __syncthreads();
+    }
+    const float4 one = make_float4(1, 1, 1, 1), zero = make_float4(0, 0, 0, 0);
+#pragma unroll 4
+    for (int e = threadIdx.x; e < M * K4; e += blockDim.x) {
         const int r = e / K4, i = e - r * K4;
-        const float *src = r < M ? x : r == M ? g.ng : g.nb;
-        const float d = r == M ? 1.0f : 0.0f; /* no weight: 1; no bias: 0 */
-        s4[e] = src ? __ldg((const float4 *)src + (r < M ? e : i)) : make_float4(d, d, d, d);
-    }
-    __syncthreads();
-    for (int r = 0; r < M; r++) {
-        double s1 = 0, s2 = 0;
-        for (int i = threadIdx.x; i < K4; i += blockDim.x) {
-            const float4 v = s4[r * K4 + i];
-            s1 += (double)v.x + (double)v.y + (double)v.z + (double)v.w;
-            s2 += (double)v.x * v.x + (double)v.y * v.y + (double)v.z * v.z + (double)v.w * v.w;
+        float4 v = __ldg(x4 + e);
+        if (g.norm >= 0) {
+            const double mean = st[r][0], rstd = st[r][1];
+            const float4 gv = g.ng ? __ldg((const float4 *)g.ng + i) : one;
+            const float4 bv = g.nb ? __ldg((const float4 *)g.nb + i) : zero;
+            v = make_float4((float)(((double)v.x - mean) * rstd * gv.x + bv.x),
+                            (float)(((double)v.y - mean) * rstd * gv.y + bv.y),
+                            (float)(((double)v.z - mean) * rstd * gv.z + bv.z),
+                            (float)(((double)v.w - mean) * rstd * gv.w + bv.w));
         }
-        for (int off = 16; off > 0; off >>= 1) {
-            s1 += __shfl_xor_sync(0xffffffffu, s1, off);
-            s2 += __shfl_xor_sync(0xffffffffu, s2, off);
-        }
-        if (lane == 0) {
-            red[wi][2 * r] = s1;
-            red[wi][2 * r + 1] = s2;
-        }
-    }
-    __syncthreads();
-    const float4 *g4 = s4 + M * K4, *b4 = g4 + K4;
-    for (int r = 0; r < M; r++) {
-        double s1 = 0, s2 = 0;
-        for (int w = 0; w < GEMV_WARPS; w++) {
-            s1 += red[w][2 * r];
-            s2 += red[w][2 * r + 1];
-        }
-        const double mean = layer ? s1 / (double)K : 0.0, var = s2 / (double)K - mean * mean;
-        const double rstd = 1.0 / sqrt((var > 0 ? var : 0.0) + (double)g.eps);
-        for (int i = threadIdx.x; i < K4; i += blockDim.x) {
-            const float4 v = s4[r * K4 + i], gv = g4[i], bv = b4[i];
-            s4[r * K4 + i] = make_float4((float)(((double)v.x - mean) * rstd * gv.x + bv.x),
-                                         (float)(((double)v.y - mean) * rstd * gv.y + bv.y),
-                                         (float)(((double)v.z - mean) * rstd * gv.z + bv.z),
-                                         (float)(((double)v.w - mean) * rstd * gv.w + bv.w));
-        }
+        s4[(int64_t)r * K4 + gemv_xpos(i, g.xw)] = v;
     }
     __syncthreads();
 }
@@ -288,7 +319,7 @@ __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
     k_gemv_f32(float *y, int64_t ldy, const float *x, int64_t K, struct gemv_group g)
 {
     __shared__ float sh[S > 1 ? GEMV_WARPS : 1][GEMV_ROWS];
-    extern __shared__ float4 sx4[]; /* the normalised rows (g.norm >= 0) */
+    extern __shared__ float4 sx4[]; /* the staged rows (g.xs) */
     const struct gemv_part pp = gemv_pick(g);
     const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
     const int64_t N = pp.N, o = (int64_t)(blockIdx.x - pp.blk0) * (GEMV_WARPS / S) + wi / S;
@@ -313,8 +344,8 @@ __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
     cu_pdl_wait();
     const gemv_pre<M> pre = gemv_preload<S, M>(ldy, o, N, pp.bias, pp.bias_nb, g.res);
     const float *xs = x;
-    if (g.norm >= 0) {
-        gemv_norm_rows((float *)sx4, x, M, K, g);
+    if (g.xs) {
+        gemv_stage_rows(sx4, x, M, K, g);
         xs = (const float *)sx4;
     }
     for (int64_t i0 = beg + lane; o < N && i0 < end; i0 += 32 * GEMV_UNROLL) {
@@ -339,12 +370,14 @@ __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
     gemv_finish<S, M>(y + pp.col, ldy, N, o, acc, pp.bias, pp.bias_nb, gemv_epi{pp.act, g.res}, sh, pre);
 }
 
-/* one block's product with the M rows of x at xb (row stride K): the
- * block's elements widened as quant.c does (d * q), summed by FMA into a
- * block sum added to acc[r]. Q4_0 bytes j hold elements j (low nibble)
- * and j + 16 (high). q: the 16-bit words of the quants (2-byte aligned). */
+/* one block's product with the M rows of x: the block's float4 j of row
+ * r at xb[r * rs + j * js]. The block's elements widened as quant.c does
+ * (d * q), summed by FMA into a block sum added to acc[r]. Q4_0 bytes j
+ * hold elements j (low nibble) and j + 16 (high). q: the 16-bit words of
+ * the quants (2-byte aligned). */
 template <int TYPE, int M>
-__device__ static inline void q_block_dot(float (&acc)[M], float d, const uint16_t *q, const float *xb, int64_t K)
+__device__ static inline void q_block_dot(float (&acc)[M], float d, const uint16_t *q, const float4 *xb, int64_t js,
+                                          int64_t rs)
 {
     float s[M];
 #pragma unroll
@@ -357,7 +390,7 @@ __device__ static inline void q_block_dot(float (&acc)[M], float d, const uint16
             const float w2 = d * (float)(int8_t)(u1 & 0xff), w3 = d * (float)(int8_t)(u1 >> 8);
 #pragma unroll
             for (int r = 0; r < M; r++) {
-                const float4 xv = ((const float4 *)(xb + r * K))[j];
+                const float4 xv = xb[r * rs + j * js];
                 s[r] = fmaf(w0, xv.x, s[r]);
                 s[r] = fmaf(w1, xv.y, s[r]);
                 s[r] = fmaf(w2, xv.z, s[r]);
@@ -374,7 +407,7 @@ __device__ static inline void q_block_dot(float (&acc)[M], float d, const uint16
             const float h2 = d * (float)((int)((u1 >> 4) & 0x0f) - 8), h3 = d * (float)((int)(u1 >> 12) - 8);
 #pragma unroll
             for (int r = 0; r < M; r++) {
-                const float4 xl = ((const float4 *)(xb + r * K))[j], xh = ((const float4 *)(xb + r * K))[QK / 8 + j];
+                const float4 xl = xb[r * rs + j * js], xh = xb[r * rs + (QK / 8 + j) * js];
                 s[r] = fmaf(l0, xl.x, s[r]);
                 s[r] = fmaf(l1, xl.y, s[r]);
                 s[r] = fmaf(l2, xl.z, s[r]);
@@ -398,7 +431,7 @@ __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
 {
     constexpr int BW = TYPE == TYPE_Q8_0 ? 17 : 9; /* a block's 16-bit words */
     __shared__ float sh[S > 1 ? GEMV_WARPS : 1][GEMV_ROWS];
-    extern __shared__ float4 sx4[]; /* the normalised rows (g.norm >= 0) */
+    extern __shared__ float4 sx4[]; /* the staged rows (g.xs) */
     const struct gemv_part pp = gemv_pick(g);
     const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
     const int64_t N = pp.N, o = (int64_t)(blockIdx.x - pp.blk0) * (GEMV_WARPS / S) + wi / S;
@@ -418,17 +451,18 @@ __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
     GEMV_LOAD_Q(beg + lane);
     cu_pdl_wait();
     const gemv_pre<M> pre = gemv_preload<S, M>(ldy, o, N, pp.bias, pp.bias_nb, g.res);
-    const float *xs = x;
-    if (g.norm >= 0) {
-        gemv_norm_rows((float *)sx4, x, M, K, g);
-        xs = (const float *)sx4;
+    const float4 *xs = (const float4 *)x;
+    if (g.xs) {
+        gemv_stage_rows(sx4, x, M, K, g);
+        xs = sx4;
     }
+    const int xw = g.xs ? g.xw : 0;
     for (int64_t bi = beg + lane; o < N && bi < end; bi += 32) {
         uint16_t c[BW];
 #pragma unroll
         for (int j = 0; j < BW; j++) c[j] = q[j];
         GEMV_LOAD_Q(bi + 32);
-        q_block_dot<TYPE, M>(acc, scalar_fp16_to_f32(c[0]), c + 1, xs + bi * QK, K);
+        q_block_dot<TYPE, M>(acc, scalar_fp16_to_f32(c[0]), c + 1, xs + gemv_xblk(bi, xw), xw ? xw : 1, K / 4);
     }
 #undef GEMV_LOAD_Q
     gemv_finish<S, M>(y + pp.col, ldy, N, o, acc, pp.bias, pp.bias_nb, gemv_epi{pp.act, g.res}, sh, pre);
@@ -463,13 +497,13 @@ __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
     }
     cu_pdl_wait();
     const gemv_pre<M> pre = gemv_preload<S, M>(ldy, o, N, pp.bias, pp.bias_nb, g.res);
-    const float *xs = x;
-    const int64_t norm4 = g.norm >= 0 ? (int64_t)(M + 2) * K / 4 : 0;
-    if (g.norm >= 0) {
-        gemv_norm_rows((float *)sx4, x, M, K, g);
-        xs = (const float *)sx4;
+    const float4 *xs = (const float4 *)x;
+    if (g.xs) {
+        gemv_stage_rows(sx4, x, M, K, g);
+        xs = sx4;
     }
-    uint4 *stage = (uint4 *)(sx4 + norm4) + wi * (GEMV_SEG / 16);
+    const int xw = g.xs ? g.xw : 0;
+    uint4 *stage = (uint4 *)(sx4 + (g.xs ? (int64_t)M * K / 4 : 0)) + wi * (GEMV_SEG / 16);
 #pragma unroll
     for (int u = 0; u < CH; u++) {
         const int i = lane + 32 * u;
@@ -481,7 +515,8 @@ __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
     for (int r = 0; r < M; r++) acc[r] = 0;
     for (int64_t b = lane; o < N && b < per; b += 32) {
         const uint16_t *blk = (const uint16_t *)((const char *)stage + b * BS);
-        q_block_dot<TYPE, M>(acc, scalar_fp16_to_f32(blk[0]), blk + 1, xs + (beg + b) * QK, K);
+        q_block_dot<TYPE, M>(acc, scalar_fp16_to_f32(blk[0]), blk + 1, xs + gemv_xblk(beg + b, xw), xw ? xw : 1,
+                             K / 4);
     }
     gemv_finish<S, M>(y + pp.col, ldy, N, o, acc, pp.bias, pp.bias_nb, gemv_epi{pp.act, g.res}, sh, pre);
 }
@@ -532,7 +567,7 @@ template <int TYPE>
 static void gemv_launch(cudaStream_t st, bool pdl, int S, unsigned gr, bool staged, float *y, int64_t ldy, const float *x,
                         int m, int64_t K, const struct gemv_group &g)
 {
-    size_t sm = g.norm >= 0 ? (size_t)(m + 2) * (size_t)K * 4 : 0; /* gemv_norm_rows */
+    size_t sm = g.xs ? (size_t)m * (size_t)K * 4 : 0; /* gemv_stage_rows */
     if (staged) sm += (size_t)GEMV_WARPS * GEMV_SEG;
     switch (S) {
     case 1: gemv_rows<TYPE, 1>(st, pdl, gr, sm, staged, y, ldy, x, m, K, g); break;
@@ -552,9 +587,10 @@ static bool gemv_fits(const struct tensor *w)
            w->nb[1] == (int64_t)(dtype_traits(w->type)->size / (size_t)QK);
 }
 
-/* The most shared memory the decode GEMV's norm prologue takes ((M + 2)
- * * K floats; more runs the norm kernel first) */
-#define GEMV_NORM_SMEM (40 * 1024)
+/* The most shared memory the decode GEMV's staged input rows take (M * K
+ * floats, gemv_stage_rows): more runs a norm as its own kernel first and
+ * reads the rows from global memory */
+#define GEMV_X_SMEM (40 * 1024)
 
 /* The fast decode GEMV over weights w[0..n) of one type (gemv_fits), the
  * products side by side in y (ld ldy), part i through b[i] and act[i];
@@ -570,7 +606,8 @@ static bool gemv_fast_group(struct arena *a, float *y, int64_t ldy, const float 
     if ((M > GEMV_ROWS && !arena_row_exact(a)) || K % 4 || (uintptr_t)x % 16 || n < 1 || n > OP_LINEAR_CAT_MAX)
         return false;
     const int64_t mc = M < GEMV_ROWS ? M : GEMV_ROWS;
-    if (norm && ((size_t)(mc + 2) * (size_t)K * 4 > GEMV_NORM_SMEM ||
+    const bool xfits = (size_t)mc * (size_t)K * 4 <= GEMV_X_SMEM;
+    if (norm && (!xfits ||
                  (norm->g && (norm->g->type != TYPE_F32 || !tensor_is_contiguous(norm->g) ||
                               (uintptr_t)norm->g->data % 16)) ||
                  (norm->b && (norm->b->type != TYPE_F32 || !tensor_is_contiguous(norm->b) ||
@@ -603,6 +640,10 @@ static bool gemv_fast_group(struct arena *a, float *y, int64_t ldy, const float 
     g.early = true;
     for (int i = 0; i < n; i++) g.early = g.early && cuda_weight_placed(w[i]);
     g.norm = norm ? (int)norm->kind : -1;
+    /* the input rows in shared memory for a norm, and for the quantised
+     * kernels (each lane takes whole blocks: laid out by gemv_xpos) */
+    g.xs = norm || (type != TYPE_F32 && xfits);
+    g.xw = type == TYPE_F32 ? 0 : nblk % 32 == 0 ? 32 : nblk % 16 == 0 ? 16 : nblk % 8 == 0 ? 8 : 0;
     if (norm) {
         g.ng = norm->g ? (const float *)norm->g->data : NULL;
         g.nb = norm->b ? (const float *)norm->b->data : NULL;
