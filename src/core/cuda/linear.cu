@@ -63,8 +63,9 @@ struct gemv_group {
     float eps;
     bool xs;
     int xw;
-    bool early; /* every part's weight is placed (cuda_weight_placed): its
-                 * loads go out before cu_pdl_wait */
+    bool early; /* every part's weight and the norm's are placed
+                 * (cuda_weight_placed): their loads go out before
+                 * cu_pdl_wait */
 };
 
 /* this block's part */
@@ -182,14 +183,51 @@ __device__ static inline int64_t gemv_xblk(int64_t bi, int W)
     return W ? (bi & ~(int64_t)(W - 1)) * 8 + (bi & (W - 1)) : bi * 8;
 }
 
+/* The norm's weight and bias at float4 threadIdx.x (where K / 4 is
+ * larger), loaded by gemv_norm_pre before the wait on the kernel before
+ * for placed norms, so gemv_stage_rows's affine map does not wait on
+ * them (one L2 round trip less where K <= 4 * blockDim, T3's widths).
+ * The staged quantised kernel only (k_gemv_qs): in the others (their
+ * weight loads in flight take the registers) they would spill. */
+struct gemv_ngb {
+    float4 g, b;
+};
+
+__device__ static inline gemv_ngb gemv_norm_pre(const struct gemv_group &g, int64_t K)
+{
+    gemv_ngb p = {make_float4(1, 1, 1, 1), make_float4(0, 0, 0, 0)};
+    if (g.norm >= 0 && threadIdx.x < K / 4) {
+        if (g.ng) p.g = __ldg((const float4 *)g.ng + threadIdx.x);
+        if (g.nb) p.b = __ldg((const float4 *)g.nb + threadIdx.x);
+    }
+    return p;
+}
+
+/* v normalised with its row's mean and 1 / std (st) and the affine map
+ * gv, bv, in double as the norm kernels do; v as is without a norm */
+__device__ static inline float4 gemv_norm_x(float4 v, const struct gemv_group &g, const double *st, float4 gv,
+                                            float4 bv)
+{
+    if (g.norm < 0) return v;
+    const double mean = st[0], rstd = st[1];
+    return make_float4((float)(((double)v.x - mean) * rstd * gv.x + bv.x),
+                       (float)(((double)v.y - mean) * rstd * gv.y + bv.y),
+                       (float)(((double)v.z - mean) * rstd * gv.z + bv.z),
+                       (float)(((double)v.w - mean) * rstd * gv.w + bv.w));
+}
+
 /* The product's input in shared memory (g.xs): rows [0, M) of x [M, K]
  * (K % 4 == 0) at s4, float4 i of row r at r * K / 4 + gemv_xpos(i,
  * g.xw); normalised first when g.norm >= 0 as the norm kernels do
  * (ops_nn.c): mean and mean square in double over the block in one
  * reduction, the affine map in double. x, the norm's weight and bias are
  * read from global memory (x twice with a norm: the second read hits the
- * cache). Every thread of the block calls it (it synchronises the block). */
-__device__ static void gemv_stage_rows(float4 *s4, const float *x, int M, int64_t K, const struct gemv_group &g)
+ * cache). PRE: the norm's weight and bias at float4 threadIdx.x are
+ * *pre (gemv_norm_pre). Every thread of the block calls it (it
+ * synchronises the block). */
+template <bool PRE>
+__device__ static void gemv_stage_rows(float4 *s4, const float *x, int M, int64_t K, const struct gemv_group &g,
+                                       const gemv_ngb *pre)
 {
     __shared__ double red[GEMV_WARPS][2 * GEMV_ROWS];
     __shared__ double st[GEMV_ROWS][2]; /* each row's mean and 1 / std */
@@ -229,20 +267,23 @@ __device__ static void gemv_stage_rows(float4 *s4, const float *x, int M, int64_
         __syncthreads();
     }
     const float4 one = make_float4(1, 1, 1, 1), zero = make_float4(0, 0, 0, 0);
+    const float4 *g4 = g.norm >= 0 ? (const float4 *)g.ng : NULL, *b4 = g.norm >= 0 ? (const float4 *)g.nb : NULL;
+    if constexpr (PRE) { /* row by row, float4 threadIdx.x's weight and bias from *pre */
+        for (int r = 0; r < M; r++)
+            for (int i = threadIdx.x; i < K4; i += blockDim.x) {
+                const bool mine = i == (int)threadIdx.x;
+                const float4 gv = mine ? pre->g : g4 ? __ldg(g4 + i) : one;
+                const float4 bv = mine ? pre->b : b4 ? __ldg(b4 + i) : zero;
+                s4[(int64_t)r * K4 + gemv_xpos(i, g.xw)] =
+                    gemv_norm_x(__ldg(x4 + (int64_t)r * K4 + i), g, st[r], gv, bv);
+            }
+    } else {
 #pragma unroll 4
-    for (int e = threadIdx.x; e < M * K4; e += blockDim.x) {
-        const int r = e / K4, i = e - r * K4;
-        float4 v = __ldg(x4 + e);
-        if (g.norm >= 0) {
-            const double mean = st[r][0], rstd = st[r][1];
-            const float4 gv = g.ng ? __ldg((const float4 *)g.ng + i) : one;
-            const float4 bv = g.nb ? __ldg((const float4 *)g.nb + i) : zero;
-            v = make_float4((float)(((double)v.x - mean) * rstd * gv.x + bv.x),
-                            (float)(((double)v.y - mean) * rstd * gv.y + bv.y),
-                            (float)(((double)v.z - mean) * rstd * gv.z + bv.z),
-                            (float)(((double)v.w - mean) * rstd * gv.w + bv.w));
+        for (int e = threadIdx.x; e < M * K4; e += blockDim.x) {
+            const int r = e / K4, i = e - r * K4;
+            const float4 gv = g4 ? __ldg(g4 + i) : one, bv = b4 ? __ldg(b4 + i) : zero;
+            s4[(int64_t)r * K4 + gemv_xpos(i, g.xw)] = gemv_norm_x(__ldg(x4 + e), g, st[r], gv, bv);
         }
-        s4[(int64_t)r * K4 + gemv_xpos(i, g.xw)] = v;
     }
     __syncthreads();
 }
@@ -345,7 +386,7 @@ __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
     const gemv_pre<M> pre = gemv_preload<S, M>(ldy, o, N, pp.bias, pp.bias_nb, g.res);
     const float *xs = x;
     if (g.xs) {
-        gemv_stage_rows(sx4, x, M, K, g);
+        gemv_stage_rows<false>(sx4, x, M, K, g, NULL);
         xs = (const float *)sx4;
     }
     for (int64_t i0 = beg + lane; o < N && i0 < end; i0 += 32 * GEMV_UNROLL) {
@@ -453,7 +494,7 @@ __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
     const gemv_pre<M> pre = gemv_preload<S, M>(ldy, o, N, pp.bias, pp.bias_nb, g.res);
     const float4 *xs = (const float4 *)x;
     if (g.xs) {
-        gemv_stage_rows(sx4, x, M, K, g);
+        gemv_stage_rows<false>(sx4, x, M, K, g, NULL);
         xs = sx4;
     }
     const int xw = g.xs ? g.xw : 0;
@@ -489,6 +530,7 @@ __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
     const uint4 *src = (const uint4 *)(pp.w + (o < N ? o : 0) * pp.nb0 + beg * BS);
     cu_pdl_next();
     if (!g.early) cu_pdl_wait();
+    const gemv_ngb npre = gemv_norm_pre(g, K);
     uint4 c[CH];
 #pragma unroll
     for (int u = 0; u < CH; u++) {
@@ -499,7 +541,7 @@ __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
     const gemv_pre<M> pre = gemv_preload<S, M>(ldy, o, N, pp.bias, pp.bias_nb, g.res);
     const float4 *xs = (const float4 *)x;
     if (g.xs) {
-        gemv_stage_rows(sx4, x, M, K, g);
+        gemv_stage_rows<true>(sx4, x, M, K, g, &npre);
         xs = sx4;
     }
     const int xw = g.xs ? g.xw : 0;
@@ -639,6 +681,8 @@ static bool gemv_fast_group(struct arena *a, float *y, int64_t ldy, const float 
     g.res = res;
     g.early = true;
     for (int i = 0; i < n; i++) g.early = g.early && cuda_weight_placed(w[i]);
+    if (norm)
+        g.early = g.early && (!norm->g || cuda_weight_placed(norm->g)) && (!norm->b || cuda_weight_placed(norm->b));
     g.norm = norm ? (int)norm->kind : -1;
     /* the input rows in shared memory for a norm, and for the quantised
      * kernels (each lane takes whole blocks: laid out by gemv_xpos) */
