@@ -660,6 +660,29 @@ __device__ static inline void kv_dims(float *f, const struct tv &t, int64_t b, i
     for (int u = 0; u < DPT; u++) f[u] = u < n ? kv_ld(t, b, hk, j, d0 + u) : 0.0f;
 }
 
+/* KV_Q8_0 rows as kv_dims reads them, in two steps: the raw 16-bit words
+ * of dims [d0, d0 + DPT) of row j of head (b, hk) (the block's scale,
+ * then the quants), then widened (d * q) as quant.c does */
+template <int DPT>
+__device__ static inline void kv_q8_words(uint16_t *w, const struct tv &t, int64_t b, int64_t hk, int64_t j, int d0)
+{
+    const uint16_t *blk = (const uint16_t *)(t.p + b * t.nb[0] + hk * t.nb[1] + j * t.nb[2] + (d0 / QK) * 34);
+    w[0] = blk[0];
+#pragma unroll
+    for (int u = 0; u < DPT / 2; u++) w[1 + u] = blk[1 + (d0 % QK) / 2 + u];
+}
+
+template <int DPT>
+__device__ static inline void kv_q8_widen(float *f, const uint16_t *w)
+{
+    const float d = scalar_fp16_to_f32(w[0]);
+#pragma unroll
+    for (int u = 0; u < DPT / 2; u++) {
+        f[2 * u] = d * (float)(int8_t)(w[1 + u] & 0xff);
+        f[2 * u + 1] = d * (float)(int8_t)(w[1 + u] >> 8);
+    }
+}
+
 /* A row of op_attention_group (cuda_attention_group): its cache's row of
  * keys and of values (head stride kh, vh; positions nb bytes apart, the
  * k / v tv's nb[2]) and its position `at`: the new key goes there, the
@@ -788,12 +811,40 @@ __global__ static void __cluster_dims__(AD_CLUSTER, 1, 1) __launch_bounds__(ATT_
     /* this block's chunks sp, sp + AD_CLUSTER, ...: the group's running
      * max m, exp-sum l and sum od, rescaled as the max grows */
     for (int64_t c = sp; c < nact; c += AD_CLUSTER) {
-        /* the chunk's loads at once (a warp's groups: adjacent rows) */
+        /* the chunk's loads at once (a warp's groups: adjacent rows): every
+         * key's raw words are in flight before any is widened, and the new
+         * row (append: converted and stored) comes after them, so no store
+         * or conversion sits between two keys' loads */
         float kd[AD_PER][DPT], vd[AD_PER][DPT], s[AD_PER];
+        if constexpr (MODE == KV_Q8_0) {
+            uint16_t kw[AD_PER][DPT / 2 + 1] = {}, vw[AD_PER][DPT / 2 + 1] = {};
 #pragma unroll
-        for (int u = 0; u < AD_PER; u++) {
-            const int64_t j = c * AD_KEYS + gi + (int64_t)u * AD_GROUPS;
-            if constexpr (ROWS::append) {
+            for (int u = 0; u < AD_PER; u++) {
+                const int64_t j = c * AD_KEYS + gi + (int64_t)u * AD_GROUPS;
+                if (j < Tk && j != jn) {
+                    kv_q8_words<DPT>(kw[u], k, b, hk, j, d0);
+                    kv_q8_words<DPT>(vw[u], v, b, hk, j, d0);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < AD_PER; u++) {
+                kv_q8_widen<DPT>(kd[u], kw[u]);
+                kv_q8_widen<DPT>(vd[u], vw[u]);
+            }
+        } else {
+#pragma unroll
+            for (int u = 0; u < AD_PER; u++) {
+                const int64_t j = c * AD_KEYS + gi + (int64_t)u * AD_GROUPS;
+                if (j < Tk && j != jn) {
+                    kv_dims<DPT>(kd[u], k, b, hk, j, d0, nd, MODE);
+                    kv_dims<DPT>(vd[u], v, b, hk, j, d0, nd, MODE);
+                }
+            }
+        }
+        if constexpr (ROWS::append) {
+#pragma unroll
+            for (int u = 0; u < AD_PER; u++) {
+                const int64_t j = c * AD_KEYS + gi + (int64_t)u * AD_GROUPS;
                 if (j == jn) { /* the group's 8 lanes take this branch together */
                     const bool put = h % (Hq / k.ne[1]) == 0;
                     const unsigned gmask = 0xffu << (threadIdx.x & 24);
@@ -803,12 +854,7 @@ __global__ static void __cluster_dims__(AD_CLUSTER, 1, 1) __launch_bounds__(ATT_
                     kv_new_dims<DPT, MODE>(vd[u], rows.vn, b, hk, d0, nd, rows.type,
                                            put ? v.p + b * v.nb[0] + hk * v.nb[1] + j * v.nb[2] : NULL, v.nb[3],
                                            gmask);
-                    continue;
                 }
-            }
-            if (j < Tk) {
-                kv_dims<DPT>(kd[u], k, b, hk, j, d0, nd, MODE);
-                kv_dims<DPT>(vd[u], v, b, hk, j, d0, nd, MODE);
             }
         }
         float mc = -INFINITY;
