@@ -46,7 +46,19 @@
 struct threadpool {
     int n;                 /* threads including the caller */
     pthread_t *th;
-    pthread_mutex_t job_lock;  /* serialises callers (invariant 3) */
+    /* the pool's owner (invariant 3): busy while a caller's job runs;
+     * callers of a section or urgent ones queue in q by (class, arrival)
+     * and are handed the pool in that order; the rest wait on free_cv
+     * (a free-for-all, as a mutex: a thread issuing op after op keeps
+     * its caches) while the pool is busy, any of q waits, or an urgent
+     * caller's last job ended less than URGENT_HOLD_NS ago (so its next
+     * op, after the host work between two, finds the pool free) */
+    pthread_mutex_t q_mu;
+    pthread_cond_t free_cv; /* on CLOCK_MONOTONIC */
+    bool busy;
+    uint64_t hold_until;    /* after an urgent job: the others wait till then */
+    int n_free_wait;
+    struct tp_waiter *q;
     pthread_mutex_t mu;
     pthread_cond_t wake, done;
     atomic_uint_fast64_t generation; /* bumped per job; workers wait for a change */
@@ -75,7 +87,20 @@ struct threadpool {
     uint64_t prio_t0;      /* the section's start (its thread's only) */
 };
 
+/* A caller queued for the pool (a section's or an urgent one): classes
+ * 0 (section) and 1 (urgent, by when it became urgent); on its own stack
+ * while it waits. */
+struct tp_waiter {
+    pthread_cond_t cv;
+    int cls;
+    uint64_t key;
+    bool granted;
+    struct tp_waiter *next;
+};
+
 static _Thread_local int tls_in_job;
+static _Thread_local bool tls_urgent;     /* tp_set_urgent */
+static _Thread_local uint64_t tls_urgent_t; /* since when */
 static _Thread_local struct threadpool *tls_prio; /* the pool whose section this thread is in */
 
 static uint64_t now_ns(void)
@@ -172,7 +197,12 @@ struct threadpool *tp_create(int n_threads)
     struct threadpool *tp = calloc(1, sizeof *tp);
     if (!tp) return NULL;
     tp->n = n_threads;
-    pthread_mutex_init(&tp->job_lock, NULL);
+    pthread_mutex_init(&tp->q_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&tp->free_cv, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_mutex_init(&tp->mu, NULL);
     pthread_mutex_init(&tp->gate_mu, NULL);
     pthread_cond_init(&tp->wake, NULL);
@@ -218,7 +248,8 @@ void tp_free(struct threadpool *tp)
     pthread_cond_destroy(&tp->gate);
     pthread_mutex_destroy(&tp->gate_mu);
     pthread_mutex_destroy(&tp->mu);
-    pthread_mutex_destroy(&tp->job_lock);
+    pthread_cond_destroy(&tp->free_cv);
+    pthread_mutex_destroy(&tp->q_mu);
     free(tp);
 }
 
@@ -229,6 +260,71 @@ void tp_release_cores(struct threadpool *tp)
     if (tp) atomic_store_explicit(&tp->parked, true, memory_order_relaxed);
 }
 
+/* Take the pool for one job (invariant 3): at once when it is free and
+ * no queued caller waits, else queued (cls 0, 1) or among the free-for-all
+ * (cls 2). */
+static void job_acquire(struct threadpool *tp, int cls)
+{
+    pthread_mutex_lock(&tp->q_mu);
+    if (cls == 2) {
+        tp->n_free_wait++;
+        for (;;) {
+            if (tp->busy || tp->q) {
+                pthread_cond_wait(&tp->free_cv, &tp->q_mu);
+                continue;
+            }
+            if (now_ns() >= tp->hold_until) break;
+            const struct timespec till = {(time_t)(tp->hold_until / 1000000000u),
+                                          (long)(tp->hold_until % 1000000000u)};
+            pthread_cond_timedwait(&tp->free_cv, &tp->q_mu, &till);
+        }
+        tp->n_free_wait--;
+        tp->busy = true;
+    } else if (!tp->busy) {
+        tp->busy = true;
+    } else {
+        struct tp_waiter w = {.cls = cls, .key = cls == 1 ? tls_urgent_t : 0};
+        pthread_cond_init(&w.cv, NULL);
+        struct tp_waiter **at = &tp->q; /* after every waiter of a lower class or key, or the same */
+        while (*at && ((*at)->cls < cls || ((*at)->cls == cls && (*at)->key <= w.key))) at = &(*at)->next;
+        w.next = *at;
+        *at = &w;
+        while (!w.granted) pthread_cond_wait(&w.cv, &tp->q_mu);
+        pthread_cond_destroy(&w.cv);
+    }
+    pthread_mutex_unlock(&tp->q_mu);
+}
+
+/* How long the pool stays an urgent caller's after its job (the host
+ * work between two ops is far shorter; a caller that waits for something
+ * else, e.g. T3's tokens, leaves it to the others after that). */
+#define URGENT_HOLD_NS 1000000
+
+/* Hand the pool to the first queued caller, else free it (cls: the
+ * releasing caller's). */
+static void job_release(struct threadpool *tp, int cls)
+{
+    pthread_mutex_lock(&tp->q_mu);
+    struct tp_waiter *w = tp->q;
+    if (w) {
+        tp->q = w->next;
+        w->granted = true; /* busy stays set: the pool is w's now */
+        pthread_cond_signal(&w->cv);
+    } else {
+        tp->busy = false;
+        if (cls == 1) tp->hold_until = now_ns() + URGENT_HOLD_NS;
+        if (tp->n_free_wait > 0) pthread_cond_signal(&tp->free_cv);
+    }
+    pthread_mutex_unlock(&tp->q_mu);
+}
+
+void tp_set_urgent(bool on)
+{
+    if (on && !tls_urgent) tls_urgent_t = now_ns();
+    tls_urgent = on;
+}
+bool tp_urgent(void) { return tls_urgent; }
+
 void tp_parallel_for(struct threadpool *tp, int64_t n, int64_t grain,
                      tp_fn fn, void *ctx)
 {
@@ -238,7 +334,8 @@ void tp_parallel_for(struct threadpool *tp, int64_t n, int64_t grain,
         fn(ctx, 0, n, 0);
         return;
     }
-    const bool low = tls_prio != tp && atomic_load_explicit(&tp->had_prio, memory_order_acquire);
+    const int cls = tls_prio == tp ? 0 : tls_urgent ? 1 : 2;
+    const bool low = cls != 0 && atomic_load_explicit(&tp->had_prio, memory_order_acquire);
     /* counted from here, so a job waiting at the gate counts as busy */
     if (low) atomic_fetch_add_explicit(&tp->low_busy, 1, memory_order_relaxed);
     if (low && atomic_load_explicit(&tp->prio, memory_order_acquire)) {
@@ -250,7 +347,7 @@ void tp_parallel_for(struct threadpool *tp, int64_t n, int64_t grain,
         }
         pthread_mutex_unlock(&tp->gate_mu);
     }
-    pthread_mutex_lock(&tp->job_lock);
+    job_acquire(tp, cls);
     /* about 4 chunks per thread for balance, never below the grain */
     int64_t chunk = (n + 4 * tp->n - 1) / (4 * tp->n);
     if (chunk < grain) chunk = grain;
@@ -277,7 +374,7 @@ void tp_parallel_for(struct threadpool *tp, int64_t n, int64_t grain,
         tp->caller_sleeps = false;
         pthread_mutex_unlock(&tp->mu);
     }
-    pthread_mutex_unlock(&tp->job_lock);
+    job_release(tp, cls);
     if (low) {
         atomic_store_explicit(&tp->low_last_ns, now_ns(), memory_order_relaxed);
         atomic_fetch_sub_explicit(&tp->low_busy, 1, memory_order_release);

@@ -8,8 +8,16 @@
  *  2. tp_parallel_for returns only after every index in [0, n) has been
  *     processed exactly once; the calling thread works too.
  *  3. One job at a time per pool: calls from several threads on the same
- *     pool are serialised by a mutex. A nested call from inside a job runs
- *     serially on the calling worker (no deadlock).
+ *     pool are serialised. When the pool is busy, the caller in a priority
+ *     section (invariant 4) gets it next, then urgent callers
+ *     (tp_set_urgent) in the order they became urgent, then the others in
+ *     no set order (as a mutex would: a thread issuing op after op may
+ *     keep it). After an urgent caller's job the others wait a millisecond
+ *     more, so its next op (after the host work between two) finds the
+ *     pool free; an urgent caller that waits for something else leaves
+ *     the pool to them after that.
+ *     A nested call from inside a job runs serially on the calling worker
+ *     (no deadlock).
  *  4. Priority sections: while one thread is between tp_priority_begin and
  *     tp_priority_end, other threads' tp_parallel_for calls wait before
  *     they start a job (one that had started finishes first), so the
@@ -22,6 +30,7 @@
 #ifndef CBX_THREADPOOL_H
 #define CBX_THREADPOOL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct threadpool;
@@ -60,6 +69,14 @@ void tp_release_cores(struct threadpool *tp);
  * keep at least half of it. tp may be NULL (no-op). */
 void tp_priority_begin(struct threadpool *tp);
 void tp_priority_end(struct threadpool *tp);
+
+/* Invariant 3: the calling thread's jobs (on any pool) go ahead of those
+ * of threads that are not urgent, from now until tp_set_urgent(false);
+ * tp_urgent says whether it is. Meant for the short work a user waits on
+ * with nothing to hear yet: a streamed request before its first audio,
+ * while other requests' later chunks wait (pipeline/engine.c). */
+void tp_set_urgent(bool on);
+bool tp_urgent(void);
 
 /* Number of online CPUs (>= 1). */
 int tp_default_threads(void);

@@ -17,6 +17,7 @@
 
 #include "core/backend.h"
 #include "core/tensor.h"
+#include "core/threadpool.h"
 #include "io/gguf.h"
 #include "io/model_file.h"
 #include "io/weights.h"
@@ -692,7 +693,10 @@ static int out_samples(struct stream_out *o, const float *pcm, int64_t n)
 static int on_stream_audio(void *user, const float *pcm, int64_t n)
 {
     struct stream_out *o = user;
-    if (o->st->n_chunks++ == 0) o->st->t_first_audio = now() - o->t_start;
+    if (o->st->n_chunks++ == 0) {
+        o->st->t_first_audio = now() - o->t_start;
+        tp_set_urgent(false); /* the first audio is out (engine_synthesize) */
+    }
     if (o->pause > 0) {
         int64_t k = o->pause;
         o->pause = 0;
@@ -880,6 +884,15 @@ cbx_status engine_synthesize(const struct engine_model *m, const struct backend 
         p = &own_p;
     }
 
+    /* A streamed call's work is urgent on the pool until its first audio
+     * (threadpool.h, tp_set_urgent): with several calls on one pool (a
+     * server's requests), one that has nothing to play yet goes ahead of
+     * the others' later chunks instead of sharing the cores op by op with
+     * them. CBX_URGENT_FIRST=0 in the environment turns this off (to
+     * measure). */
+    const bool was_urgent = tp_urgent();
+    const char *uv = getenv("CBX_URGENT_FIRST");
+    if (p->stream && !(uv && strcmp(uv, "0") == 0)) tp_set_urgent(true);
     const double t_start = now();
     struct engine_segments S = {0};
     float *all = NULL;
@@ -984,5 +997,6 @@ cleanup:
     prefix_cache_release(m->pc, pe);
     engine_segments_free(&S);
     engine_work_free(own_work);
+    tp_set_urgent(was_urgent);
     return rc;
 }

@@ -8,7 +8,8 @@
  * 4. a nested call from inside a job (runs serially on that thread);
  * 5. two caller threads sharing one pool (jobs serialised);
  * 6. tp_free of a pool whose workers poll, and of one whose workers sleep;
- * 7. process-wide pools; 8. priority sections.
+ * 7. process-wide pools; 8. priority sections; 9. urgent callers go
+ *    first, in the order they became urgent.
  * Thread indices must lie in [0, n_threads). */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -120,6 +121,110 @@ static void test_priority(atomic_int *hits)
     tp_free(tp);
 }
 
+/* 9. urgent callers (tp_set_urgent): while one job holds the pool, a
+ * normal caller, then an urgent one (U2), then one that became urgent
+ * before U2 (U1) ask for it; they get it as U1, U2, the normal one */
+struct ordered {
+    struct threadpool *tp;
+    atomic_int *seq, *go;
+    int urgent;   /* 0: no; k > 0: become urgent, ask once *go >= k - 1 */
+    int got;      /* the order its job started in */
+    atomic_int ready, asked; /* urgent (or not) now; asking for the pool */
+};
+
+static void record(void *c, int64_t b, int64_t e, int ith)
+{
+    struct ordered *o = c;
+    (void)e;
+    (void)ith;
+    if (b == 0) o->got = atomic_fetch_add(o->seq, 1);
+}
+
+static void *ordered_main(void *p)
+{
+    struct ordered *o = p;
+    if (o->urgent) {
+        tp_set_urgent(true);
+        atomic_store(&o->ready, 1);
+        while (atomic_load(o->go) < o->urgent - 1) sleep_ms(1);
+    }
+    atomic_store(&o->asked, 1);
+    tp_parallel_for(o->tp, 2, 1, record, o);
+    tp_set_urgent(false);
+    return NULL;
+}
+
+struct holder { struct threadpool *tp; atomic_int on, release; };
+
+static void hold(void *c, int64_t b, int64_t e, int ith)
+{
+    struct holder *h = c;
+    (void)e;
+    (void)ith;
+    if (b != 0) return;
+    atomic_store(&h->on, 1);
+    while (!atomic_load(&h->release)) sleep_ms(1);
+}
+
+static void *holder_main(void *p)
+{
+    struct holder *h = p;
+    tp_parallel_for(h->tp, 2, 1, hold, h);
+    return NULL;
+}
+
+/* start th on f(arg) and wait until *flag is set (then a little more, so
+ * that what follows the flag has happened); false when it did not start */
+static bool start_until(pthread_t *th, void *(*f)(void *), void *arg, atomic_int *flag)
+{
+    if (pthread_create(th, NULL, f, arg) != 0) return false;
+    while (!atomic_load(flag)) sleep_ms(1);
+    sleep_ms(30);
+    return true;
+}
+
+static void test_urgent(void)
+{
+    struct threadpool *tp = tp_create(2);
+    CHECK(tp != NULL, "tp_create(2)");
+    if (!tp) return;
+    atomic_int seq, go;
+    atomic_init(&seq, 0);
+    atomic_init(&go, 0);
+    /* [0] normal, [1] U1 (urgent first, asks last), [2] U2 */
+    struct ordered o[3];
+    for (int i = 0; i < 3; i++) {
+        o[i].tp = tp;
+        o[i].seq = &seq;
+        o[i].go = &go;
+        o[i].urgent = i == 0 ? 0 : i == 1 ? 2 : 1;
+        o[i].got = -1;
+        atomic_init(&o[i].ready, 0);
+        atomic_init(&o[i].asked, 0);
+    }
+    struct holder h = {.tp = tp};
+    atomic_init(&h.on, 0);
+    atomic_init(&h.release, 0);
+    pthread_t th[3], hth;
+    bool ok = start_until(&th[1], ordered_main, &o[1], &o[1].ready); /* U1 urgent from now */
+    ok = ok && start_until(&hth, holder_main, &h, &h.on);
+    ok = ok && start_until(&th[0], ordered_main, &o[0], &o[0].asked);
+    ok = ok && start_until(&th[2], ordered_main, &o[2], &o[2].asked);
+    atomic_store(&go, 1);
+    while (ok && !atomic_load(&o[1].asked)) sleep_ms(1);
+    sleep_ms(30);
+    atomic_store(&h.release, 1);
+    if (ok) {
+        pthread_join(hth, NULL);
+        for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    }
+    printf("urgent: after the held job, U1 ran %d-th, U2 %d-th, the normal caller %d-th (0-based)\n", o[1].got,
+           o[2].got, o[0].got);
+    CHECK(ok && o[1].got == 0 && o[2].got == 1 && o[0].got == 2,
+          "urgent callers first, in the order they became urgent; then the others");
+    tp_free(tp);
+}
+
 /* 7. process-wide pools: one per thread count, reference-counted */
 static void test_shared(atomic_int *hits)
 {
@@ -213,6 +318,7 @@ int main(void)
     }
     test_shared(hits);
     test_priority(hits);
+    test_urgent();
     /* NULL pool runs serially */
     tp_release_cores(NULL);
     CHECK(once(NULL, 100, 1, hits), "NULL pool: serial, each index once");
