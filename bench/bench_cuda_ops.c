@@ -10,6 +10,12 @@
  *   conv1d           HiFT [1, 512, 2000] * [512, 512, 7], pad 3.
  *   conv_transpose1d [1, 512, 500] * [512, 256, 16], stride 8.
  *   istft            n_fft 16, hop 4 (HiFT), 60000 frames.
+ *   sample           op_sample, the end of a decode step: Turbo's 6563
+ *                    logits greedy (top_k 1) and with its defaults
+ *                    (temperature 0.8, top_k 1000, top_p 0.95, repetition
+ *                    penalty 1.2, 200 ids seen); English's CFG pair of
+ *                    8194 (cfg 0.5, temperature 0.8, min_p 0.05, penalty
+ *                    1.2). No cpu figure: the host samples in t3/sampler.c.
  *
  * Figure: microseconds per op call (launch included), the mean of 20 calls
  * issued back to back, then one synchronising download; median over --reps.
@@ -77,6 +83,17 @@ struct operands {
     struct tensor *x, *w, *b, *k, *v;
 };
 
+/* op_sample's history and RNG state (I32), the ids below `seen` marked */
+static void sample_state(struct arena *in, int64_t V, int seen, struct operands *o)
+{
+    int32_t *h = calloc((size_t)V, sizeof *h);
+    if (!h) return;
+    for (int i = 0; i < seen && i < V; i++) h[(i * 37) % V] = 1;
+    o->k = op_from_host(in, TYPE_I32, 1, (int64_t[]){V}, h);
+    o->v = op_from_host(in, TYPE_I32, 1, (int64_t[]){4}, (int32_t[]){42, 0, 0, 0});
+    free(h);
+}
+
 static void setup(struct arena *in, const struct bcase *c, struct operands *o)
 {
     static const enum dtype lt[] = {TYPE_F32, TYPE_F16, TYPE_BF16, TYPE_Q8_0, TYPE_Q4_0};
@@ -92,7 +109,11 @@ static void setup(struct arena *in, const struct bcase *c, struct operands *o)
     case 3: o->x = mk(in, TYPE_F32, 2, (int64_t[]){c->v ? 410 : 1, 1024}, 8); o->w = mk(in, TYPE_F32, 1, (int64_t[]){1024}, 9); o->b = mk(in, TYPE_F32, 1, (int64_t[]){1024}, 10); break;
     case 4: o->x = mk(in, TYPE_F32, 3, (int64_t[]){1, 512, 2000}, 11); o->w = mk(in, TYPE_F32, 3, (int64_t[]){512, 512, 7}, 12); o->b = mk(in, TYPE_F32, 1, (int64_t[]){512}, 13); break;
     case 5: o->x = mk(in, TYPE_F32, 3, (int64_t[]){1, 512, 500}, 14); o->w = mk(in, TYPE_F32, 3, (int64_t[]){512, 256, 16}, 15); o->b = mk(in, TYPE_F32, 1, (int64_t[]){256}, 16); break;
-    default: o->x = mk(in, TYPE_F32, 4, (int64_t[]){1, 9, 60000, 2}, 17); o->w = op_fill(in, 1, (int64_t[]){16}, 1.0f); break;
+    case 6: o->x = mk(in, TYPE_F32, 4, (int64_t[]){1, 9, 60000, 2}, 17); o->w = op_fill(in, 1, (int64_t[]){16}, 1.0f); break;
+    default:
+        o->x = mk(in, TYPE_F32, 2, c->v == 2 ? (int64_t[]){2, 8194} : (int64_t[]){1, 6563}, 18);
+        sample_state(in, c->v == 2 ? 8194 : 6563, 200, o);
+        break;
     }
 }
 
@@ -115,9 +136,16 @@ static struct tensor *call(struct arena *a, const struct bcase *c, const struct 
         struct conv_transpose1d_params p = {8, 4, 0, 1, 1};
         return op_conv_transpose1d(a, o->x, o->w, o->b, &p);
     }
-    default: {
+    case 6: {
         struct stft_params p = {16, 4, 16, true, PAD_REFLECT, false};
         return op_istft(a, o->x, o->w, &p, 0);
+    }
+    default: {
+        const struct sample_params turbo = {SAMPLE_TURBO, 0, 0.8f, c->v == 0 ? 1 : 1000, true, 0.05f, 0, 1.2f};
+        const struct sample_params english = {SAMPLE_LLAMA, 0.5f, 0.8f, 0, false, 0, 0.05f, 1.2f};
+        struct tensor *y = arena_tensor(a, TYPE_I32, 1, (int64_t[]){1});
+        if (y && op_sample(a, y, o->x, o->k, o->v, c->v == 2 ? &english : &turbo) != CBX_OK) return NULL;
+        return y;
     }
     }
 }
@@ -144,7 +172,9 @@ static struct bench_stats time_case(const struct backend *be, const struct bcase
             y = call(a, c, &o);
         }
         /* one element back: waits for every call issued */
-        if (!y || tensor_to_host(op_cont(a, op_slice(a, op_reshape(a, y, 1, (int64_t[]){tensor_nelements(y)}), 0, 0, 1)), &probe) != CBX_OK) {
+        if (!y || tensor_to_host(y->type == TYPE_I32 ? y /* op_sample's id */
+                                 : op_cont(a, op_slice(a, op_reshape(a, y, 1, (int64_t[]){tensor_nelements(y)}), 0, 0, 1)),
+                                 &probe) != CBX_OK) {
             fprintf(stderr, "bench_cuda_ops: %s on %s: %s\n", c->name, be->name, arena_errmsg(a));
             goto done;
         }
@@ -175,6 +205,7 @@ int main(int argc, char **argv)
         {"attention decode", 2, 0}, {"attention prefill", 2, 1},
         {"layer_norm 1x1024", 3, 0}, {"layer_norm 410x1024", 3, 1},
         {"conv1d hift", 4, 0}, {"conv_transpose1d hift", 5, 0}, {"istft hift", 6, 0},
+        {"sample turbo greedy", 7, 0}, {"sample turbo defaults", 7, 1}, {"sample english cfg", 7, 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const struct bcase *c = &cases[i];

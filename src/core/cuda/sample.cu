@@ -10,8 +10,9 @@
  * results equal the host's up to rounding of the sums; exponentials are
  * evaluated in double and rounded once. Top-k's threshold is found by a
  * radix select on the order-preserving bit pattern (exactly the value
- * the host's radix select returns); top-p sorts the survivors by (value,
- * id) with a bitonic sort. */
+ * the host's radix select returns; for top_k 1 that is the row's largest
+ * value, taken by one max reduction instead); top-p sorts the survivors
+ * by (value, id) with a bitonic sort. */
 #include <limits.h>
 #include <math.h>
 
@@ -153,6 +154,17 @@ __device__ static void top_k(float *l, int V, int k, struct smp_shared *sh)
 {
     const int kk = k < 1 ? 1 : k;
     if (kk >= V) return;
+    if (kk == 1) { /* greedy: the largest value is the threshold the select finds */
+        int lo, hi;
+        chunk(V, &lo, &hi);
+        float m = -INFINITY;
+        for (int i = lo; i < hi; i++) m = fmaxf(m, l[i]);
+        m = smp_max(m, sh);
+        for (int i = threadIdx.x; i < V; i += SMP_THREADS)
+            if (l[i] < m) l[i] = -INFINITY;
+        __syncthreads();
+        return;
+    }
     unsigned prefix = 0, mask = 0, r = (unsigned)(kk - 1);
     for (int shift = 24; shift >= 0; shift -= 8) {
         if (threadIdx.x < 256) sh->hist[threadIdx.x] = 0;
