@@ -81,6 +81,7 @@ struct bcase {
 /* operands live in `in` (kept); results go to `a` (reset per call) */
 struct operands {
     struct tensor *x, *w, *b, *k, *v;
+    struct tensor *seen, *rng; /* op_sample's */
 };
 
 /* op_sample's history and RNG state (I32), the ids below `seen` marked */
@@ -89,8 +90,8 @@ static void sample_state(struct arena *in, int64_t V, int seen, struct operands 
     int32_t *h = calloc((size_t)V, sizeof *h);
     if (!h) return;
     for (int i = 0; i < seen && i < V; i++) h[(i * 37) % V] = 1;
-    o->k = op_from_host(in, TYPE_I32, 1, (int64_t[]){V}, h);
-    o->v = op_from_host(in, TYPE_I32, 1, (int64_t[]){4}, (int32_t[]){42, 0, 0, 0});
+    o->seen = op_from_host(in, TYPE_I32, 1, (int64_t[]){V}, h);
+    o->rng = op_from_host(in, TYPE_I32, 1, (int64_t[]){4}, (int32_t[]){42, 0, 0, 0});
     free(h);
 }
 
@@ -144,7 +145,7 @@ static struct tensor *call(struct arena *a, const struct bcase *c, const struct 
         const struct sample_params turbo = {SAMPLE_TURBO, 0, 0.8f, c->v == 0 ? 1 : 1000, true, 0.05f, 0, 1.2f};
         const struct sample_params english = {SAMPLE_LLAMA, 0.5f, 0.8f, 0, false, 0, 0.05f, 1.2f};
         struct tensor *y = arena_tensor(a, TYPE_I32, 1, (int64_t[]){1});
-        if (y && op_sample(a, y, o->x, o->k, o->v, c->v == 2 ? &english : &turbo) != CBX_OK) return NULL;
+        if (y && op_sample(a, y, o->x, o->seen, o->rng, c->v == 2 ? &english : &turbo) != CBX_OK) return NULL;
         return y;
     }
     }

@@ -56,7 +56,7 @@ struct threadpool {
     pthread_mutex_t q_mu;
     pthread_cond_t free_cv; /* on CLOCK_MONOTONIC */
     bool busy;
-    uint64_t hold_until;    /* after an urgent job: the others wait till then */
+    uint64_t hold_until;    /* after an urgent job: the others wait till then (0: none) */
     int n_free_wait;
     struct tp_waiter *q;
     pthread_mutex_t mu;
@@ -273,12 +273,13 @@ static void job_acquire(struct threadpool *tp, int cls)
                 pthread_cond_wait(&tp->free_cv, &tp->q_mu);
                 continue;
             }
-            if (now_ns() >= tp->hold_until) break;
+            if (!tp->hold_until || now_ns() >= tp->hold_until) break;
             const struct timespec till = {(time_t)(tp->hold_until / 1000000000u),
                                           (long)(tp->hold_until % 1000000000u)};
             pthread_cond_timedwait(&tp->free_cv, &tp->q_mu, &till);
         }
         tp->n_free_wait--;
+        tp->hold_until = 0; /* passed */
         tp->busy = true;
     } else if (!tp->busy) {
         tp->busy = true;

@@ -206,18 +206,18 @@ static void test_urgent(void)
     atomic_init(&h.on, 0);
     atomic_init(&h.release, 0);
     pthread_t th[3], hth;
-    bool ok = start_until(&th[1], ordered_main, &o[1], &o[1].ready); /* U1 urgent from now */
-    ok = ok && start_until(&hth, holder_main, &h, &h.on);
-    ok = ok && start_until(&th[0], ordered_main, &o[0], &o[0].asked);
-    ok = ok && start_until(&th[2], ordered_main, &o[2], &o[2].asked);
+    bool st[3] = {false, false, false}, hs = false;
+    bool ok = (st[1] = start_until(&th[1], ordered_main, &o[1], &o[1].ready)); /* U1 urgent from now */
+    ok = ok && (hs = start_until(&hth, holder_main, &h, &h.on));
+    ok = ok && (st[0] = start_until(&th[0], ordered_main, &o[0], &o[0].asked));
+    ok = ok && (st[2] = start_until(&th[2], ordered_main, &o[2], &o[2].asked));
     atomic_store(&go, 1);
-    while (ok && !atomic_load(&o[1].asked)) sleep_ms(1);
+    while (st[1] && !atomic_load(&o[1].asked)) sleep_ms(1);
     sleep_ms(30);
     atomic_store(&h.release, 1);
-    if (ok) {
-        pthread_join(hth, NULL);
-        for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
-    }
+    if (hs) pthread_join(hth, NULL);
+    for (int i = 0; i < 3; i++)
+        if (st[i]) pthread_join(th[i], NULL);
     printf("urgent: after the held job, U1 ran %d-th, U2 %d-th, the normal caller %d-th (0-based)\n", o[1].got,
            o[2].got, o[0].got);
     CHECK(ok && o[1].got == 0 && o[2].got == 1 && o[0].got == 2,

@@ -626,7 +626,8 @@ enum kv_read {
               * words, widened as quant.c does (d * q) */
 };
 
-/* dims [d0, d0 + n) (n <= DPT) of row j of head (b, hk) -> f */
+/* dims [d0, d0 + n) (n <= DPT) of row j of head (b, hk) -> f, for
+ * KV_F32 and KV_ANY (KV_Q8_0 rows: kv_q8_words, then kv_q8_widen) */
 template <int DPT>
 __device__ static inline void kv_dims(float *f, const struct tv &t, int64_t b, int64_t hk, int64_t j, int d0, int n,
                                       int mode)
@@ -641,18 +642,6 @@ __device__ static inline void kv_dims(float *f, const struct tv &t, int64_t b, i
             f[4 * u + 1] = v.y;
             f[4 * u + 2] = v.z;
             f[4 * u + 3] = v.w;
-        }
-        return;
-    }
-    if (mode == KV_Q8_0) {
-        const uint16_t *blk = (const uint16_t *)(r + (d0 / QK) * 34);
-        const float d = scalar_fp16_to_f32(blk[0]);
-        const uint16_t *q = blk + 1 + (d0 % QK) / 2;
-#pragma unroll
-        for (int u = 0; u < DPT / 2; u++) {
-            const uint16_t w = q[u];
-            f[2 * u] = d * (float)(int8_t)(w & 0xff);
-            f[2 * u + 1] = d * (float)(int8_t)(w >> 8);
         }
         return;
     }
