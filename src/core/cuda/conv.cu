@@ -33,20 +33,23 @@ __device__ static inline int64_t pad_index(int64_t pos, int64_t T, int mode)
 
 /* ---- conv1d -------------------------------------------------------------- */
 
-/* col[g][r][t'] for r = ci * K + k, t' < tc (output times t0 + t') */
+/* col[g][r][t'] for r = ci * K + k, t' < tc (output times t0 + t'): rows
+ * (g, r) on the grid's y, times on x, so a thread divides once per row */
 __global__ static void k_im2col(float *col, struct tv x, int64_t bi, int64_t G, int64_t cin_g,
                                 int64_t K, int64_t t0, int64_t tc, int stride, int dilation,
                                 int pad_left, int mode)
 {
-    const int64_t R = cin_g * K, n = G * R * tc, T = x.ne[3];
-    CU_FOR(e, n) {
-        const int64_t t = e % tc, r = (e / tc) % R, g = e / (tc * R);
-        const int64_t ci = r / K, k = r % K;
-        const int64_t pos = (t0 + t) * stride - pad_left + k * dilation;
-        const int64_t src = pad_index(pos, T, mode);
-        col[e] = src < 0 ? 0.0f
-                         : *(const float *)(x.p + bi * x.nb[1] + (g * cin_g + ci) * x.nb[2] +
-                                            src * x.nb[3]);
+    const int64_t R = cin_g * K, T = x.ne[3];
+    for (int64_t gr = blockIdx.y; gr < G * R; gr += gridDim.y) {
+        const int64_t g = gr / R, r = gr - g * R, ci = r / K, k = r - ci * K;
+        const char *xr = x.p + bi * x.nb[1] + (g * cin_g + ci) * x.nb[2];
+        const int64_t p0 = t0 * stride - pad_left + k * dilation;
+        float *cr = col + gr * tc;
+        for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < tc;
+             t += (int64_t)gridDim.x * blockDim.x) {
+            const int64_t src = pad_index(p0 + t * stride, T, mode);
+            cr[t] = src < 0 ? 0.0f : *(const float *)(xr + src * x.nb[3]);
+        }
     }
 }
 
@@ -54,7 +57,11 @@ __global__ static void k_im2col(float *col, struct tv x, int64_t bi, int64_t G, 
 __global__ static void k_bias_ch(float *out, int64_t C, int64_t T, const char *b, int64_t nb,
                                  int64_t n)
 {
-    CU_FOR(e, n) out[e] += *(const float *)(b + ((e / T) % C) * nb);
+    CU_FOR(e, n) {
+        int64_t c, t;
+        cu_divmod(cu_divmod(e, T, &t), C, &c);
+        out[e] += *(const float *)(b + c * nb);
+    }
 }
 
 static void bias_ch(struct arena *a, struct tensor *out, const struct tensor *b)
@@ -92,7 +99,8 @@ static void cuda_conv1d(struct arena *a, struct tensor *out, const struct tensor
     for (int64_t bi = 0; bi < B; bi++)
         for (int64_t t0 = 0; t0 < tout; t0 += tc) {
             const int64_t c = tout - t0 < tc ? tout - t0 : tc;
-            k_im2col<<<cu_blocks(G * R * c, CU_THREADS), CU_THREADS, 0, cb->st>>>(
+            const dim3 grid(cu_blocks(c, CU_THREADS), (unsigned)(G * R < 65535 ? G * R : 65535));
+            k_im2col<<<grid, CU_THREADS, 0, cb->st>>>(
                 col, xv, bi, G, cin_g, K, t0, c, p->stride, p->dilation, p->pad_left,
                 (int)p->pad_mode);
             if (!cu_launched(a, "conv1d im2col")) return;

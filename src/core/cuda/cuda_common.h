@@ -134,15 +134,27 @@ static inline struct tv tv_of(const struct tensor *t)
     return v;
 }
 
+/* i / d, and i % d in *r: in 32 bits when both fit (the usual case; a
+ * 64-bit division is a long subroutine on the GPU) */
+__device__ static inline int64_t cu_divmod(int64_t i, int64_t d, int64_t *r)
+{
+    if ((((uint64_t)i | (uint64_t)d) >> 32) == 0) {
+        const uint32_t q = (uint32_t)i / (uint32_t)d;
+        *r = (int64_t)((uint32_t)i - q * (uint32_t)d);
+        return q;
+    }
+    const int64_t q = i / d;
+    *r = i - q * d;
+    return q;
+}
+
 /* byte offset of linear (row-major) index i of v's shape */
 __device__ static inline int64_t tv_off(const struct tv &v, int64_t i)
 {
-    int64_t i3 = i % v.ne[3];
-    i /= v.ne[3];
-    int64_t i2 = i % v.ne[2];
-    i /= v.ne[2];
-    int64_t i1 = i % v.ne[1];
-    int64_t i0 = i / v.ne[1];
+    int64_t i3, i2, i1;
+    i = cu_divmod(i, v.ne[3], &i3);
+    i = cu_divmod(i, v.ne[2], &i2);
+    const int64_t i0 = cu_divmod(i, v.ne[1], &i1);
     return i0 * v.nb[0] + i1 * v.nb[1] + i2 * v.nb[2] + i3 * v.nb[3];
 }
 

@@ -118,10 +118,9 @@ __global__ static void k_cpy(struct tv o, struct tv x, int64_t n, int size, stru
 /* rows view: the 3 leading dims of a 4-d view, row r -> byte offset */
 __device__ static inline int64_t row_off3(const struct tv &v, int64_t r)
 {
-    int64_t i2 = r % v.ne[2];
-    r /= v.ne[2];
-    int64_t i1 = r % v.ne[1];
-    int64_t i0 = r / v.ne[1];
+    int64_t i2, i1;
+    r = cu_divmod(r, v.ne[2], &i2);
+    const int64_t i0 = cu_divmod(r, v.ne[1], &i1);
     return i0 * v.nb[0] + i1 * v.nb[1] + i2 * v.nb[2];
 }
 
@@ -342,7 +341,8 @@ static void cuda_unary(struct arena *a, struct tensor *out, const struct tensor 
 __global__ static void k_snake(float *o, struct tv x, const char *al, int64_t al_nb, int64_t n)
 {
     CU_FOR(i, n) {
-        int64_t c = (i / x.ne[3]) % x.ne[2];
+        int64_t c, t;
+        cu_divmod(cu_divmod(i, x.ne[3], &t), x.ne[2], &c);
         float alpha = *(const float *)(al + c * al_nb);
         float inv = 1.0f / (alpha + 1e-9f);
         float v = *(const float *)(x.p + tv_off(x, i));

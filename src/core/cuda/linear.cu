@@ -756,7 +756,8 @@ __global__ static void k_add_bias(float *y, int64_t ldy, int64_t M, int64_t N, c
                                   int64_t nb)
 {
     CU_FOR(e, M * N) {
-        const int64_t r = e / N, o = e % N;
+        int64_t o;
+        const int64_t r = cu_divmod(e, N, &o);
         y[r * ldy + o] += *(const float *)(b + o * nb);
     }
 }

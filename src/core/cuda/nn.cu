@@ -48,10 +48,9 @@ __device__ static inline float pget(const struct pv &v, int64_t i)
 
 __device__ static inline int64_t row_off(const struct tv &v, int64_t r)
 {
-    int64_t i2 = r % v.ne[2];
-    r /= v.ne[2];
-    int64_t i1 = r % v.ne[1];
-    int64_t i0 = r / v.ne[1];
+    int64_t i2, i1;
+    r = cu_divmod(r, v.ne[2], &i2);
+    const int64_t i0 = cu_divmod(r, v.ne[1], &i1);
     return i0 * v.nb[0] + i1 * v.nb[1] + i2 * v.nb[2];
 }
 
@@ -90,9 +89,19 @@ static bool rows_fit(struct arena *a, int64_t rows, const char *what)
 
 /* ---- layer norm (and residual add + layer norm) ----------------------------- */
 
-/* Rows up to NN_CACHE * NN_THREADS long stay in registers (one load of
+/* Rows up to NN_CACHE * blockDim long stay in registers (one load of
  * each element, all issued together); longer ones are read again. */
 #define NN_CACHE 8
+
+/* a norm's block: the fewest threads (64 to NN_THREADS) that hold its row
+ * in registers, so short rows (S3Gen's 80 to 512) make small blocks, many
+ * to an SM */
+static unsigned nn_threads(int64_t n)
+{
+    unsigned t = 64;
+    while (t < NN_THREADS && n > NN_CACHE * (int64_t)t) t *= 2;
+    return t;
+}
 __global__ static void k_layer_norm(float *out, struct tv x, float *sum, struct tv r,
                                     struct pv g, struct pv b, float eps)
 {
@@ -177,7 +186,7 @@ static void cuda_layer_norm(struct arena *a, struct tensor *out, const struct te
     const int64_t rows = tensor_nrows(x);
     if (rows == 0 || !rows_fit(a, rows, "layer_norm")) return;
     struct tv xv = tv_of(x);
-    k_layer_norm<<<(unsigned)rows, NN_THREADS, 0, cuda_of(a)->st>>>(
+    k_layer_norm<<<(unsigned)rows, nn_threads(x->ne[x->ndim - 1]), 0, cuda_of(a)->st>>>(
         (float *)out->data, xv, NULL, xv, pv_of(g), pv_of(b), eps);
     cu_launched(a, "layer_norm");
 }
@@ -188,7 +197,7 @@ static void cuda_add_layer_norm(struct arena *a, struct tensor *sum, struct tens
 {
     const int64_t rows = tensor_nrows(x);
     if (rows == 0 || !rows_fit(a, rows, "add_layer_norm")) return;
-    k_layer_norm<<<(unsigned)rows, NN_THREADS, 0, cuda_of(a)->st>>>(
+    k_layer_norm<<<(unsigned)rows, nn_threads(x->ne[x->ndim - 1]), 0, cuda_of(a)->st>>>(
         (float *)out->data, tv_of(x), (float *)sum->data, tv_of(r), pv_of(g), pv_of(b), eps);
     cu_launched(a, "add_layer_norm");
 }
@@ -246,8 +255,8 @@ static void cuda_rms_norm(struct arena *a, struct tensor *out, const struct tens
 {
     const int64_t rows = tensor_nrows(x);
     if (rows == 0 || !rows_fit(a, rows, "rms_norm")) return;
-    k_rms_norm<<<(unsigned)rows, NN_THREADS, 0, cuda_of(a)->st>>>((float *)out->data, tv_of(x),
-                                                                   pv_of(g), eps);
+    k_rms_norm<<<(unsigned)rows, nn_threads(x->ne[x->ndim - 1]), 0, cuda_of(a)->st>>>((float *)out->data,
+                                                                                       tv_of(x), pv_of(g), eps);
     cu_launched(a, "rms_norm");
 }
 
@@ -465,7 +474,13 @@ __global__ static void k_attention(float *out, struct tv q, struct tv k, struct 
  * memory (transposed) for P.V. Float throughout: scores are the same float
  * dot products as the ref kernel; the softmax is rescaled per key tile, so
  * results differ from ref's one-pass double sums by float rounding. A row
- * that sees no key gives zeros (ops_nn.c, convention 2). */
+ * that sees no key gives zeros (ops_nn.c, convention 2).
+ * DT: the head dim when fixed at compile time (64, 128; 0: q's), so the
+ * loops over it unroll. vec (F32 keys and values, 16-byte aligned rows):
+ * a tile is read as float4s into registers while the tile before it is
+ * multiplied (fa_fetch), then stored to shared memory (fa_store): keys a
+ * warp's 32 rows at a time so their transposed stores take distinct banks,
+ * values a row's float4s side by side. The sums are the same either way. */
 #define FA_QB 64
 #define FA_KB 64
 #define FA_THREADS 256
@@ -478,16 +493,56 @@ static size_t flash_smem(int64_t D)
     return (size_t)(2 * D * FA_LD + FA_KB * (D + FA_PAD) + FA_KB * FA_LD) * sizeof(float);
 }
 
+/* float4s of one key (or value) tile a thread moves, head dim up to 64 NG */
+#define FA_NV(NG) (FA_KB * 16 * (NG) / FA_THREADS)
+
+/* tile j0 of the keys and values (rows kb, vb; nb2 apart) into kr, vr:
+ * key float4 n of the thread is row idx % FA_KB, float4 idx / FA_KB of
+ * it, value float4 n row idx / D4, float4 idx % D4 (idx = t + n
+ * FA_THREADS); zeros past Tk */
 template <int NG>
+__device__ static inline void fa_fetch(float4 *kr, float4 *vr, const char *kb, const char *vb, int64_t knb2,
+                                       int64_t vnb2, int64_t j0, int64_t Tk, int D4)
+{
+    const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int n = 0; n < FA_NV(NG); n++) {
+        const int idx = (int)threadIdx.x + n * FA_THREADS;
+        const int kj = idx % FA_KB, kq = idx / FA_KB, vj = idx / D4, vq = idx - vj * D4;
+        kr[n] = kq < D4 && j0 + kj < Tk ? *(const float4 *)(kb + (j0 + kj) * knb2 + 16 * kq) : z;
+        vr[n] = vj < FA_KB && j0 + vj < Tk ? *(const float4 *)(vb + (j0 + vj) * vnb2 + 16 * vq) : z;
+    }
+}
+
+template <int NG>
+__device__ static inline void fa_store(const float4 *kr, const float4 *vr, float *kT, float *vS, int D4)
+{
+    const int DV = 4 * D4 + FA_PAD;
+#pragma unroll
+    for (int n = 0; n < FA_NV(NG); n++) {
+        const int idx = (int)threadIdx.x + n * FA_THREADS;
+        const int kj = idx % FA_KB, kq = idx / FA_KB, vj = idx / D4, vq = idx - vj * D4;
+        if (kq < D4) {
+            float *c = kT + 4 * kq * FA_LD + kj;
+            c[0] = kr[n].x;
+            c[FA_LD] = kr[n].y;
+            c[2 * FA_LD] = kr[n].z;
+            c[3 * FA_LD] = kr[n].w;
+        }
+        if (vj < FA_KB) *(float4 *)(vS + vj * DV + 4 * vq) = vr[n];
+    }
+}
+
+template <int NG, int DT>
 __global__ static void __launch_bounds__(FA_THREADS)
 k_attn_flash(float *out, struct tv q, struct tv k, struct tv v, struct tv bias, bool has_bias, float scale,
-             bool causal)
+             bool causal, bool vec)
 {
     extern __shared__ float4 smem4[];
     float *smem = (float *)smem4;
     const int64_t i0 = (int64_t)blockIdx.x * FA_QB, h = blockIdx.y, b = blockIdx.z;
     const int64_t Hq = q.ne[1], Tq = q.ne[2], Tk = k.ne[2];
-    const int D = (int)q.ne[3];
+    const int D = DT ? DT : (int)q.ne[3];
     const int64_t hk = h / (Hq / k.ne[1]);
     const int t = threadIdx.x, tr = t >> 4, tc = t & 15, DV = D + FA_PAD;
     float *qT = smem, *kT = qT + D * FA_LD, *vS = kT + D * FA_LD, *pT = vS + FA_KB * DV;
@@ -507,28 +562,37 @@ k_attn_flash(float *out, struct tv q, struct tv k, struct tv v, struct tv bias, 
     }
     /* keys past this bound are masked for every row of the block */
     const int64_t jend = causal ? min(Tk, Tk - Tq + min(i0 + FA_QB, Tq)) : Tk;
+    const char *kb = k.p + b * k.nb[0] + hk * k.nb[1], *vb = v.p + b * v.nb[0] + hk * v.nb[1];
+    float4 kr[FA_NV(NG)], vr[FA_NV(NG)];
+    if (vec && jend > 0) fa_fetch<NG>(kr, vr, kb, vb, k.nb[2], v.nb[2], 0, Tk, D / 4);
     for (int64_t j0 = 0; j0 < jend; j0 += FA_KB) {
         __syncthreads(); /* the previous tile's P.V is done with kT, vS, pT */
-        for (int idx = t; idx < FA_KB * D; idx += FA_THREADS) {
-            const int jj = idx / D, d = idx - jj * D;
-            const bool in = j0 + jj < Tk;
-            kT[d * FA_LD + jj] = in ? kv_ld(k, b, hk, j0 + jj, d) : 0.0f;
-            vS[jj * DV + d] = in ? kv_ld(v, b, hk, j0 + jj, d) : 0.0f;
+        if (vec) {
+            fa_store<NG>(kr, vr, kT, vS, D / 4);
+        } else {
+            for (int idx = t; idx < FA_KB * D; idx += FA_THREADS) {
+                const int jj = idx / D, d = idx - jj * D;
+                const bool in = j0 + jj < Tk;
+                kT[d * FA_LD + jj] = in ? kv_ld(k, b, hk, j0 + jj, d) : 0.0f;
+                vS[jj * DV + d] = in ? kv_ld(v, b, hk, j0 + jj, d) : 0.0f;
+            }
         }
         __syncthreads();
+        if (vec && j0 + FA_KB < jend) fa_fetch<NG>(kr, vr, kb, vb, k.nb[2], v.nb[2], j0 + FA_KB, Tk, D / 4);
         float s[4][4];
 #pragma unroll
         for (int i = 0; i < 4; i++)
 #pragma unroll
             for (int j = 0; j < 4; j++) s[i][j] = 0;
+#pragma unroll 16
         for (int d = 0; d < D; d++) {
             const float4 qa = *(const float4 *)(qT + d * FA_LD + 4 * tr);
-            const float4 kb = *(const float4 *)(kT + d * FA_LD + 4 * tc);
-            const float qv[4] = {qa.x, qa.y, qa.z, qa.w}, kv[4] = {kb.x, kb.y, kb.z, kb.w};
+            const float4 kb4 = *(const float4 *)(kT + d * FA_LD + 4 * tc);
+            const float qv[4] = {qa.x, qa.y, qa.z, qa.w}, kv[4] = {kb4.x, kb4.y, kb4.z, kb4.w};
 #pragma unroll
             for (int i = 0; i < 4; i++)
 #pragma unroll
-                for (int j = 0; j < 4; j++) s[i][j] += qv[i] * kv[j];
+                for (int j = 0; j < 4; j++) s[i][j] = fmaf(qv[i], kv[j], s[i][j]);
         }
 #pragma unroll
         for (int i = 0; i < 4; i++) {
@@ -566,20 +630,21 @@ k_attn_flash(float *out, struct tv q, struct tv k, struct tv v, struct tv bias, 
         for (int j = 0; j < 4; j++)
             *(float4 *)(pT + (4 * tc + j) * FA_LD + 4 * tr) = make_float4(s[0][j], s[1][j], s[2][j], s[3][j]);
         __syncthreads();
-        const int n = (int)min((int64_t)FA_KB, Tk - j0);
-        for (int jj = 0; jj < n; jj++) {
+        /* keys past Tk have p 0 and zero values: the whole tile adds the same */
+#pragma unroll 8
+        for (int jj = 0; jj < FA_KB; jj++) {
             const float4 pa = *(const float4 *)(pT + jj * FA_LD + 4 * tr);
             const float pv[4] = {pa.x, pa.y, pa.z, pa.w};
 #pragma unroll
             for (int g = 0; g < NG; g++) {
                 const int c0 = 64 * g + 4 * tc;
                 if (c0 >= D) break;
-                const float4 vb = *(const float4 *)(vS + jj * DV + c0);
-                const float vv[4] = {vb.x, vb.y, vb.z, vb.w};
+                const float4 vb4 = *(const float4 *)(vS + jj * DV + c0);
+                const float vv[4] = {vb4.x, vb4.y, vb4.z, vb4.w};
 #pragma unroll
                 for (int i = 0; i < 4; i++)
 #pragma unroll
-                    for (int c = 0; c < 4; c++) o[i][4 * g + c] += pv[i] * vv[c];
+                    for (int c = 0; c < 4; c++) o[i][4 * g + c] = fmaf(pv[i], vv[c], o[i][4 * g + c]);
             }
         }
     }
@@ -1136,20 +1201,21 @@ static void cuda_attention(struct arena *a, struct tensor *out, const struct ten
     /* many queries: the flash kernel (head dim a multiple of 4, at most 128) */
     if (Tq >= 4 && D % 4 == 0 && D <= 128 && !(pr && pr->n > 0)) {
         const size_t sm = flash_smem(D);
-        const bool wide = D > 64;
-        const void *fn = wide ? (const void *)k_attn_flash<2> : (const void *)k_attn_flash<1>;
+        const struct tv kt = tv_of(k), vt = tv_of(v);
+        bool vec = kt.type == TYPE_F32 && vt.type == TYPE_F32 && kt.nb[3] == 4 && vt.nb[3] == 4;
+        for (int d = 0; d < 3; d++) vec = vec && kt.nb[d] % 16 == 0 && vt.nb[d] % 16 == 0;
+        vec = vec && (uintptr_t)kt.p % 16 == 0 && (uintptr_t)vt.p % 16 == 0;
+        void (*fn)(float *, struct tv, struct tv, struct tv, struct tv, bool, float, bool, bool) =
+            D == 64 ? k_attn_flash<1, 64> : D == 128 ? k_attn_flash<2, 128> : D < 64 ? k_attn_flash<1, 0>
+                                                                                  : k_attn_flash<2, 0>;
         if (sm > 48 * 1024 &&
-            !cu_ok(a, cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm),
+            !cu_ok(a, cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm),
                    "attention shared memory"))
             return;
         struct tv bv = bias ? tv_of(bias) : tv_of(q);
         dim3 grid((unsigned)((Tq + FA_QB - 1) / FA_QB), (unsigned)Hq, (unsigned)B);
-        if (wide)
-            k_attn_flash<2><<<grid, FA_THREADS, sm, st>>>((float *)out->data, tv_of(q), tv_of(k), tv_of(v), bv,
-                                                          bias != NULL, p->scale, p->causal);
-        else
-            k_attn_flash<1><<<grid, FA_THREADS, sm, st>>>((float *)out->data, tv_of(q), tv_of(k), tv_of(v), bv,
-                                                          bias != NULL, p->scale, p->causal);
+        fn<<<grid, FA_THREADS, sm, st>>>((float *)out->data, tv_of(q), kt, vt, bv, bias != NULL, p->scale,
+                                         p->causal, vec);
         cu_launched(a, "attention (flash)");
         return;
     }
