@@ -99,7 +99,11 @@ static void cuda_conv1d(struct arena *a, struct tensor *out, const struct tensor
     for (int64_t bi = 0; bi < B; bi++)
         for (int64_t t0 = 0; t0 < tout; t0 += tc) {
             const int64_t c = tout - t0 < tc ? tout - t0 : tc;
-            const dim3 grid(cu_blocks(c, CU_THREADS), (unsigned)(G * R < 65535 ? G * R : 65535));
+            /* about 4096 blocks, each looping over rows: many rows of a few
+             * hundred times are not each a block of their own */
+            const unsigned gx = cu_blocks(c, CU_THREADS);
+            const int64_t gy = G * R < 4096 / (int64_t)gx ? G * R : 4096 / (int64_t)gx;
+            const dim3 grid(gx, (unsigned)(gy < 1 ? 1 : gy));
             k_im2col<<<grid, CU_THREADS, 0, cb->st>>>(
                 col, xv, bi, G, cin_g, K, t0, c, p->stride, p->dilation, p->pad_left,
                 (int)p->pad_mode);
