@@ -17,7 +17,9 @@
  * synthetic weights give a stable one: T3 decodes greedily up to N speech
  * tokens (default 250 = 10 s at 25 tokens/s) after the prompt of the
  * built-in voice and a fixed sentence; should it stop early, its time is
- * scaled to N tokens (reported: t3 tokens actually decoded). S3Gen then
+ * scaled to N tokens (reported: the tokens T3 decoded, counted before the
+ * variant's post-filter, which drops some of them: the time is that of the
+ * decode steps run, whatever became of their tokens). S3Gen then
  * vocodes exactly N tokens (T3's, repeated) + the variant's silence tail
  * (Turbo: 3 tokens), as `say` does. One untimed warm-up (8 T3 tokens, N through S3Gen) precedes the
  * timed repetitions.
@@ -200,6 +202,7 @@ static int run_type(const char *path, int wtype, int N, const struct bench_opts 
         }
         free(tokw);
         tokw = NULL;
+        const int64_t n_steps = n; /* decode steps run (the filter below drops some of their tokens) */
         n = variant_filter_speech(vr, tok, n);
         for (int i = 0; i < n_want; i++) feed[i] = n > 0 ? tok[i % n] : 4299; /* a silence token */
         for (int i = 0; i < vr->n_silence; i++) feed[n_want + i] = vr->silence[i];
@@ -224,9 +227,9 @@ static int run_type(const char *path, int wtype, int N, const struct bench_opts 
         if (rc != CBX_OK) goto done;
         free(pcm);
         pcm = NULL;
-        n_dec = (double)(n > 0 ? n : 1);
-        t3t[r] = n < n_want ? tt * n_want / n_dec : tt;
-        t3w[r] = n < n_want ? tw * n_want / n_dec : tw;
+        n_dec = (double)(n_steps > 0 ? n_steps : 1);
+        t3t[r] = n_steps < n_want ? tt * n_want / n_dec : tt;
+        t3w[r] = n_steps < n_want ? tw * n_want / n_dec : tw;
         pc[r] = fc.t1;
         pw[r] = fw.t1;
         s3t[r] = ts;
