@@ -239,7 +239,8 @@ typedef struct cbx_synth_params {
     int stream_first_prompt_tokens; /* 25 */
     /* S3Gen arithmetic (a cbx_precision): AUTO rounds the operands of the
      * large products to BF16 (accumulating in F32) for quantised models on
-     * CPUs with AMX-BF16, and keeps F32 for F32/F16/BF16 models */
+     * CPUs with AMX-BF16 (on the CUDA backend: to TF32, tensor-core
+     * products), and keeps F32 for F32/F16/BF16 models */
     int precision;             /* CBX_PRECISION_AUTO */
     /* English / multilingual (Llama T3 with classifier-free guidance);
      * ignored by Turbo and Nano */

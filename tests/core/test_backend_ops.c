@@ -588,6 +588,29 @@ static struct tensor *c_conv1d(struct arena *a, int v)
     struct tensor *b = v == 1 ? NULL : in_f32(a, 124, ND(cout), -1, 1);
     return op_conv1d(a, x, w, b, &p);
 }
+/* reduced-precision products (arena_set_bf16: S3Gen's BF16 setting, and
+ * T3's prefill for quantised models): cuda TF32, cpu BF16 on AMX (F32
+ * without), ref F32; 0 linear f32 [70,256]x[300,256], 1 the same q4_0,
+ * 2 conv1d K 7 dilation 3 over [2, 64, 300], 3 conv_transpose1d stride 5 */
+static struct tensor *c_reduced(struct arena *a, int v)
+{
+    arena_set_bf16(a, true);
+    struct tensor *y;
+    if (v < 2) {
+        struct tensor *w = in_w(a, v ? TYPE_Q4_0 : TYPE_F32, 160, ND(300, 256));
+        y = op_linear(a, in_f32(a, 161, ND(70, 256), -1, 1), w, in_f32(a, 162, ND(300), -1, 1));
+    } else if (v == 2) {
+        struct conv1d_params p = {1, 3, 1, 9, 9, PAD_ZERO};
+        y = op_conv1d(a, in_f32(a, 163, ND(2, 64, 300), -1, 1), in_w(a, TYPE_F32, 164, ND(48, 64, 7)),
+                      in_f32(a, 165, ND(48), -1, 1), &p);
+    } else {
+        struct conv_transpose1d_params p = {5, 3, 0, 1, 1};
+        y = op_conv_transpose1d(a, in_f32(a, 166, ND(1, 64, 50), -1, 1), in_w(a, TYPE_F32, 167, ND(64, 32, 11)),
+                                in_f32(a, 168, ND(32), -1, 1), &p);
+    }
+    arena_set_bf16(a, false);
+    return y;
+}
 static struct tensor *c_conv_t1d(struct arena *a, int v)
 {
     struct conv_transpose1d_params p = {3, 2, 1, 1, 1};
@@ -849,6 +872,10 @@ static const struct tcase cases[] = {
     {"conv1d k1", c_conv1d, 5, 1e-5, 1e-5},
     {"conv1d [Cin,T] f16 w", c_conv1d, 6, 1e-5, 1e-5},
     {"conv1d strided x bf16 w", c_conv1d, 7, 1e-5, 1e-5},
+    {"linear f32 w, reduced-precision products", c_reduced, 0, 5e-3, 3e-2},
+    {"linear q4_0 w, reduced-precision products", c_reduced, 1, 5e-3, 3e-2},
+    {"conv1d dilation 3, reduced-precision products", c_reduced, 2, 5e-3, 3e-2},
+    {"conv_transpose1d, reduced-precision products", c_reduced, 3, 5e-3, 3e-2},
     {"conv_transpose1d s3 p2 op1", c_conv_t1d, 0, 1e-5, 1e-5},
     {"conv_transpose1d groups 2 f16", c_conv_t1d, 1, 1e-5, 1e-5},
     {"conv_transpose1d s8 k16 dil 2", c_conv_t1d, 2, 1e-5, 1e-5},

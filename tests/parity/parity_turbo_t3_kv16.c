@@ -11,11 +11,12 @@
  *     (printed, at most MAX_DLOGIT; it must be nonzero, or the F16 cache
  *     was not used); for scale, the step-0 logit difference between the
  *     Q4_0 and the F32 weights (both F32 caches) is printed too;
- *   - BF16 products in the prefill (t3_model.bf16, set for quantised
- *     weights) vs the quantised dot products: on CPUs with AMX-BF16 the
- *     step-0 logits differ (the BF16 path is used) by at most
- *     MAX_BF16_SHARE of the difference the Q4_0 weights themselves make
- *     (printed); elsewhere they are identical (the flag is inert);
+ *   - reduced-precision products in the prefill (t3_model.bf16, set for
+ *     quantised weights) vs without: on CPUs with AMX-BF16 (BF16 operands)
+ *     and on the cuda backend (TF32 tensor-core GEMMs) the step-0 logits
+ *     differ (the path is used) by at most MAX_BF16_SHARE of the
+ *     difference the Q4_0 weights themselves make (printed); elsewhere
+ *     they are identical (the flag is inert);
  *   - the same run three times through one t3_workspace (arenas kept
  *     across calls) gives the tokens and logits of the run without one, bit
  *     for bit.
@@ -82,16 +83,17 @@ int main(void)
         }
         printf("step 0 (after the prefill): max |dlogit| F16 vs F32 cache %.3g; BF16 vs quantised-dot prefill "
                "%.3g; Q4_0 vs F32 weights %.3g\n", d0, d0b, d0w);
-        /* the BF16 products exist only with AMX-BF16 on the cpu backend;
-         * elsewhere the flag must change nothing (cuda: F32 weights) */
-        const bool bf16 = cpu->host && linear_bf16_available();
+        /* reduced-precision products: BF16 with AMX-BF16 on the cpu
+         * backend, TF32 on cuda; elsewhere the flag must change nothing */
+        const bool bf16 = cpu->host ? linear_bf16_available() : true;
         if (bf16)
             CHECK(d0b > 0 && d0b <= MAX_BF16_SHARE * d0w, "BF16 prefill moves the logits by %.3g (Q4_0: %.3g)", d0b,
                   d0w);
         else
             CHECK(d0b == 0, "no AMX-BF16 on this CPU, yet the BF16 flag moves the logits by %.3g", d0b);
-        printf("BF16 prefill products: %s\n", bf16 ? "AMX-BF16 (checked above)"
-                                                                      : "not available on this CPU (flag inert: checked)");
+        printf("BF16 prefill products: %s\n", !bf16     ? "not available on this CPU (flag inert: checked)"
+                                             : cpu->host ? "AMX-BF16 (checked above)"
+                                                         : "TF32 on the GPU (checked above)");
     }
     if (ok) {
         int64_t n = r16.rows < r32.rows ? r16.rows : r32.rows, match = 0, agree = 0;

@@ -95,7 +95,6 @@ static void cuda_conv1d(struct arena *a, struct tensor *out, const struct tensor
         return;
     }
     struct cuda_backend *cb = cuda_of(a);
-    const float one = 1.0f, zero = 0.0f;
     for (int64_t bi = 0; bi < B; bi++)
         for (int64_t t0 = 0; t0 < tout; t0 += tc) {
             const int64_t c = tout - t0 < tc ? tout - t0 : tc;
@@ -109,11 +108,10 @@ static void cuda_conv1d(struct arena *a, struct tensor *out, const struct tensor
                 (int)p->pad_mode);
             if (!cu_launched(a, "conv1d im2col")) return;
             float *o = (float *)out->data + bi * cout * tout + t0;
-            if (!cublas_launched(a, cublasSgemmStridedBatched(
-                                  cb->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)c, (int)cout_g, (int)R,
-                                  &one, col, (int)c, R * c, wf, (int)R, cout_g * R, &zero, o,
-                                  (int)tout, cout_g * tout, (int)G),
-                           "conv1d sgemm"))
+            if (!cublas_launched(a, cu_gemm(a, CUBLAS_OP_N, CUBLAS_OP_N, (int)c, (int)cout_g, (int)R, col, (int)c,
+                                            R * c, wf, (int)R, cout_g * R, 0.0f, o, (int)tout, cout_g * tout,
+                                            (int)G),
+                                 "conv1d sgemm"))
                 return;
         }
     bias_ch(a, out, b);
@@ -163,13 +161,10 @@ static void cuda_conv_transpose1d(struct arena *a, struct tensor *out, const str
     float *Y = (float *)arena_alloc(a, (size_t)(cout * K) * (size_t)T * 4);
     if (!xc || !wf || !Y) return;
     struct cuda_backend *cb = cuda_of(a);
-    const float one = 1.0f, zero = 0.0f;
     for (int64_t bi = 0; bi < B; bi++) {
-        if (!cublas_launched(a, cublasSgemmStridedBatched(cb->blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)T,
-                                                    (int)R2, (int)cin_g, &one, xc + bi * cin * T,
-                                                    (int)T, cin_g * T, wf, (int)R2, cin_g * R2,
-                                                    &zero, Y, (int)T, R2 * T, (int)G),
-                       "conv_transpose1d sgemm"))
+        if (!cublas_launched(a, cu_gemm(a, CUBLAS_OP_N, CUBLAS_OP_T, (int)T, (int)R2, (int)cin_g, xc + bi * cin * T,
+                                        (int)T, cin_g * T, wf, (int)R2, cin_g * R2, 0.0f, Y, (int)T, R2 * T, (int)G),
+                             "conv_transpose1d sgemm"))
             return;
         k_conv_t1d_gather<<<cu_blocks(cout * tout, CU_THREADS), CU_THREADS, 0, cb->st>>>(
             (float *)out->data + bi * cout * tout, Y, cout, K, T, tout, p->stride, p->padding,

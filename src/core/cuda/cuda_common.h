@@ -109,6 +109,29 @@ void *cu_upload(struct arena *a, const void *host, size_t n);
 /* Device -> host copy of n bytes, synchronous. */
 bool cu_download(struct arena *a, void *host, const void *dev, size_t n);
 
+/* C[b] = A[b] B[b] (column-major, cuBLAS's operands; strides between the
+ * batch's matrices sa, sb, sc), F32 in and out. An arena that asks for
+ * reduced-precision products (arena_set_bf16: S3Gen's BF16 setting, the
+ * default for quantised models) gets TF32 tensor-core math, operands
+ * rounded to TF32 (10-bit mantissa, finer than the CPU's BF16), F32
+ * accumulation; otherwise full F32 (unless CBX_CUDA_TF32=1 set the
+ * handle's math mode). */
+static inline cublasStatus_t cu_gemm(struct arena *a, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                     int k, const float *A, int lda, long long sa, const float *B, int ldb,
+                                     long long sb, float beta, float *C, int ldc, long long sc, int batch)
+{
+    const float one = 1.0f;
+    cublasHandle_t h = cuda_of(a)->blas;
+    if (!arena_bf16(a)) {
+        if (batch == 1) return cublasSgemm(h, ta, tb, m, n, k, &one, A, lda, B, ldb, &beta, C, ldc);
+        return cublasSgemmStridedBatched(h, ta, tb, m, n, k, &one, A, lda, sa, B, ldb, sb, &beta, C, ldc, sc,
+                                         batch);
+    }
+    return cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &one, A, CUDA_R_32F, lda, sa, B, CUDA_R_32F, ldb, sb,
+                                      &beta, C, CUDA_R_32F, ldc, sc, batch, CUBLAS_COMPUTE_32F_FAST_TF32,
+                                      CUBLAS_GEMM_DEFAULT);
+}
+
 /* ---- views ------------------------------------------------------------ */
 
 struct tv {

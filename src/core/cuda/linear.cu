@@ -10,9 +10,11 @@
  *    batched decode) gets this path at any row count, GEMV_ROWS rows a
  *    launch, so each row gives the bits it gives alone.
  *  - F32 weights, more rows: one cuBLAS SGEMM (full F32 unless
- *    CBX_CUDA_TF32=1).
+ *    CBX_CUDA_TF32=1; TF32 tensor-core math with the arena's BF16 hint,
+ *    cu_gemm).
  *  - other weights, more rows: the weight is widened to F32 in
- *    chunks of rows (exact, as the ref backend) and multiplied by SGEMM.
+ *    chunks of rows (exact, as the ref backend) and multiplied by SGEMM
+ *    (cu_gemm, as above).
  *    With the arena's BF16 hint (arena_set_bf16) F16/BF16 weights instead
  *    go through cublasGemmEx on 16-bit operands with F32 accumulation.
  * matmul: SGEMM (batched over pointer arrays for the broadcast batch dims)
@@ -772,10 +774,9 @@ static bool sgemm(struct arena *a, cublasOperation_t ta, cublasOperation_t tb, i
                    (long long)m, (long long)n, (long long)k);
         return false;
     }
-    const float one = 1.0f;
-    return cublas_launched(a, cublasSgemm(cuda_of(a)->blas, ta, tb, (int)m, (int)n, (int)k, &one, A,
-                                    (int)lda, B, (int)ldb, &beta, C, (int)ldc),
-                     "sgemm");
+    return cublas_launched(a, cu_gemm(a, ta, tb, (int)m, (int)n, (int)k, A, (int)lda, 0, B, (int)ldb, 0, beta, C,
+                                      (int)ldc, 0, 1),
+                           "sgemm");
 }
 
 void cuda_linear_rows(struct arena *a, float *y, int64_t ldy, const float *x, int64_t M,
