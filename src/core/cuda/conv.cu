@@ -175,22 +175,13 @@ static void cuda_conv_transpose1d(struct arena *a, struct tensor *out, const str
 
 /* ---- pad1d, upsample_nearest ----------------------------------------------------- */
 
-__device__ static inline int64_t row_off3(const struct tv &v, int64_t r)
-{
-    int64_t i2 = r % v.ne[2];
-    r /= v.ne[2];
-    int64_t i1 = r % v.ne[1];
-    int64_t i0 = r / v.ne[1];
-    return i0 * v.nb[0] + i1 * v.nb[1] + i2 * v.nb[2];
-}
-
 __global__ static void k_pad1d(float *out, struct tv x, int64_t tout, int left, int mode,
                                float value, int64_t n)
 {
     CU_FOR(e, n) {
         const int64_t t = e % tout, r = e / tout;
         const int64_t src = pad_index(t - left, x.ne[3], mode);
-        out[e] = src < 0 ? value : *(const float *)(x.p + row_off3(x, r) + src * x.nb[3]);
+        out[e] = src < 0 ? value : *(const float *)(x.p + tv_row_off(x, r) + src * x.nb[3]);
     }
 }
 
@@ -217,7 +208,7 @@ __global__ static void k_upsample(float *out, struct tv x, int64_t tout, int fac
             s = (int64_t)floorf((float)t * scale);
             if (s > T - 1) s = T - 1;
         }
-        out[e] = *(const float *)(x.p + row_off3(x, r) + s * x.nb[3]);
+        out[e] = *(const float *)(x.p + tv_row_off(x, r) + s * x.nb[3]);
     }
 }
 

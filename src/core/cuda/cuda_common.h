@@ -181,6 +181,15 @@ __device__ static inline int64_t tv_off(const struct tv &v, int64_t i)
     return i0 * v.nb[0] + i1 * v.nb[1] + i2 * v.nb[2] + i3 * v.nb[3];
 }
 
+/* byte offset of row r of v (its three leading dims; the last is the row) */
+__device__ static inline int64_t tv_row_off(const struct tv &v, int64_t r)
+{
+    int64_t i2, i1;
+    r = cu_divmod(r, v.ne[2], &i2);
+    const int64_t i0 = cu_divmod(r, v.ne[1], &i1);
+    return i0 * v.nb[0] + i1 * v.nb[1] + i2 * v.nb[2];
+}
+
 /* ---- grid helpers ----------------------------------------------------- */
 
 #define CU_THREADS 256

@@ -115,15 +115,6 @@ __global__ static void k_cpy(struct tv o, struct tv x, int64_t n, int size, stru
     }
 }
 
-/* rows view: the 3 leading dims of a 4-d view, row r -> byte offset */
-__device__ static inline int64_t row_off3(const struct tv &v, int64_t r)
-{
-    int64_t i2, i1;
-    r = cu_divmod(r, v.ne[2], &i2);
-    const int64_t i0 = cu_divmod(r, v.ne[1], &i1);
-    return i0 * v.nb[0] + i1 * v.nb[1] + i2 * v.nb[2];
-}
-
 /* Block-typed rows: same type copies bytes; block -> float dequantises;
  * float -> q8_0 / q4_0 quantises as quant.c's *_ref (one thread a block). */
 __global__ static void k_cpy_blocks(struct tv o, struct tv x, int64_t rows, int64_t n,
@@ -136,22 +127,22 @@ __global__ static void k_cpy_blocks(struct tv o, struct tv x, int64_t rows, int6
     if (x.type == o.type) {
         CU_FOR(e, rows * row_bytes) {
             int64_t r = e / row_bytes, c = e % row_bytes;
-            o.p[row_off3(o, r) + c] = x.p[row_off3(x, r) + c];
+            o.p[tv_row_off(o, r) + c] = x.p[tv_row_off(x, r) + c];
         }
         return;
     }
     if (xbs) { /* dequantise */
         CU_FOR(e, rows * n) {
             int64_t r = e / n, i = e % n;
-            float v = d_block_elem(x.type, x.p + row_off3(x, r) + (i / QK) * xbs, (int)(i % QK));
-            d_std(o.type, o.p + row_off3(o, r) + i * o.nb[3], v);
+            float v = d_block_elem(x.type, x.p + tv_row_off(x, r) + (i / QK) * xbs, (int)(i % QK));
+            d_std(o.type, o.p + tv_row_off(o, r) + i * o.nb[3], v);
         }
         return;
     }
     CU_FOR(e, rows * nblk) { /* quantise one block */
         int64_t r = e / nblk, bi = e % nblk;
-        const char *xr = x.p + row_off3(x, r) + bi * QK * x.nb[3];
-        char *blk = o.p + row_off3(o, r) + bi * obs;
+        const char *xr = x.p + tv_row_off(x, r) + bi * QK * x.nb[3];
+        char *blk = o.p + tv_row_off(o, r) + bi * obs;
         float v[QK];
         for (int j = 0; j < QK; j++) v[j] = (float)d_ldd(x.type, xr + j * x.nb[3]);
         if (o.type == TYPE_Q8_0) {
@@ -369,7 +360,7 @@ __global__ static void k_reduce(float *o, struct tv x, int op)
     __shared__ double ss[RED_THREADS];
     __shared__ float sm[RED_THREADS];
     const int64_t r = blockIdx.x, n = x.ne[3];
-    const char *row = x.p + row_off3(x, r);
+    const char *row = x.p + tv_row_off(x, r);
     double s = 0;
     float m = -INFINITY;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
@@ -411,7 +402,7 @@ __global__ static void k_cumsum(float *o, struct tv x)
 {
     __shared__ double sh[RED_THREADS];
     const int64_t r = blockIdx.x, n = x.ne[3];
-    const char *row = x.p + row_off3(x, r);
+    const char *row = x.p + tv_row_off(x, r);
     float *orow = o + r * n;
     const int64_t chunk = (n + blockDim.x - 1) / blockDim.x;
     const int64_t i0 = threadIdx.x * chunk, i1 = i0 + chunk < n ? i0 + chunk : n;

@@ -46,14 +46,6 @@ __device__ static inline float pget(const struct pv &v, int64_t i)
     return d_ldf(v.type, v.p + i * v.nb);
 }
 
-__device__ static inline int64_t row_off(const struct tv &v, int64_t r)
-{
-    int64_t i2, i1;
-    r = cu_divmod(r, v.ne[2], &i2);
-    const int64_t i0 = cu_divmod(r, v.ne[1], &i1);
-    return i0 * v.nb[0] + i1 * v.nb[1] + i2 * v.nb[2];
-}
-
 /* block-wide sum and max (all threads get it; blockDim a multiple of 32,
  * sh at least blockDim / 32 entries): each warp reduces by shuffles, then
  * every thread adds the warps' results in warp order (the same order on
@@ -107,8 +99,8 @@ __global__ static void k_layer_norm(float *out, struct tv x, float *sum, struct 
 {
     __shared__ double sh[NN_THREADS / 32];
     const int64_t row = blockIdx.x, n = x.ne[3];
-    const char *xr = x.p + row_off(x, row);
-    const char *rr = sum ? r.p + row_off(r, row) : NULL;
+    const char *xr = x.p + tv_row_off(x, row);
+    const char *rr = sum ? r.p + tv_row_off(r, row) : NULL;
     float *y = out + row * n;
     float *srow = sum ? sum + row * n : NULL; /* the (stored) sum row, for add_layer_norm */
     const bool cached = n <= NN_CACHE * (int64_t)blockDim.x;
@@ -208,7 +200,7 @@ __global__ static void k_rms_norm(float *out, struct tv x, struct pv g, float ep
 {
     __shared__ double sh[NN_THREADS / 32];
     const int64_t row = blockIdx.x, n = x.ne[3];
-    const char *xr = x.p + row_off(x, row);
+    const char *xr = x.p + tv_row_off(x, row);
     const bool cached = n <= NN_CACHE * (int64_t)blockDim.x;
     float c[NN_CACHE];
     double acc = 0;
@@ -337,7 +329,7 @@ __global__ static void k_softmax(float *out, struct tv x, float scale)
 {
     __shared__ double sh[NN_THREADS];
     const int64_t row = blockIdx.x, n = x.ne[3];
-    const char *xr = x.p + row_off(x, row);
+    const char *xr = x.p + tv_row_off(x, row);
 #define SX(i) ((double)(*(const float *)(xr + (i) * x.nb[3]) * scale))
     /* the max in double of the float products; a NaN makes the sum NaN */
     double m = -INFINITY;
@@ -471,9 +463,9 @@ __global__ static void k_attention(float *out, struct tv q, struct tv k, struct 
  * (rows 4 tr .. 4 tr + 3, keys 4 tc .. 4 tc + 3, tr = t / 16, tc = t % 16)
  * and the same rows times 4 NG output columns. q and k are held transposed
  * ([d][row]) so a patch reads two float4s per d; p goes back through shared
- * memory (transposed) for P.V. Float throughout: scores are the same float
- * dot products as the ref kernel; the softmax is rescaled per key tile, so
- * results differ from ref's one-pass double sums by float rounding. A row
+ * memory (transposed) for P.V. Float throughout, the products fused
+ * (fmaf); the softmax is rescaled per key tile, so results differ from
+ * ref's double sums by float rounding. A row
  * that sees no key gives zeros (ops_nn.c, convention 2).
  * DT: the head dim when fixed at compile time (64, 128; 0: q's), so the
  * loops over it unroll. vec (F32 keys and values, 16-byte aligned rows):
@@ -496,10 +488,20 @@ static size_t flash_smem(int64_t D)
 /* float4s of one key (or value) tile a thread moves, head dim up to 64 NG */
 #define FA_NV(NG) (FA_KB * 16 * (NG) / FA_THREADS)
 
-/* tile j0 of the keys and values (rows kb, vb; nb2 apart) into kr, vr:
- * key float4 n of the thread is row idx % FA_KB, float4 idx / FA_KB of
- * it, value float4 n row idx / D4, float4 idx % D4 (idx = t + n
- * FA_THREADS); zeros past Tk */
+/* The thread's float4 n of a tile (idx = t + n FA_THREADS): of the keys,
+ * row kj = idx % FA_KB, float4 kq = idx / FA_KB of it; of the values, row
+ * vj = idx / D4, float4 vq = idx % D4 (the row's float4s side by side). */
+struct fa_slot {
+    int kj, kq, vj, vq;
+};
+__device__ static inline struct fa_slot fa_slot_of(int n, int D4)
+{
+    const int idx = (int)threadIdx.x + n * FA_THREADS, vj = idx / D4;
+    return fa_slot{idx % FA_KB, idx / FA_KB, vj, idx - vj * D4};
+}
+
+/* tile j0 of the keys and values (rows kb, vb; nb2 apart) into kr, vr;
+ * zeros past Tk */
 template <int NG>
 __device__ static inline void fa_fetch(float4 *kr, float4 *vr, const char *kb, const char *vb, int64_t knb2,
                                        int64_t vnb2, int64_t j0, int64_t Tk, int D4)
@@ -507,10 +509,9 @@ __device__ static inline void fa_fetch(float4 *kr, float4 *vr, const char *kb, c
     const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
     for (int n = 0; n < FA_NV(NG); n++) {
-        const int idx = (int)threadIdx.x + n * FA_THREADS;
-        const int kj = idx % FA_KB, kq = idx / FA_KB, vj = idx / D4, vq = idx - vj * D4;
-        kr[n] = kq < D4 && j0 + kj < Tk ? *(const float4 *)(kb + (j0 + kj) * knb2 + 16 * kq) : z;
-        vr[n] = vj < FA_KB && j0 + vj < Tk ? *(const float4 *)(vb + (j0 + vj) * vnb2 + 16 * vq) : z;
+        const struct fa_slot e = fa_slot_of(n, D4);
+        kr[n] = e.kq < D4 && j0 + e.kj < Tk ? *(const float4 *)(kb + (j0 + e.kj) * knb2 + 16 * e.kq) : z;
+        vr[n] = e.vj < FA_KB && j0 + e.vj < Tk ? *(const float4 *)(vb + (j0 + e.vj) * vnb2 + 16 * e.vq) : z;
     }
 }
 
@@ -520,8 +521,8 @@ __device__ static inline void fa_store(const float4 *kr, const float4 *vr, float
     const int DV = 4 * D4 + FA_PAD;
 #pragma unroll
     for (int n = 0; n < FA_NV(NG); n++) {
-        const int idx = (int)threadIdx.x + n * FA_THREADS;
-        const int kj = idx % FA_KB, kq = idx / FA_KB, vj = idx / D4, vq = idx - vj * D4;
+        const struct fa_slot e = fa_slot_of(n, D4);
+        const int kj = e.kj, kq = e.kq, vj = e.vj, vq = e.vq;
         if (kq < D4) {
             float *c = kT + 4 * kq * FA_LD + kj;
             c[0] = kr[n].x;
