@@ -25,7 +25,8 @@
 #define GEMV_ROWS 4
 #define GEMV_WARPS 8
 #define GEMV_UNROLL 8
-#define GEMV_SEG 768 /* bytes of a quantised row a warp stages (k_gemv_qs) */
+#define GEMV_SEG 1152 /* bytes of a quantised row a warp stages (k_gemv_qs): half a
+                        * Q4_0 row of K 4096, a Q8_0 row of K 1024 */
 #define DEQUANT_CHUNK_BYTES ((size_t)64 << 20)
 
 /* ---- decode GEMV ---------------------------------------------------------- */
@@ -633,8 +634,11 @@ static bool gemv_fits(const struct tensor *w)
 
 /* The most shared memory the decode GEMV's staged input rows take (M * K
  * floats, gemv_stage_rows): more runs a norm as its own kernel first and
- * reads the rows from global memory */
-#define GEMV_X_SMEM (40 * 1024)
+ * reads the rows from global memory. With the warps' stages (GEMV_WARPS *
+ * GEMV_SEG) and the kernels' static arrays it stays within the 48 KB a
+ * block gets without opting in. */
+#define GEMV_X_SMEM (38 * 1024)
+static_assert(GEMV_X_SMEM + GEMV_WARPS * GEMV_SEG + 1024 <= 48 * 1024, "decode GEMV shared memory over 48 KB");
 
 /* The fast decode GEMV over weights w[0..n) of one type (gemv_fits), the
  * products side by side in y (ld ldy), part i through b[i] and act[i];
@@ -662,7 +666,9 @@ static bool gemv_fast_group(struct arena *a, float *y, int64_t ldy, const float 
         if ((int)w[i]->type != type || !gemv_fits(w[i])) return false;
     /* quantised rows: staged when every weight's rows are 16-byte aligned
      * and some S (1, 2, 4, 8) gives parts of 8k blocks within GEMV_SEG
-     * bytes; then more parts while the grid is under two blocks an SM */
+     * bytes, the fewest such parts (more, to fill the GPU with blocks,
+     * measured slower: every block stages and normalises the input rows,
+     * and S warps share one output) */
     const int64_t nblk = K / QK, bs = type == TYPE_Q8_0 ? 34 : 18;
     bool staged = type != TYPE_F32 && K % QK == 0;
     for (int i = 0; staged && i < n; i++)
@@ -672,9 +678,6 @@ static bool gemv_fast_group(struct arena *a, float *y, int64_t ldy, const float 
         S = 1;
         while (S < 8 && !(nblk % (8 * S) == 0 && nblk / S * bs <= GEMV_SEG)) S *= 2;
         staged = nblk % (8 * S) == 0 && nblk / S * bs <= GEMV_SEG;
-        int64_t rows = 0;
-        for (int i = 0; i < n; i++) rows += w[i]->ne[0];
-        while (staged && S < 8 && nblk % (16 * S) == 0 && rows * S / GEMV_WARPS < 2 * cuda_of(a)->sms) S *= 2;
         if (!staged) S = gemv_split(K / QK, 32);
     }
     struct gemv_group g;
