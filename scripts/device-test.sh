@@ -84,15 +84,16 @@ bench_gpu() {
 }
 
 # where a decode step's time goes: every kernel of a few steps timed by
-# ncu (graphs off, so each launch is seen), summed by kernel name; then the
-# draw on the device inside the replayed graph
+# ncu (graphs off, so each launch is seen) with the warp instructions it
+# executed, summed by kernel name; then the draw on the device inside the
+# replayed graph
 profile() {
     local m ncu=/usr/local/cuda/bin/ncu
     m="${MODEL:-$(turbo_model)}" || return 1
-    CBX_CUDA_GRAPH=0 "$ncu" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
-        --launch-skip 2000 --launch-count "${LAUNCHES:-680}" ./build-dev/chatterbox tokens --model "$m" \
-        --backend cuda --text-ids "1 2 3 4 5 6 7 8" --max-tokens 14 --top-k 1 --quiet \
-        > "$out/ncu.csv" 2> "$out/ncu.err"
+    CBX_CUDA_GRAPH=0 "$ncu" --clock-control none --cache-control none \
+        --metrics gpu__time_duration.sum,smsp__inst_executed.sum --csv --launch-skip 2000 \
+        --launch-count "${LAUNCHES:-680}" ./build-dev/chatterbox tokens --model "$m" --backend cuda \
+        --text-ids "1 2 3 4 5 6 7 8" --max-tokens 14 --top-k 1 --quiet > "$out/ncu.csv" 2> "$out/ncu.err"
     "$ncu" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --graph-profiling node \
         --kernel-name regex:k_sample --launch-count 20 ./build-dev/chatterbox tokens --model "$m" --backend cuda \
         --text-ids "1 2 3 4 5 6 7 8" --max-tokens 24 --quiet > "$out/ncu_sample.csv" 2>> "$out/ncu.err"
