@@ -116,8 +116,11 @@ cbx_status engine_model_load(const char *path, const struct engine_load_params *
     struct engine_model *m = calloc(1, sizeof *m);
     if (!m) return err_setf(err, CBX_ERR_NOMEM, "out of memory");
     /* the weights' backend: the caller's, else one named by p->backend
-     * (cpu: one thread, placement only; calls compute on their own) */
-    if (!(m->wbe = p->be) && !(m->wbe = m->own_be = backend_create(p->backend, 1, false, err))) {
+     * (placement only: calls compute on their own). cpu: a worker per
+     * online CPU, so the decode weights' repacking and its first touch of
+     * fresh memory run on every core (a one-shot `say` waits for them);
+     * the workers sleep once the load is done. */
+    if (!(m->wbe = p->be) && !(m->wbe = m->own_be = backend_create(p->backend, 0, false, err))) {
         engine_model_free(m);
         return CBX_ERR_UNSUPPORTED;
     }
