@@ -5,8 +5,8 @@ usage: ncu-sum.py NCU.csv [MORE.csv ...]
 Prints, per file: launches, total and mean microseconds per kernel name
 (gpu__time_duration.sum), largest total first, and the sum over all
 kernels; where the file also has smsp__inst_executed.sum, the warp
-instructions a launch executed on average (the decode kernels are bound
-by how many they issue, not by memory: see README, the CUDA section).
+instructions a launch executed on average (the decode products are
+bound by how many they issue more than by memory: README, CUDA section).
 A dev tool (scripts/device-test.sh profile), not part of the product."""
 import csv
 import sys
