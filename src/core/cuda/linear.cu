@@ -2,10 +2,14 @@
  * every weight type and op_matmul with broadcast batch dims.
  *
  * linear, y[M, N] = x[M, K] @ w[N, K]^T + b:
- *  - up to GEMV_ROWS rows of x (decode): a GEMV kernel that widens the
- *    weight on the fly exactly as quant.c's dequantize_row does, one warp
- *    (or S) per output, F32 accumulation (F32/Q8_0/Q4_0: the fast kernels
- *    below, with a fused norm prologue and epilogue; other types: k_gemv).
+ *  - up to GEMV_ROWS rows of x (decode): a GEMV kernel, one warp (or S)
+ *    per output, F32 accumulation (F32/Q8_0/Q4_0: the fast kernels below,
+ *    with a fused norm prologue and epilogue; other types: k_gemv). Q8_0 /
+ *    Q4_0 rows as the decode keeps them (16-byte aligned, K a multiple of
+ *    256) take x quantised to Q8_0 and integer block dots, as the cpu
+ *    backend's decode products and ggml's do (k_gemv_qs: the cpu's sums,
+ *    bit for bit per block); otherwise the weight is widened on the fly
+ *    exactly as quant.c's dequantize_row does.
  *    An arena that wants row-exact products (arena_set_row_exact: the
  *    batched decode) gets this path at any row count, GEMV_ROWS rows a
  *    launch, so each row gives the bits it gives alone.
@@ -22,6 +26,8 @@
  * contiguous copy. */
 #include "cuda_common.h"
 
+#include <cuda_fp16.h>
+
 #define GEMV_ROWS 4
 #define GEMV_WARPS 8
 #define GEMV_UNROLL 8
@@ -30,6 +36,14 @@
 #define DEQUANT_CHUNK_BYTES ((size_t)64 << 20)
 
 /* ---- decode GEMV ---------------------------------------------------------- */
+
+/* F16 bits widened by the GPU's conversion instruction: exact, so the
+ * value scalar_fp16_to_f32 gives (NaN payloads aside), without its
+ * branches; for the staged quantised kernel's scales only (as
+ * scalar_fp16_to_f32 itself on the device, every kernel's, S3Gen's flash
+ * attention took 228 instead of 191 us a launch: CBX_CUDA_PROFILE,
+ * Multilingual v2 Q4_0, one H100) */
+__device__ static inline float gemv_h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
 /* What op_linear_ex does after the product, in the store: the activation
  * (act >= 0, as op_unary evaluates it) and the residual res[r][o] (ld ldy)
@@ -48,7 +62,8 @@ struct gemv_epi {
  * NULL; other types run the norm kernel first). xs: the kernel reads its
  * input rows from shared memory, staged there (and normalised) by
  * gemv_stage_rows, float4s laid out for lanes that stride over K (xw 0)
- * or that each take whole blocks (xw > 0, gemv_xpos); else from x. */
+ * or that each take whole blocks (xw > 0, gemv_xpos), or quantised to
+ * Q8_0 by gemv_stage_q8 (k_gemv_qs, which always stages); else from x. */
 struct gemv_part {
     const char *w; /* N rows of nb0 bytes */
     int64_t nb0, N, col;
@@ -188,7 +203,7 @@ __device__ static inline int64_t gemv_xblk(int64_t bi, int W)
 
 /* The norm's weight and bias at float4 threadIdx.x (where K / 4 is
  * larger), loaded by gemv_norm_pre before the wait on the kernel before
- * for placed norms, so gemv_stage_rows's affine map does not wait on
+ * for placed norms, so gemv_stage_q8's affine map does not wait on
  * them (one L2 round trip less where K <= 4 * blockDim, T3's widths).
  * The staged quantised kernel only (k_gemv_qs): in the others (their
  * weight loads in flight take the registers) they would spill. */
@@ -219,75 +234,150 @@ __device__ static inline float4 gemv_norm_x(float4 v, const struct gemv_group &g
                        (float)(((double)v.w - mean) * rstd * gv.w + bv.w));
 }
 
-/* The product's input in shared memory (g.xs): rows [0, M) of x [M, K]
- * (K % 4 == 0) at s4, float4 i of row r at r * K / 4 + gemv_xpos(i,
- * g.xw); normalised first when g.norm >= 0 as the norm kernels do
- * (ops_nn.c): mean and mean square in double over the block in one
- * reduction, the affine map in double. x, the norm's weight and bias are
- * read from global memory (x twice with a norm: the second read hits the
- * cache). PRE: the norm's weight and bias at float4 threadIdx.x are
- * *pre (gemv_norm_pre). Every thread of the block calls it (it
- * synchronises the block). */
-template <bool PRE>
-__device__ static void gemv_stage_rows(float4 *s4, const float *x, int M, int64_t K, const struct gemv_group &g,
-                                       const gemv_ngb *pre)
+/* The norm's statistics of rows [0, M) of x [M, K] (g.norm >= 0) into
+ * st[r] = {mean, 1 / std}, as the norm kernels compute them (ops_nn.c):
+ * mean and mean square in double over the block in one reduction. Every
+ * thread of the block calls it (it synchronises the block). */
+__device__ static void gemv_norm_stats(double (*st)[2], const float *x, int M, int64_t K, const struct gemv_group &g)
 {
     __shared__ double red[GEMV_WARPS][2 * GEMV_ROWS];
-    __shared__ double st[GEMV_ROWS][2]; /* each row's mean and 1 / std */
     const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, K4 = (int)(K / 4);
-    const bool layer = g.norm == LINEAR_NORM_LAYER;
     const float4 *x4 = (const float4 *)x;
-    if (g.norm >= 0) {
-        for (int r = 0; r < M; r++) {
-            double s1 = 0, s2 = 0;
+    for (int r = 0; r < M; r++) {
+        double s1 = 0, s2 = 0;
 #pragma unroll 4
-            for (int i = threadIdx.x; i < K4; i += blockDim.x) {
-                const float4 v = __ldg(x4 + (int64_t)r * K4 + i);
-                s1 += (double)v.x + (double)v.y + (double)v.z + (double)v.w;
-                s2 += (double)v.x * v.x + (double)v.y * v.y + (double)v.z * v.z + (double)v.w * v.w;
-            }
-            for (int off = 16; off > 0; off >>= 1) {
-                s1 += __shfl_xor_sync(0xffffffffu, s1, off);
-                s2 += __shfl_xor_sync(0xffffffffu, s2, off);
-            }
-            if (lane == 0) {
-                red[wi][2 * r] = s1;
-                red[wi][2 * r + 1] = s2;
-            }
+        for (int i = threadIdx.x; i < K4; i += blockDim.x) {
+            const float4 v = __ldg(x4 + (int64_t)r * K4 + i);
+            s1 += (double)v.x + (double)v.y + (double)v.z + (double)v.w;
+            s2 += (double)v.x * v.x + (double)v.y * v.y + (double)v.z * v.z + (double)v.w * v.w;
         }
-        __syncthreads();
-        if (threadIdx.x < M) {
-            const int r = threadIdx.x;
-            double s1 = 0, s2 = 0;
-            for (int w = 0; w < GEMV_WARPS; w++) {
-                s1 += red[w][2 * r];
-                s2 += red[w][2 * r + 1];
-            }
-            const double mean = layer ? s1 / (double)K : 0.0, var = s2 / (double)K - mean * mean;
-            st[r][0] = mean;
-            st[r][1] = 1.0 / sqrt((var > 0 ? var : 0.0) + (double)g.eps);
+        for (int off = 16; off > 0; off >>= 1) {
+            s1 += __shfl_xor_sync(0xffffffffu, s1, off);
+            s2 += __shfl_xor_sync(0xffffffffu, s2, off);
         }
-        __syncthreads();
+        if (lane == 0) {
+            red[wi][2 * r] = s1;
+            red[wi][2 * r + 1] = s2;
+        }
     }
+    __syncthreads();
+    if (threadIdx.x < M) {
+        const int r = threadIdx.x;
+        double s1 = 0, s2 = 0;
+        for (int w = 0; w < GEMV_WARPS; w++) {
+            s1 += red[w][2 * r];
+            s2 += red[w][2 * r + 1];
+        }
+        const double mean = g.norm == LINEAR_NORM_LAYER ? s1 / (double)K : 0.0, var = s2 / (double)K - mean * mean;
+        st[r][0] = mean;
+        st[r][1] = 1.0 / sqrt((var > 0 ? var : 0.0) + (double)g.eps);
+    }
+    __syncthreads();
+}
+
+/* The product's input in shared memory (g.xs): rows [0, M) of x [M, K]
+ * (K % 4 == 0) at s4, float4 i of row r at r * K / 4 + gemv_xpos(i,
+ * g.xw); normalised first when g.norm >= 0 (gemv_norm_stats, then the
+ * affine map in double as the norm kernels do). x, the norm's weight and
+ * bias are read from global memory (x twice with a norm: the second read
+ * hits the cache). Every thread of the block calls it (it synchronises
+ * the block). */
+__device__ static void gemv_stage_rows(float4 *s4, const float *x, int M, int64_t K, const struct gemv_group &g)
+{
+    __shared__ double st[GEMV_ROWS][2]; /* each row's mean and 1 / std */
+    const int K4 = (int)(K / 4);
+    const float4 *x4 = (const float4 *)x;
+    if (g.norm >= 0) gemv_norm_stats(st, x, M, K, g);
     const float4 one = make_float4(1, 1, 1, 1), zero = make_float4(0, 0, 0, 0);
     const float4 *g4 = g.norm >= 0 ? (const float4 *)g.ng : NULL, *b4 = g.norm >= 0 ? (const float4 *)g.nb : NULL;
-    if constexpr (PRE) { /* row by row, float4 threadIdx.x's weight and bias from *pre */
-        for (int r = 0; r < M; r++)
-            for (int i = threadIdx.x; i < K4; i += blockDim.x) {
-                const bool mine = i == (int)threadIdx.x;
-                const float4 gv = mine ? pre->g : g4 ? __ldg(g4 + i) : one;
-                const float4 bv = mine ? pre->b : b4 ? __ldg(b4 + i) : zero;
-                s4[(int64_t)r * K4 + gemv_xpos(i, g.xw)] =
-                    gemv_norm_x(__ldg(x4 + (int64_t)r * K4 + i), g, st[r], gv, bv);
-            }
-    } else {
 #pragma unroll 4
-        for (int e = threadIdx.x; e < M * K4; e += blockDim.x) {
-            const int r = e / K4, i = e - r * K4;
-            const float4 gv = g4 ? __ldg(g4 + i) : one, bv = b4 ? __ldg(b4 + i) : zero;
-            s4[(int64_t)r * K4 + gemv_xpos(i, g.xw)] = gemv_norm_x(__ldg(x4 + e), g, st[r], gv, bv);
-        }
+    for (int e = threadIdx.x; e < M * K4; e += blockDim.x) {
+        const int r = e / K4, i = e - r * K4;
+        const float4 gv = g4 ? __ldg(g4 + i) : one, bv = b4 ? __ldg(b4 + i) : zero;
+        s4[(int64_t)r * K4 + gemv_xpos(i, g.xw)] = gemv_norm_x(__ldg(x4 + e), g, st[r], gv, bv);
     }
+    __syncthreads();
+}
+
+/* The staged quantised kernel's input (k_gemv_qs): rows [0, M) of x
+ * [M, K] (normalised first when g.norm >= 0, as gemv_stage_rows) quantised
+ * to Q8_0 as the cpu backend's decode products quantise theirs
+ * (quantize_row_q8_0_ref bit for bit: scale absmax / 127 rounded to F16,
+ * quants roundf(x / scale) through the unrounded scale's reciprocal). Row
+ * r's block bi: its 32 quants as two uint4 planes, bytes 0-15 at q[2r *
+ * nblk + bi] and 16-31 at q[(2r + 1) * nblk + bi] (lanes on consecutive
+ * blocks read consecutive uint4s: no bank conflicts), its scale (the F16
+ * widened, as float bits) and the sum of its quants at m[r * nblk + bi].
+ * gemv_q8_rounds<U>: 8 / U adjacent threads take a block, U float4s
+ * each, in rounds over the rows' blocks; gemv_stage_q8 takes U 1 while
+ * the blocks are few (one round for one row of K 1024), 2 once they
+ * outnumber the threads / 8 (K 4096, or the CFG pair's two rows: half the
+ * rounds, each a chain of loads, shuffles and a division; U 4 spilled
+ * under the kernel's launch bounds). pre: the norm's weight and bias at
+ * float4 threadIdx.x (gemv_norm_pre). Every thread of the block calls
+ * gemv_stage_q8 (it synchronises the block). */
+template <int U>
+__device__ static inline void gemv_q8_rounds(uint32_t *q32, int2 *m, const float4 *x4, int nblk, int nb, int K4,
+                                             const struct gemv_group &g, const gemv_ngb &pre, const double (*st)[2])
+{
+    constexpr int G = 8 / U, LG = U == 1 ? 3 : 2;
+    const float4 one = make_float4(1, 1, 1, 1), zero = make_float4(0, 0, 0, 0);
+    const float4 *g4 = g.norm >= 0 ? (const float4 *)g.ng : NULL, *b4 = g.norm >= 0 ? (const float4 *)g.nb : NULL;
+    /* every thread runs every round (the shuffles) */
+    for (int u0 = 0; u0 < nb * G; u0 += blockDim.x) {
+        const int u = u0 + (int)threadIdx.x, part = u & (G - 1);
+        const bool ok = u < nb * G;
+        const int blk = ok ? u >> LG : 0;
+        int r = 0, bi = blk; /* row and block (M <= GEMV_ROWS: no division) */
+        while (bi >= nblk) {
+            bi -= nblk;
+            r++;
+        }
+        float4 v[U];
+        float amax = 0;
+#pragma unroll
+        for (int t = 0; t < U; t++) {
+            v[t] = zero;
+            if (ok) {
+                const int i = bi * 8 + part * U + t;
+                const bool mine = i == (int)threadIdx.x;
+                const float4 gv = mine ? pre.g : g4 ? __ldg(g4 + i) : one;
+                const float4 bv = mine ? pre.b : b4 ? __ldg(b4 + i) : zero;
+                v[t] = gemv_norm_x(__ldg(x4 + r * K4 + i), g, st[r], gv, bv);
+            }
+            amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v[t].x), fabsf(v[t].y)), fmaxf(fabsf(v[t].z), fabsf(v[t].w))));
+        }
+#pragma unroll
+        for (int off = 1; off < G; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+        const float d = amax / ((1 << 7) - 1), id = d != 0.0f ? 1.0f / d : 0.0f;
+        int sum = 0;
+#pragma unroll
+        for (int t = 0; t < U; t++) {
+            const int q0 = (int)roundf(v[t].x * id), q1 = (int)roundf(v[t].y * id), q2 = (int)roundf(v[t].z * id),
+                      q3 = (int)roundf(v[t].w * id);
+            sum += q0 + q1 + q2 + q3;
+            const int j = part * U + t;
+            if (ok)
+                q32[(((2 * r + (j >> 2)) * nblk + bi) << 2) + (j & 3)] =
+                    (uint32_t)(q0 & 0xff) | (uint32_t)(q1 & 0xff) << 8 | (uint32_t)(q2 & 0xff) << 16 |
+                    (uint32_t)(q3 & 0xff) << 24;
+        }
+#pragma unroll
+        for (int off = 1; off < G; off <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        if (ok && part == 0) m[blk] = make_int2(__float_as_int(gemv_h2f(scalar_f32_to_fp16(d))), sum);
+    }
+}
+
+__device__ static void gemv_stage_q8(uint4 *q, int2 *m, const float *x, int M, int64_t K,
+                                     const struct gemv_group &g, const gemv_ngb &pre)
+{
+    __shared__ double st[GEMV_ROWS][2];
+    const int nblk = (int)(K / QK), nb = M * nblk, K4 = (int)(K / 4);
+    if (g.norm >= 0) gemv_norm_stats(st, x, M, K, g);
+    if (nb * 8 > (int)blockDim.x)
+        gemv_q8_rounds<2>((uint32_t *)q, m, (const float4 *)x, nblk, nb, K4, g, pre, st);
+    else
+        gemv_q8_rounds<1>((uint32_t *)q, m, (const float4 *)x, nblk, nb, K4, g, pre, st);
     __syncthreads();
 }
 
@@ -389,7 +479,7 @@ __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
     const gemv_pre<M> pre = gemv_preload<S, M>(ldy, o, N, pp.bias, pp.bias_nb, g.res);
     const float *xs = x;
     if (g.xs) {
-        gemv_stage_rows<false>(sx4, x, M, K, g, NULL);
+        gemv_stage_rows(sx4, x, M, K, g);
         xs = (const float *)sx4;
     }
     for (int64_t i0 = beg + lane; o < N && i0 < end; i0 += 32 * GEMV_UNROLL) {
@@ -497,7 +587,7 @@ __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
     const gemv_pre<M> pre = gemv_preload<S, M>(ldy, o, N, pp.bias, pp.bias_nb, g.res);
     const float4 *xs = (const float4 *)x;
     if (g.xs) {
-        gemv_stage_rows<false>(sx4, x, M, K, g, NULL);
+        gemv_stage_rows(sx4, x, M, K, g);
         xs = sx4;
     }
     const int xw = g.xs ? g.xw : 0;
@@ -512,23 +602,50 @@ __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
     gemv_finish<S, M>(y + pp.col, ldy, N, o, acc, pp.bias, pp.bias_nb, gemv_epi{pp.act, g.res}, sh, pre);
 }
 
+/* One block's integer dot with a Q8_0 block of x (gemv_stage_q8: planes
+ * x0 and x1, quant sum xs): the weight's quants qw as 32-bit words of its
+ * bytes. Q4_0 byte j holds elements j (low nibble) and j + 16 (high),
+ * each stored + 8: the nibbles' dot less 8 times the sum of x's quants.
+ * Exact in int32, as quant.c's dot_blocks. */
+template <int TYPE>
+__device__ static inline int q8x_block_dot(const uint32_t *qw, uint4 x0, uint4 x1, int xs)
+{
+    const int xv[8] = {(int)x0.x, (int)x0.y, (int)x0.z, (int)x0.w, (int)x1.x, (int)x1.y, (int)x1.z, (int)x1.w};
+    int s = 0;
+    if (TYPE == TYPE_Q8_0) {
+#pragma unroll
+        for (int t = 0; t < 8; t++) s = __dp4a((int)qw[t], xv[t], s);
+    } else {
+        s = -8 * xs;
+#pragma unroll
+        for (int t = 0; t < 4; t++) {
+            s = __dp4a((int)(qw[t] & 0x0f0f0f0fu), xv[t], s);
+            s = __dp4a((int)((qw[t] >> 4) & 0x0f0f0f0fu), xv[4 + t], s);
+        }
+    }
+    return s;
+}
+
 /* Q8_0 / Q4_0 rows 16-byte aligned, K a multiple of 8 * S blocks: each
  * warp copies its part of the row (per * block bytes, at most GEMV_SEG)
  * into its shared stage with coalesced 16-byte loads, all in flight at
- * once (before the norm prologue), then each lane takes whole blocks from
- * there. Dynamic shared memory: the normalised rows (g.norm >= 0), then
- * GEMV_WARPS stages. */
+ * once (before the norm prologue); x is quantised to Q8_0 (gemv_stage_q8,
+ * as the cpu backend's decode products), and each lane takes whole blocks
+ * from the stage: integer dot products (dp4a), each block's sum times
+ * both scales added to the lane's float sum, as quant.c's dot_blocks.
+ * Dynamic shared memory: x's quants and scales (M * nblk * 40 bytes),
+ * then GEMV_WARPS stages. */
 template <int TYPE, int S, int M>
 __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
     k_gemv_qs(float *y, int64_t ldy, const float *x, int64_t K, struct gemv_group g)
 {
-    constexpr int BS = TYPE == TYPE_Q8_0 ? 34 : 18, CH = (GEMV_SEG / 16 + 31) / 32;
+    constexpr int BS = TYPE == TYPE_Q8_0 ? 34 : 18, CH = (GEMV_SEG / 16 + 31) / 32, NW = (BS - 2) / 4;
     __shared__ float sh[S > 1 ? GEMV_WARPS : 1][GEMV_ROWS];
-    extern __shared__ float4 sx4[];
+    extern __shared__ uint4 sq4[];
     const struct gemv_part pp = gemv_pick(g);
     const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
     const int64_t N = pp.N, o = (int64_t)(blockIdx.x - pp.blk0) * (GEMV_WARPS / S) + wi / S;
-    const int64_t per = K / QK / S, beg = (wi % S) * per;
+    const int64_t nblk = K / QK, per = nblk / S, beg = (wi % S) * per;
     const int nch = (int)(per * BS / 16);
     const uint4 *src = (const uint4 *)(pp.w + (o < N ? o : 0) * pp.nb0 + beg * BS);
     cu_pdl_next();
@@ -542,26 +659,37 @@ __global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
     }
     cu_pdl_wait();
     const gemv_pre<M> pre = gemv_preload<S, M>(ldy, o, N, pp.bias, pp.bias_nb, g.res);
-    const float4 *xs = (const float4 *)x;
-    if (g.xs) {
-        gemv_stage_rows<true>(sx4, x, M, K, g, &npre);
-        xs = sx4;
-    }
-    const int xw = g.xs ? g.xw : 0;
-    uint4 *stage = (uint4 *)(sx4 + (g.xs ? (int64_t)M * K / 4 : 0)) + wi * (GEMV_SEG / 16);
+    int2 *xm = (int2 *)(sq4 + 2 * M * nblk);
+    gemv_stage_q8(sq4, xm, x, M, K, g, npre);
+    uint4 *stage = sq4 + (int64_t)M * nblk * 5 / 2 + wi * (GEMV_SEG / 16);
 #pragma unroll
     for (int u = 0; u < CH; u++) {
         const int i = lane + 32 * u;
         if (o < N && i < nch) stage[i] = c[u];
     }
     __syncwarp();
+    const uint32_t *s32 = (const uint32_t *)stage;
     float acc[M];
 #pragma unroll
     for (int r = 0; r < M; r++) acc[r] = 0;
     for (int64_t b = lane; o < N && b < per; b += 32) {
-        const uint16_t *blk = (const uint16_t *)((const char *)stage + b * BS);
-        q_block_dot<TYPE, M>(acc, scalar_fp16_to_f32(blk[0]), blk + 1, xs + gemv_xblk(beg + b, xw), xw ? xw : 1,
-                             K / 4);
+        /* the block's scale, then its quants as words: 4-byte loads from
+         * the word holding its first quant byte, shifted by 0 or 2 bytes */
+        const int off = (int)b * BS + 2, w0 = off >> 2, sft = (off & 3) * 8;
+        const float dw = gemv_h2f(((const uint16_t *)stage)[b * BS / 2]);
+        uint32_t wv[NW + 1], qw[NW];
+#pragma unroll
+        for (int t = 0; t < NW; t++) wv[t] = s32[w0 + t];
+        wv[NW] = sft ? s32[w0 + NW] : 0; /* a block that ends its stage starts on a word */
+#pragma unroll
+        for (int t = 0; t < NW; t++) qw[t] = __funnelshift_r(wv[t], wv[t + 1], sft);
+        const int64_t bi = beg + b;
+#pragma unroll
+        for (int r = 0; r < M; r++) {
+            const int2 xb = xm[r * nblk + bi];
+            const int si = q8x_block_dot<TYPE>(qw, sq4[2 * r * nblk + bi], sq4[(2 * r + 1) * nblk + bi], xb.y);
+            acc[r] += (dw * __int_as_float(xb.x)) * (float)si;
+        }
     }
     gemv_finish<S, M>(y + pp.col, ldy, N, o, acc, pp.bias, pp.bias_nb, gemv_epi{pp.act, g.res}, sh, pre);
 }
@@ -613,7 +741,7 @@ static void gemv_launch(cudaStream_t st, bool pdl, int S, unsigned gr, bool stag
                         int m, int64_t K, const struct gemv_group &g)
 {
     size_t sm = g.xs ? (size_t)m * (size_t)K * 4 : 0; /* gemv_stage_rows */
-    if (staged) sm += (size_t)GEMV_WARPS * GEMV_SEG;
+    if (staged) sm = (size_t)m * (size_t)(K / QK) * 40 + (size_t)GEMV_WARPS * GEMV_SEG; /* gemv_stage_q8 */
     switch (S) {
     case 1: gemv_rows<TYPE, 1>(st, pdl, gr, sm, staged, y, ldy, x, m, K, g); break;
     case 2: gemv_rows<TYPE, 2>(st, pdl, gr, sm, staged, y, ldy, x, m, K, g); break;
@@ -633,8 +761,9 @@ static bool gemv_fits(const struct tensor *w)
 }
 
 /* The most shared memory the decode GEMV's staged input rows take (M * K
- * floats, gemv_stage_rows): more runs a norm as its own kernel first and
- * reads the rows from global memory. With the warps' stages (GEMV_WARPS *
+ * floats, gemv_stage_rows; M * K / 32 Q8_0 blocks of 40 bytes,
+ * gemv_stage_q8): more runs a norm as its own kernel first and reads the
+ * rows from global memory. With the warps' stages (GEMV_WARPS *
  * GEMV_SEG) and the kernels' static arrays it stays within the 48 KB a
  * block gets without opting in. */
 #define GEMV_X_SMEM (38 * 1024)
@@ -655,8 +784,7 @@ static bool gemv_fast_group(struct arena *a, float *y, int64_t ldy, const float 
         return false;
     const int64_t mc = M < GEMV_ROWS ? M : GEMV_ROWS;
     const bool xfits = (size_t)mc * (size_t)K * 4 <= GEMV_X_SMEM;
-    if (norm && (!xfits ||
-                 (norm->g && (norm->g->type != TYPE_F32 || !tensor_is_contiguous(norm->g) ||
+    if (norm && ((norm->g && (norm->g->type != TYPE_F32 || !tensor_is_contiguous(norm->g) ||
                               (uintptr_t)norm->g->data % 16)) ||
                  (norm->b && (norm->b->type != TYPE_F32 || !tensor_is_contiguous(norm->b) ||
                               (uintptr_t)norm->b->data % 16))))
@@ -668,9 +796,9 @@ static bool gemv_fast_group(struct arena *a, float *y, int64_t ldy, const float 
      * and some S (1, 2, 4, 8) gives parts of 8k blocks within GEMV_SEG
      * bytes, the fewest such parts (more, to fill the GPU with blocks,
      * measured slower: every block stages and normalises the input rows,
-     * and S warps share one output) */
+     * and S warps share one output), and x's Q8_0 blocks fit */
     const int64_t nblk = K / QK, bs = type == TYPE_Q8_0 ? 34 : 18;
-    bool staged = type != TYPE_F32 && K % QK == 0;
+    bool staged = type != TYPE_F32 && K % QK == 0 && (size_t)mc * (size_t)nblk * 40 <= GEMV_X_SMEM;
     for (int i = 0; staged && i < n; i++)
         staged = w[i]->nb[0] % 16 == 0 && (uintptr_t)w[i]->data % 16 == 0;
     int S = type == TYPE_F32 ? gemv_split(K / 4, 32 * GEMV_UNROLL) : gemv_split(K / QK, 32);
@@ -680,6 +808,7 @@ static bool gemv_fast_group(struct arena *a, float *y, int64_t ldy, const float 
         staged = nblk % (8 * S) == 0 && nblk / S * bs <= GEMV_SEG;
         if (!staged) S = gemv_split(K / QK, 32);
     }
+    if (norm && !staged && !xfits) return false;
     struct gemv_group g;
     memset(&g, 0, sizeof g);
     g.n = n;
@@ -689,9 +818,10 @@ static bool gemv_fast_group(struct arena *a, float *y, int64_t ldy, const float 
     if (norm)
         g.early = g.early && (!norm->g || cuda_weight_placed(norm->g)) && (!norm->b || cuda_weight_placed(norm->b));
     g.norm = norm ? (int)norm->kind : -1;
-    /* the input rows in shared memory for a norm, and for the quantised
-     * kernels (each lane takes whole blocks: laid out by gemv_xpos) */
-    g.xs = norm || (type != TYPE_F32 && xfits);
+    /* the input rows in shared memory for a norm, and for the unstaged
+     * quantised kernel (each lane takes whole blocks: laid out by
+     * gemv_xpos); the staged one always quantises them there */
+    g.xs = staged || norm || (type != TYPE_F32 && xfits);
     g.xw = type == TYPE_F32 ? 0 : nblk % 32 == 0 ? 32 : nblk % 16 == 0 ? 16 : nblk % 8 == 0 ? 8 : 0;
     if (norm) {
         g.ng = norm->g ? (const float *)norm->g->data : NULL;
