@@ -980,6 +980,7 @@ static void run_backend_ops(const struct backend *be, struct arena *ar, struct a
                        (size_t)want.n, rel, c->tol, qrel, QX_TOL,
                        rel <= c->tol ? "exact" : "the cpu's Q8_0 product", ok ? "PASS" : "FAIL");
                 CHECK(ok, "%s: rel %.3e vs ref, %.3e vs cpu", what, rel, qrel);
+                if (rel <= c->tol && rel > worst_rel) worst_rel = rel;
                 free(q.data);
             } else {
                 check_close(what, got.data, want.data, (size_t)want.n, 0, tol);

@@ -740,8 +740,9 @@ template <int TYPE>
 static void gemv_launch(cudaStream_t st, bool pdl, int S, unsigned gr, bool staged, float *y, int64_t ldy, const float *x,
                         int m, int64_t K, const struct gemv_group &g)
 {
-    size_t sm = g.xs ? (size_t)m * (size_t)K * 4 : 0; /* gemv_stage_rows */
-    if (staged) sm = (size_t)m * (size_t)(K / QK) * 40 + (size_t)GEMV_WARPS * GEMV_SEG; /* gemv_stage_q8 */
+    const size_t sm = staged ? (size_t)m * (size_t)(K / QK) * 40 + (size_t)GEMV_WARPS * GEMV_SEG /* gemv_stage_q8 */
+                      : g.xs ? (size_t)m * (size_t)K * 4                                         /* gemv_stage_rows */
+                             : 0;
     switch (S) {
     case 1: gemv_rows<TYPE, 1>(st, pdl, gr, sm, staged, y, ldy, x, m, K, g); break;
     case 2: gemv_rows<TYPE, 2>(st, pdl, gr, sm, staged, y, ldy, x, m, K, g); break;
@@ -820,8 +821,9 @@ static bool gemv_fast_group(struct arena *a, float *y, int64_t ldy, const float 
     g.norm = norm ? (int)norm->kind : -1;
     /* the input rows in shared memory for a norm, and for the unstaged
      * quantised kernel (each lane takes whole blocks: laid out by
-     * gemv_xpos); the staged one always quantises them there */
-    g.xs = staged || norm || (type != TYPE_F32 && xfits);
+     * gemv_xpos); the staged one always quantises them there (g.xs
+     * unread) */
+    g.xs = !staged && (norm || (type != TYPE_F32 && xfits));
     g.xw = type == TYPE_F32 ? 0 : nblk % 32 == 0 ? 32 : nblk % 16 == 0 ? 16 : nblk % 8 == 0 ? 8 : 0;
     if (norm) {
         g.ng = norm->g ? (const float *)norm->g->data : NULL;
