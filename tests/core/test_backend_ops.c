@@ -245,12 +245,15 @@ static struct tensor *c_linear(struct arena *a, int v)
 /* op_linear_ex: 0 f32 one row, gelu_tanh + residual; 1 q4_0 K 4096 one
  * row (split GEMV), residual; 2 f32 [70, 256] (not a GEMV: the product,
  * then the elementwise kernels), silu + residual; 3 q8_0 three rows,
- * gelu_tanh; 4 q4_0 K 4096 one row, a strided residual */
+ * gelu_tanh; 4 q4_0 K 4096 one row, a strided residual; 5 q8_0 K 4096
+ * one row, 3000 outputs + residual (on a GPU: more outputs than one wave
+ * of blocks at one output a warp, so a warp takes several, split over K) */
 static struct tensor *c_linear_ex(struct arena *a, int v)
 {
-    static const enum dtype t[5] = {TYPE_F32, TYPE_Q4_0, TYPE_F32, TYPE_Q8_0, TYPE_Q4_0};
-    static const int act[5] = {UN_GELU_TANH, -1, UN_SILU, UN_GELU_TANH, -1};
-    const int64_t K = v == 1 || v == 4 ? 4096 : 256, N = v == 2 ? 300 : 77, M = v == 2 ? 70 : v == 3 ? 3 : 1;
+    static const enum dtype t[6] = {TYPE_F32, TYPE_Q4_0, TYPE_F32, TYPE_Q8_0, TYPE_Q4_0, TYPE_Q8_0};
+    static const int act[6] = {UN_GELU_TANH, -1, UN_SILU, UN_GELU_TANH, -1, -1};
+    const int64_t K = v == 1 || v == 4 || v == 5 ? 4096 : 256, N = v == 2 ? 300 : v == 5 ? 3000 : 77,
+                  M = v == 2 ? 70 : v == 3 ? 3 : 1;
     struct tensor *w = in_w(a, t[v], 70 + (uint64_t)v, ND(N, K));
     struct tensor *b = v == 1 ? NULL : in_f32(a, 71, ND(N), -1, 1);
     struct tensor *x = in_f32(a, 72, ND(M, K), -1, 1);
@@ -269,25 +272,30 @@ static struct tensor *c_linear_ex(struct arena *a, int v)
  * (split GEMV); 9 = 5 with a BF16 norm weight (the norm op first); the
  * quantised GEMVs' staged input at other widths of block groups: 10 q8_0
  * layer norm, bias, K 512 (16 blocks), two rows; 11 q4_0 K 768 (24
- * blocks), one row, no norm */
+ * blocks), one row, no norm; 12 q4_0 layer norm, biases, gelu_tanh +
+ * plain, 5000 and 1500 outputs of K 1024, one row (on a GPU: several
+ * outputs a warp, as 11 below) */
 static struct tensor *c_linear_cat(struct arena *a, int v)
 {
     const bool bf16_g = v == 9;
     if (bf16_g) v = 5;
-    static const enum dtype t[12] = {TYPE_F32, TYPE_Q4_0, TYPE_Q8_0, TYPE_F32,  TYPE_F32, TYPE_Q4_0,
-                                     TYPE_Q8_0, TYPE_F32,  TYPE_F32, TYPE_BF16, TYPE_Q8_0, TYPE_Q4_0};
-    static const int nw[12] = {3, 2, 3, 2, 1, 2, 3, 2, 1, 0, 1, 2}, rows[12] = {2, 1, 3, 9, 1, 2, 3, 9, 1, 0, 2, 1};
-    static const int64_t kk[12] = {1024, 2048, 256, 320, 1024, 2048, 256, 320, 4096, 0, 512, 768};
-    static const int64_t nn[12][3] = {{96, 64, 64}, {150, 150, 0}, {40, 7, 33}, {50, 70, 0}, {200, 0, 0}, {150, 150, 0},
-                                      {40, 7, 33},  {50, 70, 0},   {90, 0, 0},  {0, 0, 0},   {70, 0, 0}, {65, 33, 0}};
-    static const int acts[12][3] = {{-1, -1, -1},     {UN_SILU, -1, -1}, {UN_GELU_TANH, -1, UN_SILU},
+    static const enum dtype t[13] = {TYPE_F32, TYPE_Q4_0, TYPE_Q8_0, TYPE_F32,  TYPE_F32, TYPE_Q4_0, TYPE_Q8_0,
+                                     TYPE_F32, TYPE_F32,  TYPE_BF16, TYPE_Q8_0, TYPE_Q4_0, TYPE_Q4_0};
+    static const int nw[13] = {3, 2, 3, 2, 1, 2, 3, 2, 1, 0, 1, 2, 2},
+                     rows[13] = {2, 1, 3, 9, 1, 2, 3, 9, 1, 0, 2, 1, 1};
+    static const int64_t kk[13] = {1024, 2048, 256, 320, 1024, 2048, 256, 320, 4096, 0, 512, 768, 1024};
+    static const int64_t nn[13][3] = {{96, 64, 64}, {150, 150, 0}, {40, 7, 33}, {50, 70, 0}, {200, 0, 0},
+                                      {150, 150, 0}, {40, 7, 33},  {50, 70, 0}, {90, 0, 0},  {0, 0, 0},
+                                      {70, 0, 0},    {65, 33, 0},  {5000, 1500, 0}};
+    static const int acts[13][3] = {{-1, -1, -1},     {UN_SILU, -1, -1}, {UN_GELU_TANH, -1, UN_SILU},
                                     {-1, UN_SILU, -1}, {UN_GELU_TANH, -1, -1}, {UN_SILU, -1, -1},
                                     {-1, UN_SILU, -1}, {UN_SILU, -1, -1}, {-1, -1, -1},
-                                    {-1, -1, -1},     {-1, -1, -1},     {UN_GELU_TANH, -1, -1}};
+                                    {-1, -1, -1},     {-1, -1, -1},     {UN_GELU_TANH, -1, -1},
+                                    {UN_GELU_TANH, -1, -1}};
     const struct tensor *w[3], *b[3] = {NULL, NULL, NULL};
     for (int i = 0; i < nw[v]; i++) {
         w[i] = in_w(a, t[v], 74 + (uint64_t)(3 * v + i), ND(nn[v][i], kk[v]));
-        if (v == 4 || v == 6 || v == 8 || v == 10) b[i] = in_f32(a, 120 + (uint64_t)(3 * v + i), ND(nn[v][i]), -1, 1);
+        if (v == 4 || v == 6 || v == 8 || v == 10 || v == 12) b[i] = in_f32(a, 120 + (uint64_t)(3 * v + i), ND(nn[v][i]), -1, 1);
     }
     /* a mean well away from zero, as a residual stream's */
     struct tensor *x = in_f32(a, 75, ND(rows[v], kk[v]), v < 4 ? -1 : 0.5f, v < 4 ? 1 : 3);
@@ -778,6 +786,7 @@ static const struct tcase cases[] = {
     {"linear_ex f32 [70,256] silu + residual", c_linear_ex, 2, 1e-5, 1e-5},
     {"linear_ex q8_0 three rows gelu_tanh", c_linear_ex, 3, 1e-5, 3e-2},
     {"linear_ex q4_0 strided residual", c_linear_ex, 4, 1e-5, 3e-2},
+    {"linear_ex q8_0 K 4096, 3000 outputs + residual", c_linear_ex, 5, 1e-5, 3e-2},
     {"linear f32 K 4096 one row", c_linear, 40 + 0, 1e-5, 1e-5},
     {"linear q8_0 K 4096 one row", c_linear, 40 + 3, 1e-5, 3e-2},
     {"linear q4_0 K 4096 one row", c_linear, 40 + 4, 1e-5, 3e-2},
@@ -799,6 +808,7 @@ static const struct tcase cases[] = {
     {"linear_cat q4_0 bf16 rms norm weight, two rows", c_linear_cat, 9, 1e-5, 3e-2},
     {"linear_cat q8_0 layer norm K 512, two rows", c_linear_cat, 10, 1e-5, 3e-2},
     {"linear_cat q4_0 K 768, gelu_tanh + plain", c_linear_cat, 11, 1e-5, 3e-2},
+    {"linear_cat q4_0 layer norm, biases, 5000 + 1500 outputs", c_linear_cat, 12, 1e-5, 3e-2},
     {"matmul batched", c_matmul, 0, 1e-5, 0},
     {"matmul broadcast batch", c_matmul, 1, 1e-5, 0},
     {"matmul strided views", c_matmul, 2, 1e-5, 0},

@@ -33,6 +33,9 @@
 #define GEMV_UNROLL 8
 #define GEMV_SEG 1152 /* bytes of a quantised row a warp stages (k_gemv_qs): half a
                         * Q4_0 row of K 4096, a Q8_0 row of K 1024 */
+#define GEMV_RPW 4 /* most outputs a warp of k_gemv_qs takes (gemv_group.rpw) */
+#define GEMV_BLOCKS_SM 3 /* blocks of the decode GEMVs a multiprocessor holds: their
+                          * launch bounds' minimum (a block of 80-register threads) */
 #define DEQUANT_CHUNK_BYTES ((size_t)64 << 20)
 
 /* ---- decode GEMV ---------------------------------------------------------- */
@@ -84,6 +87,7 @@ struct gemv_group {
     bool early; /* every part's weight and the norm's are placed
                  * (cuda_weight_placed): their loads go out before
                  * cu_pdl_wait */
+    int rpw;    /* outputs a warp (k_gemv_qs; the others take one) */
 };
 
 /* this block's part */
@@ -449,7 +453,7 @@ __global__ static void k_gemv(float *y, int64_t ldy, const float *x, int M, int6
  * norm prologue). */
 
 template <int S, int M>
-__global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
+__global__ static void __launch_bounds__(32 * GEMV_WARPS, GEMV_BLOCKS_SM)
     k_gemv_f32(float *y, int64_t ldy, const float *x, int64_t K, struct gemv_group g)
 {
     __shared__ float sh[S > 1 ? GEMV_WARPS : 1][GEMV_ROWS];
@@ -560,7 +564,7 @@ __device__ static inline void q_block_dot(float (&acc)[M], float d, const uint16
 /* Q8_0 / Q4_0 rows with 2-byte aligned blocks: each lane takes whole
  * blocks (the warp reads consecutive ones) as 16-bit words. */
 template <int TYPE, int S, int M>
-__global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
+__global__ static void __launch_bounds__(32 * GEMV_WARPS, GEMV_BLOCKS_SM)
     k_gemv_q(float *y, int64_t ldy, const float *x, int64_t K, struct gemv_group g)
 {
     constexpr int BW = TYPE == TYPE_Q8_0 ? 17 : 9; /* a block's 16-bit words */
@@ -626,72 +630,115 @@ __device__ static inline int q8x_block_dot(const uint32_t *qw, uint4 x0, uint4 x
     return s;
 }
 
-/* Q8_0 / Q4_0 rows 16-byte aligned, K a multiple of 8 * S blocks: each
- * warp copies its part of the row (per * block bytes, at most GEMV_SEG)
- * into its shared stage with coalesced 16-byte loads, all in flight at
- * once (before the norm prologue); x is quantised to Q8_0 (gemv_stage_q8,
- * as the cpu backend's decode products), and each lane takes whole blocks
- * from the stage: integer dot products (dp4a), each block's sum times
- * both scales added to the lane's float sum, as quant.c's dot_blocks.
+/* 16 bytes global -> shared without registers (cp.async, compute
+ * capability 8.0 and newer), completed by cu_cp_wait */
+__device__ static inline void cu_cp16(uint4 *dst, const uint4 *src)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
+                 "l"(src)
+                 : "memory");
+#else
+    *dst = __ldg(src);
+#endif
+}
+
+/* this thread's cu_cp16 copies done (other threads see them after a
+ * barrier) */
+__device__ static inline void cu_cp_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\ncp.async.wait_all;" ::: "memory");
+#endif
+}
+
+/* Q8_0 / Q4_0 rows 16-byte aligned, K a multiple of 8 * S blocks: warp
+ * part s of outputs o0 .. o0 + g.rpw loads their parts of the rows (per *
+ * block bytes each, at most GEMV_SEG), all in flight at once (before the
+ * wait on the kernel before for placed weights): the first into
+ * registers, stored to the warp's stage after x's staging, the others
+ * straight into their stages (cp.async). x is quantised to Q8_0
+ * (gemv_stage_q8, as the cpu backend's decode products), and each lane
+ * takes whole blocks from a stage: integer dot products (dp4a), each
+ * block's sum times both scales added to the lane's float sum, as
+ * quant.c's dot_blocks. Several outputs a warp (g.rpw) keep a launch
+ * within one wave of blocks, each block staging the input rows once.
  * Dynamic shared memory: x's quants and scales (M * nblk * 40 bytes),
- * then GEMV_WARPS stages. */
+ * then GEMV_WARPS * g.rpw stages of per * block bytes. */
 template <int TYPE, int S, int M>
-__global__ static void __launch_bounds__(32 * GEMV_WARPS, 3)
+__global__ static void __launch_bounds__(32 * GEMV_WARPS, GEMV_BLOCKS_SM)
     k_gemv_qs(float *y, int64_t ldy, const float *x, int64_t K, struct gemv_group g)
 {
     constexpr int BS = TYPE == TYPE_Q8_0 ? 34 : 18, CH = (GEMV_SEG / 16 + 31) / 32, NW = (BS - 2) / 4;
     __shared__ float sh[S > 1 ? GEMV_WARPS : 1][GEMV_ROWS];
     extern __shared__ uint4 sq4[];
     const struct gemv_part pp = gemv_pick(g);
-    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
-    const int64_t N = pp.N, o = (int64_t)(blockIdx.x - pp.blk0) * (GEMV_WARPS / S) + wi / S;
+    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, R = g.rpw;
+    const int64_t N = pp.N, o0 = ((int64_t)(blockIdx.x - pp.blk0) * (GEMV_WARPS / S) + wi / S) * R;
     const int64_t nblk = K / QK, per = nblk / S, beg = (wi % S) * per;
     const int nch = (int)(per * BS / 16);
-    const uint4 *src = (const uint4 *)(pp.w + (o < N ? o : 0) * pp.nb0 + beg * BS);
+    int2 *xm = (int2 *)(sq4 + 2 * M * nblk);
+    uint4 *stage = sq4 + (int64_t)M * nblk * 5 / 2 + (int64_t)wi * R * nch;
     cu_pdl_next();
     if (!g.early) cu_pdl_wait();
     const gemv_ngb npre = gemv_norm_pre(g, K);
+    /* the first output's part into registers (stored to the stage after
+     * the input rows), the others' straight to their stages */
     uint4 c[CH];
+    const uint4 *src = (const uint4 *)(pp.w + (o0 < N ? o0 : 0) * pp.nb0 + beg * BS);
 #pragma unroll
     for (int u = 0; u < CH; u++) {
         const int i = lane + 32 * u;
-        if (o < N && i < nch) c[u] = __ldg(src + i);
+        if (o0 < N && i < nch) c[u] = __ldg(src + i);
+    }
+    for (int i = 1; i < R && o0 + i < N; i++) {
+        src += pp.nb0 / 16;
+        for (int u = lane; u < nch; u += 32) cu_cp16(stage + i * nch + u, src + u);
     }
     cu_pdl_wait();
-    const gemv_pre<M> pre = gemv_preload<S, M>(ldy, o, N, pp.bias, pp.bias_nb, g.res);
-    int2 *xm = (int2 *)(sq4 + 2 * M * nblk);
+    gemv_pre<M> pre[GEMV_RPW];
+#pragma unroll
+    for (int i = 0; i < GEMV_RPW; i++)
+        if (i < R) pre[i] = gemv_preload<S, M>(ldy, o0 + i, N, pp.bias, pp.bias_nb, g.res);
     gemv_stage_q8(sq4, xm, x, M, K, g, npre);
-    uint4 *stage = sq4 + (int64_t)M * nblk * 5 / 2 + wi * (GEMV_SEG / 16);
 #pragma unroll
     for (int u = 0; u < CH; u++) {
         const int i = lane + 32 * u;
-        if (o < N && i < nch) stage[i] = c[u];
+        if (o0 < N && i < nch) stage[i] = c[u];
     }
+    if (R > 1) cu_cp_wait();
     __syncwarp();
-    const uint32_t *s32 = (const uint32_t *)stage;
-    float acc[M];
 #pragma unroll
-    for (int r = 0; r < M; r++) acc[r] = 0;
-    for (int64_t b = lane; o < N && b < per; b += 32) {
-        /* the block's scale, then its quants as words: 4-byte loads from
-         * the word holding its first quant byte, shifted by 0 or 2 bytes */
-        const int off = (int)b * BS + 2, w0 = off >> 2, sft = (off & 3) * 8;
-        const float dw = gemv_h2f(((const uint16_t *)stage)[b * BS / 2]);
-        uint32_t wv[NW + 1], qw[NW];
+    for (int i = 0; i < GEMV_RPW; i++) {
+        if (i >= R) break; /* R is the block's: every warp leaves together */
+        const int64_t o = o0 + i;
+        const uint32_t *s32 = (const uint32_t *)(stage + i * nch);
+        float acc[M];
 #pragma unroll
-        for (int t = 0; t < NW; t++) wv[t] = s32[w0 + t];
-        wv[NW] = sft ? s32[w0 + NW] : 0; /* a block that ends its stage starts on a word */
+        for (int r = 0; r < M; r++) acc[r] = 0;
+        for (int64_t b = lane; o < N && b < per; b += 32) {
+            /* the block's scale, then its quants as words: 4-byte loads
+             * from the word holding its first quant byte, shifted by 0 or
+             * 2 bytes */
+            const int off = (int)b * BS + 2, w0 = off >> 2, sft = (off & 3) * 8;
+            const float dw = gemv_h2f(((const uint16_t *)s32)[b * BS / 2]);
+            uint32_t wv[NW + 1], qw[NW];
 #pragma unroll
-        for (int t = 0; t < NW; t++) qw[t] = __funnelshift_r(wv[t], wv[t + 1], sft);
-        const int64_t bi = beg + b;
+            for (int t = 0; t < NW; t++) wv[t] = s32[w0 + t];
+            wv[NW] = sft ? s32[w0 + NW] : 0; /* a block that ends its stage starts on a word */
 #pragma unroll
-        for (int r = 0; r < M; r++) {
-            const int2 xb = xm[r * nblk + bi];
-            const int si = q8x_block_dot<TYPE>(qw, sq4[2 * r * nblk + bi], sq4[(2 * r + 1) * nblk + bi], xb.y);
-            acc[r] += (dw * __int_as_float(xb.x)) * (float)si;
+            for (int t = 0; t < NW; t++) qw[t] = __funnelshift_r(wv[t], wv[t + 1], sft);
+            const int64_t bi = beg + b;
+#pragma unroll
+            for (int r = 0; r < M; r++) {
+                const int2 xb = xm[r * nblk + bi];
+                const int si = q8x_block_dot<TYPE>(qw, sq4[2 * r * nblk + bi], sq4[(2 * r + 1) * nblk + bi], xb.y);
+                acc[r] += (dw * __int_as_float(xb.x)) * (float)si;
+            }
         }
+        if (S > 1 && i > 0) __syncthreads(); /* sh read by the output before */
+        gemv_finish<S, M>(y + pp.col, ldy, N, o, acc, pp.bias, pp.bias_nb, gemv_epi{pp.act, g.res}, sh, pre[i]);
     }
-    gemv_finish<S, M>(y + pp.col, ldy, N, o, acc, pp.bias, pp.bias_nb, gemv_epi{pp.act, g.res}, sh, pre);
 }
 
 /* Warps per output: enough that each lane's loads are in flight at once
@@ -701,10 +748,12 @@ static int gemv_split(int64_t units, int64_t round)
     return units >= 4 * round ? 4 : units >= 2 * round ? 2 : 1;
 }
 
-/* blocks of k_gemv_f32 / k_gemv_q with S warps per output */
-static unsigned gemv_grid(int64_t N, int S)
+/* blocks of the decode GEMV kernels for N outputs, S warps an output and
+ * R outputs a warp */
+static unsigned gemv_grid(int64_t N, int S, int R)
 {
-    return (unsigned)((N + GEMV_WARPS / S - 1) / (GEMV_WARPS / S));
+    const int64_t per = (int64_t)(GEMV_WARPS / S) * R;
+    return (unsigned)((N + per - 1) / per);
 }
 
 /* The decode GEMV kernel of a type (F32: k_gemv_f32; Q8_0 / Q4_0:
@@ -740,7 +789,9 @@ template <int TYPE>
 static void gemv_launch(cudaStream_t st, bool pdl, int S, unsigned gr, bool staged, float *y, int64_t ldy, const float *x,
                         int m, int64_t K, const struct gemv_group &g)
 {
-    const size_t sm = staged ? (size_t)m * (size_t)(K / QK) * 40 + (size_t)GEMV_WARPS * GEMV_SEG /* gemv_stage_q8 */
+    const size_t bs = TYPE == TYPE_Q8_0 ? 34 : 18;
+    const size_t sm = staged ? (size_t)m * (size_t)(K / QK) * 40 +
+                                   (size_t)GEMV_WARPS * (size_t)g.rpw * (size_t)(K / QK / S) * bs /* k_gemv_qs */
                       : g.xs ? (size_t)m * (size_t)K * 4                                         /* gemv_stage_rows */
                              : 0;
     switch (S) {
@@ -819,6 +870,23 @@ static bool gemv_fast_group(struct arena *a, float *y, int64_t ldy, const float 
     if (norm)
         g.early = g.early && (!norm->g || cuda_weight_placed(norm->g)) && (!norm->b || cuda_weight_placed(norm->b));
     g.norm = norm ? (int)norm->kind : -1;
+    /* staged: the fewest outputs a warp that fit the launch in one wave
+     * of blocks (GEMV_BLOCKS_SM a multiprocessor), at most GEMV_RPW and
+     * what the shared memory holds. One H100, bench_e2e, Q4_0 T3: a
+     * second wave (Turbo's c_fc: 512 blocks at one output a warp; the
+     * Multilingual CFG pair's gate and up: 1024) cost 5-7% of a token's
+     * time; fewer blocks than a wave (one a multiprocessor) cost 10% */
+    g.rpw = 1;
+    if (staged) {
+        int64_t units = 0;
+        for (int i = 0; i < n; i++) units += gemv_grid(w[i]->ne[0], S, 1);
+        const int64_t wave = (int64_t)cuda_of(a)->sms * GEMV_BLOCKS_SM;
+        int64_t r = (units + wave - 1) / wave;
+        r = r > GEMV_RPW ? GEMV_RPW : r;
+        const size_t xq = (size_t)mc * (size_t)nblk * 40, seg = (size_t)(nblk / S * bs);
+        while (r > 1 && xq + (size_t)GEMV_WARPS * (size_t)r * seg + 1024 > 48 * 1024) r--;
+        g.rpw = (int)r;
+    }
     /* the input rows in shared memory for a norm, and for the unstaged
      * quantised kernel (each lane takes whole blocks: laid out by
      * gemv_xpos); the staged one always quantises them there (g.xs
@@ -835,7 +903,7 @@ static bool gemv_fast_group(struct arena *a, float *y, int64_t ldy, const float 
         g.p[i] = gemv_part{(const char *)w[i]->data, w[i]->nb[0], w[i]->ne[0], col, act[i], (unsigned)blocks,
                            b[i] ? (const char *)b[i]->data : NULL, b[i] ? b[i]->nb[0] : 0};
         col += w[i]->ne[0];
-        blocks += gemv_grid(w[i]->ne[0], S);
+        blocks += gemv_grid(w[i]->ne[0], S, g.rpw);
     }
     if (blocks > (int64_t)INT32_MAX) return false;
     cudaStream_t st = cuda_of(a)->st;
