@@ -15,7 +15,9 @@
 # libraries, pkg-config files and data (kakasi's dictionaries): about a
 # tenth of the .debs' size, so it travels with the working tree. The
 # libraries are Debian 12's; a newer glibc runs them.
-set -euo pipefail
+# strict mode when run (pack) only: sourced (env), it would stay on in the
+# caller's shell, and a failing command there would end the caller
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then set -euo pipefail; fi
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dir="$here/.device-deps"
 libs=(libopenblas-dev libfftw3-dev libsndfile1-dev libsoxr-dev libebur128-dev libutf8proc-dev libpcre2-dev

@@ -17,13 +17,16 @@
 #                                                # (Turbo, English), its
 #                                                # kernels by name (profile
 #                                                # and ncu)
+#   bash scripts/device-test.sh ab PATCH         # a change's speed: this tree
+#                                                # (A) against it less PATCH
+#                                                # (B), bench_e2e alternating
 #
 # The libraries come from scripts/device-deps.sh (pack them here first:
 # `bash scripts/device-deps.sh pack`, then carry .device-deps). Logs go to
 # $OUT when set (the device tool's folder that comes back), else build-dev/.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$here"
+cd "$here" || exit 1
 out="${OUT:-$here/build-dev}"
 mkdir -p "$out"
 # shellcheck source=/dev/null
@@ -123,6 +126,57 @@ s3gen() {
     head -45 "$out/ncu_s3gen.txt"
 }
 
+# A/B of a change: A is this tree, B this tree with PATCH (the change as
+# `git diff` writes it, carried in the tree) reversed; both built with the
+# CUDA backend under /tmp/ab, then bench_e2e on the GPU, B and A
+# alternating for ROUNDS rounds (default 2) on the synthetic Turbo and
+# Multilingual v2 checkpoints as Q4_0 ggufs (MODELS: other `synth` names
+# and quantisations as name:quant). VARIANTS adds runs of A with an
+# environment, "label:VAR=value[,VAR=value] ..." (space-separated
+# variants). Prints T3 tokens/s a line.
+ab() {
+    local patch="${1:?a patch: git diff > X.diff}" m l v
+    [ -f "$patch" ] || { echo "device-test: no $patch" >&2; return 1; }
+    patch="$(cd "$(dirname "$patch")" && pwd)/$(basename "$patch")"
+    rm -rf /tmp/ab && mkdir -p /tmp/ab/A /tmp/ab/B /tmp/ab/m
+    for t in A B; do
+        tar --exclude=./build\* --exclude=./.git --exclude=./.device-deps -cf - . | tar -C /tmp/ab/$t -xf - || return 1
+    done
+    (cd /tmp/ab/B && patch -s -R -p1 < "$patch") || { echo "device-test: $patch does not reverse" >&2; return 1; }
+    for t in A B; do
+        (cd /tmp/ab/$t && cmake -S . -B bd -DCMAKE_BUILD_TYPE=Release -DCBX_CUDA=ON > "$out/ab_$t.cfg" 2>&1 &&
+            make -C bd -j"$jobs" chatterbox bench_e2e > "$out/ab_$t.build" 2>&1) &
+    done
+    wait
+    for t in A B; do
+        [ -x /tmp/ab/$t/bd/bench/bench_e2e ] || { grep -E "error" "$out/ab_$t.build" | head -20; return 1; }
+    done
+    local models=()
+    for m in ${MODELS:-turbo:q4_0 mtl-v2:q4_0}; do
+        [ -d /tmp/ab/m/${m%%:*} ] || /tmp/ab/A/bd/chatterbox synth "${m%%:*}" -o /tmp/ab/m/${m%%:*} --quiet || return 1
+        /tmp/ab/A/bd/chatterbox convert /tmp/ab/m/${m%%:*} -o /tmp/ab/m/${m/:/_}.gguf --quant "${m##*:}" --quiet ||
+            return 1
+        models+=("/tmp/ab/m/${m/:/_}.gguf")
+    done
+    ab_run() { # label tree model [VAR=value ...]
+        local label=$1 tree=$2 model=$3
+        shift 3
+        echo "$label $(basename "$model" .gguf): $(env "$@" /tmp/ab/$tree/bd/bench/bench_e2e --model "$model" \
+            --backend cuda --reps 2 2>&1 > /dev/null | grep -o '[0-9.]* tok/s' | tr '\n' ' ')"
+    }
+    for _ in $(seq "${ROUNDS:-2}"); do
+        for m in "${models[@]}"; do
+            ab_run B B "$m"
+            ab_run A A "$m"
+            for v in ${VARIANTS:-}; do
+                l=${v%%:*}
+                v=${v#*:}
+                ab_run "A_$l" A "$m" ${v//,/ }
+            done
+        done
+    done | tee "$out/ab.txt"
+}
+
 case "${1:-}" in
 build) build ;;
 test) build && run_tests "${2:-}" ;;
@@ -131,5 +185,6 @@ bench) build && bench ;;
 bench-gpu) build && bench_gpu ;;
 profile) build && profile ;;
 s3gen) build && s3gen ;;
-*) echo "usage: device-test.sh build|test [LABELS]|test-re REGEX|bench|bench-gpu|profile|s3gen" >&2; exit 2 ;;
+ab) ab "${2:-}" ;;
+*) echo "usage: device-test.sh build|test [LABELS]|test-re REGEX|bench|bench-gpu|profile|s3gen|ab PATCH" >&2; exit 2 ;;
 esac
