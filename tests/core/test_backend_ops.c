@@ -274,7 +274,7 @@ static struct tensor *c_linear_ex(struct arena *a, int v)
  * layer norm, bias, K 512 (16 blocks), two rows; 11 q4_0 K 768 (24
  * blocks), one row, no norm; 12 q4_0 layer norm, biases, gelu_tanh +
  * plain, 5000 and 1500 outputs of K 1024, one row (on a GPU: several
- * outputs a warp, as 11 below) */
+ * outputs a warp) */
 static struct tensor *c_linear_cat(struct arena *a, int v)
 {
     const bool bf16_g = v == 9;
@@ -295,7 +295,8 @@ static struct tensor *c_linear_cat(struct arena *a, int v)
     const struct tensor *w[3], *b[3] = {NULL, NULL, NULL};
     for (int i = 0; i < nw[v]; i++) {
         w[i] = in_w(a, t[v], 74 + (uint64_t)(3 * v + i), ND(nn[v][i], kk[v]));
-        if (v == 4 || v == 6 || v == 8 || v == 10 || v == 12) b[i] = in_f32(a, 120 + (uint64_t)(3 * v + i), ND(nn[v][i]), -1, 1);
+        if (v == 4 || v == 6 || v == 8 || v == 10 || v == 12)
+            b[i] = in_f32(a, 120 + (uint64_t)(3 * v + i), ND(nn[v][i]), -1, 1);
     }
     /* a mean well away from zero, as a residual stream's */
     struct tensor *x = in_f32(a, 75, ND(rows[v], kk[v]), v < 4 ? -1 : 0.5f, v < 4 ? 1 : 3);
