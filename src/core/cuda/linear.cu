@@ -785,14 +785,20 @@ static void gemv_rows(cudaStream_t st, bool pdl, unsigned gr, size_t sm, bool st
     }
 }
 
+/* The dynamic shared memory of a k_gemv_qs launch: m input rows of nblk
+ * Q8_0 blocks (40 bytes each as staged) and GEMV_WARPS * rpw stages of a
+ * row part (nblk / S blocks of bs bytes). */
+static size_t gemv_qs_smem(int64_t m, int64_t nblk, int S, int rpw, int64_t bs)
+{
+    return (size_t)m * (size_t)nblk * 40 + (size_t)GEMV_WARPS * (size_t)rpw * (size_t)(nblk / S * bs);
+}
+
 template <int TYPE>
 static void gemv_launch(cudaStream_t st, bool pdl, int S, unsigned gr, bool staged, float *y, int64_t ldy, const float *x,
                         int m, int64_t K, const struct gemv_group &g)
 {
-    const size_t bs = TYPE == TYPE_Q8_0 ? 34 : 18;
-    const size_t sm = staged ? (size_t)m * (size_t)(K / QK) * 40 +
-                                   (size_t)GEMV_WARPS * (size_t)g.rpw * (size_t)(K / QK / S) * bs /* k_gemv_qs */
-                      : g.xs ? (size_t)m * (size_t)K * 4                                         /* gemv_stage_rows */
+    const size_t sm = staged ? gemv_qs_smem(m, K / QK, S, g.rpw, TYPE == TYPE_Q8_0 ? 34 : 18)
+                      : g.xs ? (size_t)m * (size_t)K * 4 /* gemv_stage_rows */
                              : 0;
     switch (S) {
     case 1: gemv_rows<TYPE, 1>(st, pdl, gr, sm, staged, y, ldy, x, m, K, g); break;
@@ -819,7 +825,10 @@ static bool gemv_fits(const struct tensor *w)
  * GEMV_SEG) and the kernels' static arrays it stays within the 48 KB a
  * block gets without opting in. */
 #define GEMV_X_SMEM (38 * 1024)
-static_assert(GEMV_X_SMEM + GEMV_WARPS * GEMV_SEG + 1024 <= 48 * 1024, "decode GEMV shared memory over 48 KB");
+#define GEMV_STATIC_SMEM 1024  /* bound of the kernels' static arrays */
+#define GEMV_SMEM_MAX (48 * 1024) /* a block's shared memory without opting in */
+static_assert(GEMV_X_SMEM + GEMV_WARPS * GEMV_SEG + GEMV_STATIC_SMEM <= GEMV_SMEM_MAX,
+              "decode GEMV shared memory over 48 KB");
 
 /* The fast decode GEMV over weights w[0..n) of one type (gemv_fits), the
  * products side by side in y (ld ldy), part i through b[i] and act[i];
@@ -883,8 +892,7 @@ static bool gemv_fast_group(struct arena *a, float *y, int64_t ldy, const float 
         const int64_t wave = (int64_t)cuda_of(a)->sms * GEMV_BLOCKS_SM;
         int64_t r = (units + wave - 1) / wave;
         r = r > GEMV_RPW ? GEMV_RPW : r;
-        const size_t xq = (size_t)mc * (size_t)nblk * 40, seg = (size_t)(nblk / S * bs);
-        while (r > 1 && xq + (size_t)GEMV_WARPS * (size_t)r * seg + 1024 > 48 * 1024) r--;
+        while (r > 1 && gemv_qs_smem(mc, nblk, S, (int)r, bs) + GEMV_STATIC_SMEM > GEMV_SMEM_MAX) r--;
         g.rpw = (int)r;
     }
     /* the input rows in shared memory for a norm, and for the unstaged
