@@ -602,7 +602,10 @@ static struct tensor *c_conv1d(struct arena *a, int v)
 /* reduced-precision products (arena_set_bf16: S3Gen's BF16 setting, and
  * T3's prefill for quantised models): cuda TF32, cpu BF16 on AMX (F32
  * without), ref F32; 0 linear f32 [70,256]x[300,256], 1 the same q4_0,
- * 2 conv1d K 7 dilation 3 over [2, 64, 300], 3 conv_transpose1d stride 5 */
+ * 2 conv1d K 7 dilation 3 over [2, 64, 300], 3 conv_transpose1d stride 5,
+ * 4 linear_ex f32 [70,256]x[300,256] + GELU (erf) + residual (S3Gen's
+ * feed-forward; on the cpu the GELU and the residual in the BF16 GEMM's
+ * store) */
 static struct tensor *c_reduced(struct arena *a, int v)
 {
     arena_set_bf16(a, true);
@@ -610,6 +613,10 @@ static struct tensor *c_reduced(struct arena *a, int v)
     if (v < 2) {
         struct tensor *w = in_w(a, v ? TYPE_Q4_0 : TYPE_F32, 160, ND(300, 256));
         y = op_linear(a, in_f32(a, 161, ND(70, 256), -1, 1), w, in_f32(a, 162, ND(300), -1, 1));
+    } else if (v == 4) {
+        struct tensor *w = in_w(a, TYPE_F32, 160, ND(300, 256));
+        y = op_linear_ex(a, in_f32(a, 161, ND(70, 256), -1, 1), w, in_f32(a, 162, ND(300), -1, 1), UN_GELU,
+                         in_f32(a, 169, ND(70, 300), -1, 1));
     } else if (v == 2) {
         struct conv1d_params p = {1, 3, 1, 9, 9, PAD_ZERO};
         y = op_conv1d(a, in_f32(a, 163, ND(2, 64, 300), -1, 1), in_w(a, TYPE_F32, 164, ND(48, 64, 7)),
@@ -889,6 +896,7 @@ static const struct tcase cases[] = {
     {"linear q4_0 w, reduced-precision products", c_reduced, 1, 5e-3, 3e-2},
     {"conv1d dilation 3, reduced-precision products", c_reduced, 2, 5e-3, 3e-2},
     {"conv_transpose1d, reduced-precision products", c_reduced, 3, 5e-3, 3e-2},
+    {"linear_ex f32 w + gelu + residual, reduced-precision products", c_reduced, 4, 5e-3, 3e-2},
     {"conv_transpose1d s3 p2 op1", c_conv_t1d, 0, 1e-5, 1e-5},
     {"conv_transpose1d groups 2 f16", c_conv_t1d, 1, 1e-5, 1e-5},
     {"conv_transpose1d s8 k16 dil 2", c_conv_t1d, 2, 1e-5, 1e-5},

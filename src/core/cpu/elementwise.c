@@ -501,15 +501,20 @@ static bool use_avx2(void)
     return HAVE_X86 && cpu_level() >= CPU_AVX2;
 }
 
-struct un_ctx {
-    struct iter it;
+/* a unary op and the kernel that runs it, picked once per call */
+struct un_fn {
     enum unop op;
     float p0, p1;
-    bool avx2;   /* vector path, picked once per call */
+    bool avx2;   /* vector path */
     bool avx512; /* 16-lane path (GELU, SiLU, sigmoid, Mish) */
 };
 
-static void un_run(const struct un_ctx *c, float *o, const float *x, int64_t n)
+struct un_ctx {
+    struct iter it;
+    struct un_fn f;
+};
+
+static void un_run(const struct un_fn *c, float *o, const float *x, int64_t n)
 {
 #if HAVE_X86
     if (c->avx512) {
@@ -534,19 +539,19 @@ static void un_units(void *p, int64_t u0, int64_t u1, int ith)
     for (int64_t u = u0; u < u1; u++) {
         int64_t n = iter_unit(&c->it, u, ptr);
         if (os == 4 && xs == 4) {
-            un_run(c, (float *)ptr[0], (const float *)ptr[1], n);
+            un_run(&c->f, (float *)ptr[0], (const float *)ptr[1], n);
             continue;
         }
         for (int64_t j = 0; j < n; j += BLK) {
             int64_t m = n - j < BLK ? n - j : BLK;
             gather(tx, ptr[1] + j * xs, xs, m);
-            un_run(c, to, tx, m);
+            un_run(&c->f, to, tx, m);
             scatter(ptr[0] + j * os, os, to, m);
         }
     }
 }
 
-static void un_pick(struct un_ctx *c)
+static void un_pick(struct un_fn *c)
 {
 #if HAVE_X86
     c->avx2 = use_avx2() && un_has_avx2(c->op);
@@ -561,14 +566,14 @@ bool cpu_unary_fusable(enum unop op)
     /* the vector forms compute each lane alone (masked tails the same);
      * the AVX2 sin/cos falls back to libm per 8 lanes, and the scalar
      * loop wants distinct in and out */
-    struct un_ctx c = {.op = op};
+    struct un_fn c = {.op = op};
     un_pick(&c);
     return (c.avx2 || c.avx512) && op != UN_SIN && op != UN_COS;
 }
 
 void cpu_unary_run(enum unop op, float *o, const float *x, int64_t n)
 {
-    struct un_ctx c = {.op = op};
+    struct un_fn c = {.op = op};
     un_pick(&c);
     un_run(&c, o, x, n);
 }
@@ -576,8 +581,8 @@ void cpu_unary_run(enum unop op, float *o, const float *x, int64_t n)
 static void cpu_unary(struct arena *a, struct tensor *out, const struct tensor *x,
                       enum unop op, float p0, float p1)
 {
-    struct un_ctx c = {.op = op, .p0 = p0, .p1 = p1};
-    un_pick(&c);
+    struct un_ctx c = {.f = {.op = op, .p0 = p0, .p1 = p1}};
+    un_pick(&c.f);
     const struct tensor *t[2] = {out, x};
     iter_init(&c.it, 2, t);
     run_iter(a, &c.it, un_units, &c);

@@ -4,11 +4,13 @@
  * vocoder (Snake's sin), the flow decoder (Mish, GELU, SiLU) and GPT-2's
  * gelu_new (tanh). Cody-Waite range reduction, then Taylor polynomials
  * taken far enough that truncation is below 0.1 ulp on the reduced
- * interval; evaluated with explicit FMA. Measured against double libm in
- * tests/core/test_elementwise.c: within 2-4 ulp. Tails go through the same
- * vector code with masked loads, so an element's value never depends on
- * where it sits in the tensor. Functions carry their own target attribute;
- * the file is compiled for the baseline ISA (and to nothing off x86). */
+ * interval; GELU's erf piecewise, a fitted polynomial per interval looked
+ * up by permute (act_simd.inc); evaluated with explicit FMA. Measured
+ * against double libm in tests/core/test_elementwise.c: within 2-4 ulp.
+ * Tails go through the same vector code with masked loads, so an
+ * element's value never depends on where it sits in the tensor. Functions
+ * carry their own target attribute; the file is compiled for the baseline
+ * ISA (and to nothing off x86). */
 #include "elementwise_kernels.h"
 
 #if HAVE_X86
@@ -76,6 +78,7 @@ AVX2_FN static inline __m256 v_nan_from(__m256 y, __m256 x)
 #define VLT(a, b) _mm256_cmp_ps(a, b, _CMP_LT_OQ)
 #define VGT(a, b) _mm256_cmp_ps(a, b, _CMP_GT_OQ)
 #define VSEL(m, a, b) _mm256_blendv_ps(a, b, m)
+#define VTAB8(t, i) _mm256_permutevar8x32_ps(_mm256_load_ps(t), i)
 #define VIADDC(q, c) _mm256_add_epi32(q, _mm256_set1_epi32(c))
 #define VODD(q) _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(q, _mm256_set1_epi32(1)), _mm256_set1_epi32(1)))
 #define VFLIP2(y, q) _mm256_xor_ps(y, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(q, _mm256_set1_epi32(2)), 30)))

@@ -57,6 +57,7 @@ AVX512_FN static inline __m512 w_nan_from(__m512 y, __m512 x)
 #define VLT(a, b) _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ)
 #define VGT(a, b) _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ)
 #define VSEL(m, a, b) _mm512_mask_blend_ps(m, a, b)
+#define VTAB8(t, i) _mm512_permutexvar_ps(i, _mm512_castps256_ps512(_mm256_load_ps(t))) /* i < 8 */
 #define VIADDC(q, c) _mm512_add_epi32(q, _mm512_set1_epi32(c))
 #define VODD(q) _mm512_test_epi32_mask(q, _mm512_set1_epi32(1))
 #define VFLIP2(y, q) \

@@ -724,19 +724,19 @@ static void cpu_linear(struct arena *a, struct tensor *out, const struct tensor 
 }
 
 /* op_linear_ex: the activation and the residual in the product's store
- * where its path has one (the same values op_unary and op_add give):
- * both on the dot paths, the residual alone on the BF16 GEMM (an
- * activation there stalls the tile products: the CFM step measured about
- * 4% slower with S3Gen's GELU in its store than after it); otherwise the
- * product, the unary and the binary kernel one after the other through
- * scratch, as the op's own fallback does */
+ * where its path has one (the same values op_unary and op_add give): the
+ * dot paths and the BF16 GEMM (English CFM step, 2-core AMX VM: 4-5%
+ * faster with S3Gen's GELU in the store than after it, once the GELU was
+ * the table erf of act_simd.inc; with the former erf, 4% slower);
+ * otherwise the product, the unary and the binary kernel one after the
+ * other through scratch, as the op's own fallback does */
 static void cpu_linear_ex(struct arena *a, struct tensor *out, const struct tensor *x, const struct tensor *w,
                           const struct tensor *b, int act, const struct tensor *r)
 {
     struct linear_qgemm g;
     const enum lpath p = linear_path(a, x, w, &g);
     if (p == LP_NONE) return;
-    const bool store_epi = p == LP_DOT || p == LP_DOT_PACKED || (p == LP_BF16 && act < 0);
+    const bool store_epi = p == LP_DOT || p == LP_DOT_PACKED || p == LP_BF16;
     if ((act < 0 && !r) ||
         (store_epi && (act < 0 || cpu_unary_fusable((enum unop)act)) && (!r || tensor_is_contiguous(r)))) {
         const struct linear_epi e = {act, r ? (const float *)r->data : NULL};
