@@ -247,13 +247,18 @@ static struct tensor *c_linear(struct arena *a, int v)
  * then the elementwise kernels), silu + residual; 3 q8_0 three rows,
  * gelu_tanh; 4 q4_0 K 4096 one row, a strided residual; 5 q8_0 K 4096
  * one row, 3000 outputs + residual (on a GPU: more outputs than one wave
- * of blocks at one output a warp, so a warp takes several, split over K) */
+ * of blocks at one output a warp, so a warp takes several, split over K);
+ * F32 likewise: 6 K 1024, 5000 outputs, gelu_tanh + residual (GPT-2's
+ * c_fc, wider), 7 K 4096 (split over four warps), 3000 outputs, two rows,
+ * residual */
 static struct tensor *c_linear_ex(struct arena *a, int v)
 {
-    static const enum dtype t[6] = {TYPE_F32, TYPE_Q4_0, TYPE_F32, TYPE_Q8_0, TYPE_Q4_0, TYPE_Q8_0};
-    static const int act[6] = {UN_GELU_TANH, -1, UN_SILU, UN_GELU_TANH, -1, -1};
-    const int64_t K = v == 1 || v == 4 || v == 5 ? 4096 : 256, N = v == 2 ? 300 : v == 5 ? 3000 : 77,
-                  M = v == 2 ? 70 : v == 3 ? 3 : 1;
+    static const enum dtype t[8] = {TYPE_F32, TYPE_Q4_0, TYPE_F32, TYPE_Q8_0,
+                                    TYPE_Q4_0, TYPE_Q8_0, TYPE_F32, TYPE_F32};
+    static const int act[8] = {UN_GELU_TANH, -1, UN_SILU, UN_GELU_TANH, -1, -1, UN_GELU_TANH, -1};
+    const int64_t K = v == 1 || v == 4 || v == 5 || v == 7 ? 4096 : v == 6 ? 1024 : 256,
+                  N = v == 2 ? 300 : v == 5 || v == 7 ? 3000 : v == 6 ? 5000 : 77,
+                  M = v == 2 ? 70 : v == 3 ? 3 : v == 7 ? 2 : 1;
     struct tensor *w = in_w(a, t[v], 70 + (uint64_t)v, ND(N, K));
     struct tensor *b = v == 1 ? NULL : in_f32(a, 71, ND(N), -1, 1);
     struct tensor *x = in_f32(a, 72, ND(M, K), -1, 1);
@@ -795,6 +800,8 @@ static const struct tcase cases[] = {
     {"linear_ex q8_0 three rows gelu_tanh", c_linear_ex, 3, 1e-5, 3e-2},
     {"linear_ex q4_0 strided residual", c_linear_ex, 4, 1e-5, 3e-2},
     {"linear_ex q8_0 K 4096, 3000 outputs + residual", c_linear_ex, 5, 1e-5, 3e-2},
+    {"linear_ex f32 K 1024, 5000 outputs, gelu_tanh + residual", c_linear_ex, 6, 1e-5, 1e-5},
+    {"linear_ex f32 K 4096, 3000 outputs, two rows + residual", c_linear_ex, 7, 1e-5, 1e-5},
     {"linear f32 K 4096 one row", c_linear, 40 + 0, 1e-5, 1e-5},
     {"linear q8_0 K 4096 one row", c_linear, 40 + 3, 1e-5, 3e-2},
     {"linear q4_0 K 4096 one row", c_linear, 40 + 4, 1e-5, 3e-2},

@@ -87,7 +87,7 @@ struct gemv_group {
     bool early; /* every part's weight and the norm's are placed
                  * (cuda_weight_placed): their loads go out before
                  * cu_pdl_wait */
-    int rpw;    /* outputs a warp (k_gemv_qs; the others take one) */
+    int rpw;    /* outputs a warp (k_gemv_qs, k_gemv_f32; k_gemv_q takes one) */
 };
 
 /* this block's part */
@@ -443,7 +443,9 @@ __global__ static void k_gemv(float *y, int64_t ldy, const float *x, int M, int6
  * the bias (and op_linear_ex's activation and residual) applied in the
  * same kernel. M (rows) and S are compile-time counts, so the sums stay
  * in registers; products are summed by FMA:
- *  - F32 rows 16-byte aligned: float4 loads of the weight and x;
+ *  - F32 rows 16-byte aligned: float4 loads of the weight and x (a warp
+ *    takes g.rpw outputs one after the other where one a warp would need
+ *    more than one wave of blocks);
  *  - Q8_0 / Q4_0 rows 16-byte aligned, K a multiple of 8 * S blocks:
  *    staged through shared memory (k_gemv_qs);
  *  - other Q8_0 / Q4_0 rows (2-byte aligned blocks): each lane takes whole
@@ -459,53 +461,65 @@ __global__ static void __launch_bounds__(32 * GEMV_WARPS, GEMV_BLOCKS_SM)
     __shared__ float sh[S > 1 ? GEMV_WARPS : 1][GEMV_ROWS];
     extern __shared__ float4 sx4[]; /* the staged rows (g.xs) */
     const struct gemv_part pp = gemv_pick(g);
-    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
-    const int64_t N = pp.N, o = (int64_t)(blockIdx.x - pp.blk0) * (GEMV_WARPS / S) + wi / S;
+    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, R = g.rpw;
+    const int64_t N = pp.N, o0 = ((int64_t)(blockIdx.x - pp.blk0) * (GEMV_WARPS / S) + wi / S) * R;
     const int64_t K4 = K / 4, per = (K4 + S - 1) / S, beg = (wi % S) * per, end = beg + per < K4 ? beg + per : K4;
-    float acc[M];
-#pragma unroll
-    for (int r = 0; r < M; r++) acc[r] = 0;
-    const float4 *row = (const float4 *)(pp.w + (o < N ? o : 0) * pp.nb0);
     /* GEMV_UNROLL weight loads in flight per lane before the products; the
-     * first round's are issued before the norm prologue (and, for placed
-     * weights, before the wait on the kernel before) */
+     * first output's first round is issued before the norm prologue (and,
+     * for placed weights, before the wait on the kernel before) */
     cu_pdl_next();
     if (!g.early) cu_pdl_wait();
     float4 wv[GEMV_UNROLL];
-#define GEMV_LOAD_F32(i0)                                                           \
+#define GEMV_LOAD_F32(o, i0)                                                        \
     _Pragma("unroll") for (int u = 0; u < GEMV_UNROLL; u++)                         \
     {                                                                               \
         const int64_t i = (i0) + 32 * u;                                            \
-        wv[u] = o < N && i < end ? __ldg(row + i) : make_float4(0, 0, 0, 0);        \
+        wv[u] = (o) < N && i < end ? __ldg(row + i) : make_float4(0, 0, 0, 0);      \
     }
-    GEMV_LOAD_F32(beg + lane);
+    const float4 *row = (const float4 *)(pp.w + (o0 < N ? o0 : 0) * pp.nb0);
+    GEMV_LOAD_F32(o0, beg + lane);
     cu_pdl_wait();
-    const gemv_pre<M> pre = gemv_preload<S, M>(ldy, o, N, pp.bias, pp.bias_nb, g.res);
     const float *xs = x;
     if (g.xs) {
         gemv_stage_rows(sx4, x, M, K, g);
         xs = (const float *)sx4;
     }
-    for (int64_t i0 = beg + lane; o < N && i0 < end; i0 += 32 * GEMV_UNROLL) {
+    /* several outputs a warp (g.rpw, so a launch fits one wave of
+     * blocks): one after the other, the next one's first round loaded
+     * right after the last products of the one before */
+    for (int j = 0; j < R; j++) {
+        const int64_t o = o0 + j;
+        const gemv_pre<M> pre = gemv_preload<S, M>(ldy, o, N, pp.bias, pp.bias_nb, g.res);
+        float acc[M];
 #pragma unroll
-        for (int r = 0; r < M; r++) {
-            const float4 *xr = (const float4 *)(xs + r * K);
+        for (int r = 0; r < M; r++) acc[r] = 0;
+        for (int64_t i0 = beg + lane; o < N && i0 < end; i0 += 32 * GEMV_UNROLL) {
 #pragma unroll
-            for (int u = 0; u < GEMV_UNROLL; u++) {
-                const int64_t i = i0 + 32 * u;
-                if (i < end) {
-                    const float4 xv = xr[i];
-                    acc[r] = fmaf(wv[u].x, xv.x, acc[r]);
-                    acc[r] = fmaf(wv[u].y, xv.y, acc[r]);
-                    acc[r] = fmaf(wv[u].z, xv.z, acc[r]);
-                    acc[r] = fmaf(wv[u].w, xv.w, acc[r]);
+            for (int r = 0; r < M; r++) {
+                const float4 *xr = (const float4 *)(xs + r * K);
+#pragma unroll
+                for (int u = 0; u < GEMV_UNROLL; u++) {
+                    const int64_t i = i0 + 32 * u;
+                    if (i < end) {
+                        const float4 xv = xr[i];
+                        acc[r] = fmaf(wv[u].x, xv.x, acc[r]);
+                        acc[r] = fmaf(wv[u].y, xv.y, acc[r]);
+                        acc[r] = fmaf(wv[u].z, xv.z, acc[r]);
+                        acc[r] = fmaf(wv[u].w, xv.w, acc[r]);
+                    }
                 }
             }
+            if (i0 + 32 * GEMV_UNROLL < end) {
+                GEMV_LOAD_F32(o, i0 + 32 * GEMV_UNROLL);
+            } else if (j + 1 < R) { /* the next output's first round */
+                row = (const float4 *)((const char *)row + pp.nb0);
+                GEMV_LOAD_F32(o + 1, beg + lane);
+            }
         }
-        GEMV_LOAD_F32(i0 + 32 * GEMV_UNROLL);
+        if (S > 1 && j > 0) __syncthreads(); /* sh read by the output before */
+        gemv_finish<S, M>(y + pp.col, ldy, N, o, acc, pp.bias, pp.bias_nb, gemv_epi{pp.act, g.res}, sh, pre);
     }
 #undef GEMV_LOAD_F32
-    gemv_finish<S, M>(y + pp.col, ldy, N, o, acc, pp.bias, pp.bias_nb, gemv_epi{pp.act, g.res}, sh, pre);
 }
 
 /* one block's product with the M rows of x: the block's float4 j of row
@@ -879,20 +893,21 @@ static bool gemv_fast_group(struct arena *a, float *y, int64_t ldy, const float 
     if (norm)
         g.early = g.early && (!norm->g || cuda_weight_placed(norm->g)) && (!norm->b || cuda_weight_placed(norm->b));
     g.norm = norm ? (int)norm->kind : -1;
-    /* staged: the fewest outputs a warp that fit the launch in one wave
-     * of blocks (GEMV_BLOCKS_SM a multiprocessor), at most GEMV_RPW and
-     * what the shared memory holds. One H100, bench_e2e, Q4_0 T3: a
+    /* staged and F32: the fewest outputs a warp that fit the launch in
+     * one wave of blocks (GEMV_BLOCKS_SM a multiprocessor), at most
+     * GEMV_RPW and (staged) what the shared memory holds. One H100,
+     * bench_e2e, Q4_0 T3: a
      * second wave (Turbo's c_fc: 512 blocks at one output a warp; the
      * Multilingual CFG pair's gate and up: 1024) cost 5-7% of a token's
      * time; fewer blocks than a wave (one a multiprocessor) cost 10% */
     g.rpw = 1;
-    if (staged) {
+    if (staged || type == TYPE_F32) {
         int64_t units = 0;
         for (int i = 0; i < n; i++) units += gemv_grid(w[i]->ne[0], S, 1);
         const int64_t wave = (int64_t)cuda_of(a)->sms * GEMV_BLOCKS_SM;
         int64_t r = (units + wave - 1) / wave;
         r = r > GEMV_RPW ? GEMV_RPW : r;
-        while (r > 1 && gemv_qs_smem(mc, nblk, S, (int)r, bs) + GEMV_STATIC_SMEM > GEMV_SMEM_MAX) r--;
+        while (staged && r > 1 && gemv_qs_smem(mc, nblk, S, (int)r, bs) + GEMV_STATIC_SMEM > GEMV_SMEM_MAX) r--;
         g.rpw = (int)r;
     }
     /* the input rows in shared memory for a norm, and for the unstaged
