@@ -13,10 +13,10 @@
  *                S3Gen encoder's relative-position attention (T = 500).
  *                GFLOP/s counts 4 Tq Tk D flops per head (2 for QK, 2 for
  *                PV; causal: about half the pairs).
- *   bidir bf16   the same shapes with the arena's BF16 hint: the AMX-BF16
- *                kernel (src/core/cpu/attn_amx.c) against the F32 AVX-512
- *                kernel as baseline (when AMX-BF16 is not usable both run
- *                F32 and the line says so).
+ *   bidir bf16   the same shapes with the arena's BF16 hint: the BF16
+ *                kernel (src/core/cpu/attn_bf16.c, AMX-BF16 or AVX512-BF16)
+ *                against the F32 AVX-512 kernel as baseline (when neither
+ *                is usable both run F32 and the line says so).
  *   dispatch     tp_parallel_for of n = threads tiny items: back to back
  *                ("busy") and after 20 us of serial work on the caller
  *                ("gap", the decode pattern: workers have gone idle).
@@ -139,8 +139,8 @@ static void bench_attention(const struct attn_case *c)
             c->name, c->type, (long long)c->H, (long long)c->Tq, (long long)c->Tk, (long long)c->D,
             pn[0], us[0], best[0], pn[1], us[1], best[1], pn[0], flops / us[0] * 1e-3,
             kv_bytes / us[0] * 1e-3, us[0] > 0 ? us[1] / us[0] : 0,
-            c->bf16 && !(cpu_amx_ready() && f->amx_bf16 && f->avx512_bf16)
-                ? " (AMX-BF16 not usable: both F32)" : "");
+            c->bf16 && !cpu_avx512_bf16_ready() ? " (AVX512-BF16 not usable: both F32)"
+            : c->bf16 && !(cpu_amx_ready() && f->amx_bf16) ? " (AVX512-BF16 products, no AMX)" : "");
     free(kv); free(qh); free(bh); free(v);
 }
 

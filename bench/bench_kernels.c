@@ -50,17 +50,19 @@
  *                through the AVX-512 direct kernel ("direct") and through
  *                im2col + sgemm (the AVX2 level's path, "im2col"); GFLOP/s,
  *                ratio to fma_peak, and direct / im2col speed-up; with
- *                AMX-BF16 ready, also with the arena's BF16 hint (the
- *                AMX-BF16 path, "bf16:amx": operands rounded to bf16) and
- *                its speed-up over the F32 direct kernel in the same run.
+ *                AMX-BF16 or AVX512-BF16 ready, also with the arena's BF16
+ *                hint (conv_bf16.c, "bf16:amx" or "bf16:avx512bf16":
+ *                operands rounded to bf16) and its speed-up over the F32
+ *                direct kernel in the same run.
  *   linear_bf16  op_linear at the S3Gen estimator's shapes (M = 1000 rows
  *                = 2 x 500 frames; qkv 256->1536, attention out 512->256,
  *                feed-forward 256->1024 and 1024->256, k3 convs 768->256
  *                and 960->256) and at M = 8..128 for 256->1024, q4_0 and
  *                q8_0 weights, and at T3 Turbo's prefill (409 rows;
  *                [3072|1024|4096, 1024], [1024, 4096], packed as T3
- *                packs them): the arena's BF16 hint on (the AMX-BF16
- *                path, linear_bf16.h) against off (the quantised GEMM,
+ *                packs them): the arena's BF16 hint on (the BF16 path,
+ *                linear_bf16.h, on AMX-BF16 or AVX512-BF16) against off
+ *                (the quantised GEMM,
  *                AMX-INT8 where there), alternating rep by rep; GFLOP/s
  *                and the speed-up. Places linear_bf16_min_rows.
  * Every figure is the median over --reps timed repetitions after one
@@ -523,6 +525,10 @@ static void bench_dotx(void)
 
 /* ---- conv1d ------------------------------------------------------------ */
 
+/* the engine of the BF16 kernels now: AMX tiles or VDPBF16PS */
+static const char *bf16_engine(void) { return cpu_amx_ready() && cpu_features()->amx_bf16 ? "amx" : "avx512bf16"; }
+
+
 static void bench_conv1d(void)
 {
     static const int64_t shapes[][5] = { /* Cin, Cout, K, dilation, T */
@@ -532,8 +538,9 @@ static void bench_conv1d(void)
     };
     if (!bench_selected(&opt, "conv1d")) return;
     if (peak_gflops == 0) bench_fma_peak();
-    const struct cpu_features *cf = cpu_features();
-    bool amx = cpu_amx_ready() && cf->amx_bf16 && cf->avx512_bf16;
+    const bool bf16 = cpu_avx512_bf16_ready();
+    char bf16_name[32];
+    snprintf(bf16_name, sizeof bf16_name, "bf16:%s", bf16_engine());
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         int64_t cin = shapes[si][0], cout = shapes[si][1], K = shapes[si][2];
         int64_t dil = shapes[si][3], T = shapes[si][4];
@@ -553,7 +560,7 @@ static void bench_conv1d(void)
                                   .pad_left = (int)(dil * (K - 1) / 2),
                                   .pad_right = (int)(dil * (K - 1) / 2)};
         double flops = 2.0 * (double)(cout * cin * K * T), gf[3] = {0, 0, 0}, best[3] = {0, 0, 0};
-        int npath = amx ? 3 : 2;
+        int npath = bf16 ? 3 : 2;
         /* the paths alternate rep by rep, so all see the same load */
         for (int r = -1; r < opt.reps; r++)
             for (int path = 0; path < npath; path++) {
@@ -564,7 +571,7 @@ static void bench_conv1d(void)
                 if (!op_conv1d(ar, &x, &w, &b, &p)) fprintf(stderr, "op_conv1d: %s\n", arena_errmsg(ar));
                 if (r >= 0) v[path * opt.reps + r] = flops / (bench_now() - t0) * 1e-9;
             }
-        static const char *const names[3] = {"f32:direct", "f32:im2col", "bf16:amx"};
+        const char *const names[3] = {"f32:direct", "f32:im2col", bf16_name};
         for (int path = 0; path < npath; path++) {
             struct bench_stats s = bench_stats(v + path * opt.reps, opt.reps);
             gf[path] = s.median;
@@ -580,14 +587,15 @@ static void bench_conv1d(void)
                 (long long)cin, (long long)cout, (long long)K, (long long)dil, (long long)T, gf[0],
                 best[0], gf[1], best[1], gf[1] > 0 ? gf[0] / gf[1] : 0,
                 best[1] > 0 ? best[0] / best[1] : 0, peak_gflops > 0 ? 100 * gf[0] / peak_gflops : 0);
-        if (amx)
-            fprintf(stderr, "       bf16 amx GFLOP/s median %6.1f (p90 %6.1f): %.2fx the f32 direct kernel\n",
-                    gf[2], best[2], gf[0] > 0 ? gf[2] / gf[0] : 0);
+        if (bf16)
+            fprintf(stderr, "       %s GFLOP/s median %6.1f (p90 %6.1f): %.2fx the f32 direct kernel\n",
+                    bf16_name, gf[2], best[2], gf[0] > 0 ? gf[2] / gf[0] : 0);
         free(xv); free(wv); free(bv); free(v);
     }
 }
 
 /* ---- BF16 products vs the quantised GEMM ---------------------------------- */
+
 
 static void bench_linear_bf16(void)
 {
@@ -602,11 +610,12 @@ static void bench_linear_bf16(void)
     const enum dtype types[] = {TYPE_Q4_0, TYPE_Q8_0};
     if (!linear_bf16_available()) {
         if (bench_selected(&opt, "linear_bf16"))
-            fprintf(stderr, "linear_bf16: AMX-BF16 not usable here, skipped\n");
+            fprintf(stderr, "linear_bf16: neither AMX-BF16 nor AVX512-BF16 usable here, skipped\n");
         return;
     }
     const int saved = linear_bf16_min_rows;
     linear_bf16_min_rows = 1;
+    linear_bf16_quant_dp = true; /* time this GEMM for quantised weights without AMX too */
     for (size_t ti = 0; ti < 2; ti++) {
         enum dtype t = types[ti];
         char sel[64];
@@ -635,7 +644,9 @@ static void bench_linear_bf16(void)
                     if (r >= 0) v[path * opt.reps + r] = flops / (bench_now() - t0) * 1e-9;
                 }
             arena_set_bf16(ar, false);
-            static const char *const names[2] = {"qgemm", "bf16:amx"};
+            char bf16_name[32];
+            snprintf(bf16_name, sizeof bf16_name, "bf16:%s", bf16_engine());
+            const char *const names[2] = {"qgemm", bf16_name};
             for (int path = 0; path < 2; path++) {
                 char ty[32];
                 snprintf(ty, sizeof ty, "%s%s:%s", dtype_name(t), packed ? "-packed" : "", names[path]);
@@ -646,13 +657,14 @@ static void bench_linear_bf16(void)
                            path ? "qgemm" : NULL, path ? gf[0] : 0);
             }
             fprintf(stderr, "linear_bf16 %-5s%s M=%-5lld K=%-5lld N=%-5lld GFLOP/s median: qgemm%s %7.1f, "
-                    "bf16 amx %7.1f: %.2fx\n", dtype_name(t), packed ? " packed" : "", (long long)m, (long long)k, (long long)n,
-                    linear_qgemm_use_amx && linear_amx_available() ? " (amx-int8)" : "", gf[0], gf[1],
+                    "%s %7.1f: %.2fx\n", dtype_name(t), packed ? " packed" : "", (long long)m, (long long)k, (long long)n,
+                    linear_qgemm_use_amx && linear_amx_available() ? " (amx-int8)" : "", gf[0], bf16_name, gf[1],
                     gf[0] > 0 ? gf[1] / gf[0] : 0);
             free(w); free(xv); free(v);
         }
     }
     linear_bf16_min_rows = saved;
+    linear_bf16_quant_dp = false;
 }
 
 int main(int argc, char **argv)

@@ -115,6 +115,7 @@ const char *cpu_level_name(enum cpu_level l)
 }
 
 static bool amx_granted;
+static atomic_bool amx_allowed = true;
 static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
 
 static void amx_request(void)
@@ -129,5 +130,13 @@ static void amx_request(void)
 bool cpu_amx_ready(void)
 {
     pthread_once(&amx_once, amx_request);
-    return amx_granted && cpu_level() >= CPU_AVX512;
+    return amx_granted && atomic_load_explicit(&amx_allowed, memory_order_relaxed) &&
+           cpu_level() >= CPU_AVX512;
+}
+
+void cpu_set_amx(bool allow) { atomic_store(&amx_allowed, allow); }
+
+bool cpu_avx512_bf16_ready(void)
+{
+    return cpu_features()->avx512_bf16 && cpu_level() >= CPU_AVX512;
 }

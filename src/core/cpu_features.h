@@ -37,8 +37,16 @@ enum cpu_level cpu_level(void);
 enum cpu_level cpu_set_level(enum cpu_level cap);
 /* AMX for kernels: the CPU has AMX tiles, the OS saves their state, the
  * process was granted the tile data state (arch_prctl, asked once) and
- * CBX_AMX is not "0" (read once). False below CPU_AVX512. */
+ * CBX_AMX is not "0" (read once), and cpu_set_amx has not forbidden it.
+ * False below CPU_AVX512. */
 bool cpu_amx_ready(void);
+/* Allow (true, the default) or forbid AMX for kernels from now on, as
+ * cpu_set_level caps the level: tests and benchmarks compare a kernel's
+ * AMX path with the one it takes without AMX. */
+void cpu_set_amx(bool allow);
+/* AVX512-BF16 for kernels (VDPBF16PS, VCVTNE2PS2BF16): avx512_bf16 with
+ * the CPU_AVX512 level in use. */
+bool cpu_avx512_bf16_ready(void);
 /* "generic", "avx2", "avx512". */
 const char *cpu_level_name(enum cpu_level l);
 

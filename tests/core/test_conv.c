@@ -310,7 +310,7 @@ static void cpu_vs_ref_conv1d(void)
     struct conv1d_params pv = {.dilation = 1};
     conv1d_case(1, 3, 5, 2, 65, 0, true, TYPE_F32, &pv);
     /* HiFT ResBlock shapes through the F32 direct path (the AMX-BF16 path
-     * is test_conv_amx's): channels not multiples of 16 / 32 (80, 40, 18,
+     * is test_conv_bf16's): channels not multiples of 16 / 32 (80, 40, 18,
      * 8), column tails, batches, transposed (T) and row-padded (S) views,
      * every padding mode */
     struct conv1d_params pa = {.dilation = 5, .pad_left = 25, .pad_right = 25};

@@ -260,7 +260,7 @@ static void conv_weights(struct backend *cpu)
     }
     for (int64_t i = 0; i < C * T; i++) x[i] = frand(&seed);
     for (int64_t i = 0; i < C * C * KT; i++) w[i] = frand(&seed) * 0.1f;
-    const bool amx = cpu_features()->amx_bf16 && cpu_amx_ready();
+    const bool bf16 = cpu_features()->avx512_bf16; /* panels for AMX-BF16 or AVX512-BF16 */
     for (int tr = 0; tr < 2; tr++) {
         struct tensor src = tensor_make(TYPE_F32, 3, (int64_t[]){C, C, tr ? KT : K}, w, NULL);
         cbx_status rc = CBX_OK;
@@ -268,20 +268,20 @@ static void conv_weights(struct backend *cpu)
             weight_place(s, &src, tr ? WEIGHT_CONV_TRANSPOSE1D : WEIGHT_CONV1D, WEIGHT_AS_STORED, 0, &rc, err);
         CHECK(rc == CBX_OK && p && p->data == w, "conv%s weight placed in place: %s", tr ? "_transpose1d" : "1d", err);
         if (!p) continue;
-        CHECK(amx ? cpu_weight_is(p, CPU_WEIGHT_CONV) : !p->extra, "conv%s weight: %s", tr ? "_transpose1d" : "1d",
-              amx ? "an AMX panel slot" : "plain (no AMX-BF16 here)");
+        CHECK(bf16 ? cpu_weight_is(p, CPU_WEIGHT_CONV) : !p->extra, "conv%s weight: %s", tr ? "_transpose1d" : "1d",
+              bf16 ? "a BF16 panel slot" : "plain (no AVX512-BF16 here)");
         size_t n0 = 0, n1 = 0, n2 = 0;
         float *y0 = conv_on(cpu, x, C, T, &src, tr, &n0), *y1 = conv_on(cpu, x, C, T, p, tr, &n1),
               *y2 = conv_on(cpu, x, C, T, p, tr, &n2);
         CHECK(y0 && y1 && y2 && n0 == n1 && n1 == n2 && !memcmp(y0, y1, n0 * sizeof *y0) &&
                   !memcmp(y0, y2, n0 * sizeof *y0),
               "conv%s%s: placed weight (first call, later call) == unplaced, bit for bit", tr ? "_transpose1d" : "1d",
-              amx ? " on AMX" : "");
+              bf16 ? " with BF16 panels" : "");
         free(y0);
         free(y1);
         free(y2);
     }
-    printf("conv weights: AMX-BF16 %s\n", amx ? "ready: panels kept with the placed weights" : "not here: plain layout");
+    printf("conv weights: AVX512-BF16 %s\n", bf16 ? "here: panels kept with the placed weights" : "not here: plain layout");
 done:
     weight_set_free(s);
     free(x);

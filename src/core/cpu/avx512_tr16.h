@@ -1,5 +1,5 @@
 /* avx512_tr16.h - one AVX-512 helper shared by the AMX kernels (conv.c,
- * linear_amx_bf16.c). Include only where <immintrin.h> is available (x86-64
+ * linear_bf16.c). Include only where <immintrin.h> is available (x86-64
  * with GCC or clang); callers are compiled for AVX-512F or more. */
 #ifndef CBX_CPU_AVX512_TR16_H
 #define CBX_CPU_AVX512_TR16_H

@@ -11,10 +11,10 @@
  *   chunk of output columns into arena scratch, then one sgemm (cpu_sgemm) per
  *   (batch, group, chunk): out[Cout_g, n] = W_g[Cout_g, Cin_g*K] @
  *   cols[Cin_g*K, n]; a 1x1 unpadded stride-1 conv reads x in place.
- *   When the arena asks for BF16 products (arena_bf16) and AMX-BF16 is
- *   ready, stride-1 one-group convs run on AMX tiles instead (operands
- *   rounded to bf16, FP32 sums; see conv_amx.c), and so do one-group
- *   transposed convs, phase by phase.
+ *   When the arena asks for BF16 products (arena_bf16) and AMX-BF16 or
+ *   AVX512-BF16 is ready, stride-1 one-group convs run with BF16 products
+ *   instead (operands rounded to bf16, FP32 sums; see conv_bf16.c), and so
+ *   do one-group transposed convs, phase by phase.
  * conv_transpose1d: cols[Cout_g*K, n] = W_g^T @ x_g (sgemm), then col2im
  *   overlap-add into the output rows (threaded over output channels, so
  *   no two threads write one row).
@@ -180,8 +180,8 @@ static void conv1d(struct arena *a, struct tensor *out, const struct tensor *x,
         tp_parallel_for(tp, B * j.cout, grain_for(j.K * j.tout), conv_direct, &j);
         return;
     }
-#ifdef CONV_AMX
-    if (conv_conv1d_amx(a, out, x, w, j.w, j.bias, p, B)) return;
+#ifdef CONV_BF16
+    if (conv_conv1d_bf16(a, out, x, w, j.w, j.bias, p, B)) return;
 #endif
 #ifdef CONV_X86
     if (conv_conv1d_avx512(a, out, x, w, j.w, j.bias, p, B)) return;
@@ -290,8 +290,8 @@ static void conv_transpose1d(struct arena *a, struct tensor *out, const struct t
     const float *wf = weights_f32(a, w);
     const float *bias = b ? (tensor_is_contiguous(b) ? b->data : weights_f32(a, b)) : NULL;
     if (!wf || (b && !bias)) return;
-#ifdef CONV_AMX
-    if (conv_convt_amx(a, out, x, w, wf, bias, p, B)) return;
+#ifdef CONV_BF16
+    if (conv_convt_bf16(a, out, x, w, wf, bias, p, B)) return;
 #endif
 
     struct fill_job f = {j.out, j.tout, j.tout, NULL};

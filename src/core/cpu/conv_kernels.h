@@ -2,9 +2,9 @@
  * files: the small helpers every path uses (static inline, so each file's
  * loops keep them inlined) and the entry points of conv_avx2.c (axpy and
  * the LSTM step's dot products and gates), conv_avx512.c (the direct
- * stride-1 conv1d) and conv_amx.c (conv1d and conv_transpose1d on
- * AMX-BF16). The SIMD files compile to nothing where CONV_X86 (and for
- * AMX, CONV_AMX) is undefined. */
+ * stride-1 conv1d) and conv_bf16.c (conv1d and conv_transpose1d with BF16
+ * products on AMX-BF16 or AVX512-BF16). The SIMD files compile to nothing
+ * where CONV_X86 (and for BF16, CONV_BF16) is undefined. */
 #ifndef CBX_CPU_CONV_KERNELS_H
 #define CBX_CPU_CONV_KERNELS_H
 
@@ -16,7 +16,7 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define CONV_X86 1
 #if defined(__linux__)
-#define CONV_AMX 1
+#define CONV_BF16 1
 #endif
 #endif
 
@@ -105,18 +105,18 @@ bool conv_conv1d_avx512(struct arena *a, struct tensor *out, const struct tensor
                         const struct tensor *wt, const float *w, const float *bias,
                         const struct conv1d_params *p, int64_t B);
 #endif
-#ifdef CONV_AMX
-/* conv1d on AMX-BF16 when the arena asks for BF16 products and it applies
- * (stride 1, one group); false: nothing done. true: done, or an allocation
- * failed (recorded in the arena). */
-bool conv_conv1d_amx(struct arena *a, struct tensor *out, const struct tensor *x,
+#ifdef CONV_BF16
+/* conv1d with BF16 products (AMX-BF16 or AVX512-BF16) when the arena asks
+ * for them and it applies (stride 1, one group); false: nothing done.
+ * true: done, or an allocation failed (recorded in the arena). */
+bool conv_conv1d_bf16(struct arena *a, struct tensor *out, const struct tensor *x,
                      const struct tensor *wt, const float *w, const float *bias,
                      const struct conv1d_params *p, int64_t B);
-/* conv_transpose1d on AMX-BF16 by output phases when the arena asks for
- * BF16 products and it applies (one group, dilation 1, stride u with
+/* conv_transpose1d with BF16 products by output phases when the arena
+ * asks for them and it applies (one group, dilation 1, stride u with
  * 1 < u <= K, u <= AB_MAX_PH); false: nothing done. true: done, or an
  * allocation failed (recorded in the arena). */
-bool conv_convt_amx(struct arena *a, struct tensor *out, const struct tensor *x,
+bool conv_convt_bf16(struct arena *a, struct tensor *out, const struct tensor *x,
                     const struct tensor *wt, const float *w, const float *bias,
                     const struct conv_transpose1d_params *p, int64_t B);
 #endif

@@ -2,7 +2,7 @@
  * (tensor.extra; core/weights.h, cpu/weights.c). Only cpu kernels read it.
  *   CPU_WEIGHT_GEMV16: q4_0 / q8_0 rows repacked for the decode GEMV
  *     (linear_kernels.h, linear_pack); a static tag, nothing to free.
- *   CPU_WEIGHT_CONV: a convolution's AMX-BF16 weight panels (conv_amx.c),
+ *   CPU_WEIGHT_CONV: a convolution's BF16 weight panels (conv_bf16.c),
  *     made on the first call that needs them (one per output phase of a
  *     transposed conv) and kept with the tensor until its set is freed. */
 #ifndef CBX_CPU_WEIGHT_H

@@ -2,10 +2,11 @@
  * op_linear_cat, op_matmul (see ops.h).
  *
  * op_linear, y[M, N] = x[M, K] @ w[N, K]^T + b, has three paths, and a
- * fourth when the arena asks for BF16 products (arena_bf16), AMX-BF16 is
- * ready and x has linear_bf16_min_rows rows or more: bf16(x) @ bf16(w)^T
- * with FP32 sums on AMX tiles for F32/F16/BF16/Q8_0/Q4_0 weights, packed
- * too (linear_bf16.h, linear_amx_bf16.c). Otherwise:
+ * fourth when the arena asks for BF16 products (arena_bf16), AMX-BF16 or
+ * AVX512-BF16 is ready and x has linear_bf16_min_rows rows or more:
+ * bf16(x) @ bf16(w)^T with FP32 sums on AMX tiles or VDPBF16PS for
+ * F32/F16/BF16/Q8_0/Q4_0 weights, packed too (linear_bf16.h,
+ * linear_bf16.c). Otherwise:
  *  - quantised GEMM, q4_0/q8_0 weights at the AVX-512 level from
  *    linear_qgemm_min_rows rows up: x quantised to Q8_0 (the dot path's
  *    quantisation, bit for bit) and packed 16 rows to a group, weight rows

@@ -28,7 +28,7 @@
 #include "../cpu_features.h"
 #include "../quant.h"
 #include "../threadpool.h"
-#include "attn_amx.h"
+#include "attn_bf16.h"
 #include "nn_kernels.h"
 
 /* ---- primitives --------------------------------------------------------- */
@@ -518,8 +518,8 @@ static void attention_out(struct arena *a, struct tensor *out, const struct tens
                  16 * v->nb[2] <= INT32_MAX;
         c.k = unit_rows(a, k, k->type == TYPE_Q8_0 && !c.kvq8);
         c.v = unit_rows(a, v, v->type == TYPE_Q8_0 && !c.kvq8);
-        /* long queries with the BF16 hint: AMX-BF16 products (attn_amx.c) */
-        if (arena_status(a) == CBX_OK && !attn_amx(a, out, c.q, c.k, c.v, bias, p))
+        /* long queries with the BF16 hint: BF16 products (attn_bf16.c) */
+        if (arena_status(a) == CBX_OK && !attn_bf16(a, out, c.q, c.k, c.v, bias, p))
             nn_attention_avx512(a, &c);
         return;
     }

@@ -7,8 +7,9 @@
  *     cost load time), the source's whole pages then dropped from this
  *     process (weight_drop_source). Weights that cannot be packed, or all
  *     when memory runs out, stay in the plain layout (the usual path).
- *   - conv1d / conv_transpose1d weights where AMX-BF16 may run: a slot for
- *     their AMX panels (made on first use, conv_amx.c).
+ *   - conv1d / conv_transpose1d weights where AVX512-BF16 (with AMX or
+ *     not) may run: a slot for their BF16 panels (made on first use,
+ *     conv_bf16.c).
  *   - everything else: the plain layout. */
 #include <stdlib.h>
 
@@ -33,8 +34,8 @@ cbx_status cpu_prepare_weight(const struct backend *be, struct weight_set *s, st
         }
         return CBX_OK;
     }
-#ifdef CONV_AMX
-    if ((role == WEIGHT_CONV1D || role == WEIGHT_CONV_TRANSPOSE1D) && cpu_features()->amx_bf16) {
+#ifdef CONV_BF16
+    if ((role == WEIGHT_CONV1D || role == WEIGHT_CONV_TRANSPOSE1D) && cpu_features()->avx512_bf16) {
         struct cpu_weight *w = calloc(1, sizeof *w);
         if (!w || pthread_mutex_init(&w->lock, NULL)) {
             free(w);

@@ -1,8 +1,9 @@
-/* conv_amx.c - conv1d / conv_transpose1d of the conv group on AMX-BF16
- * (see conv_kernels.h).
+/* conv_bf16.c - conv1d / conv_transpose1d of the conv group with BF16
+ * products on AMX-BF16 or, without AMX, AVX512-BF16 (see conv_kernels.h).
  *
- * Taken when the arena asks for BF16 products (arena_bf16) and AMX-BF16 is
- * ready (cpu_amx_ready), for one-group convs of stride 1:
+ * Taken when the arena asks for BF16 products (arena_bf16) and AMX-BF16
+ * (cpu_amx_ready) or AVX512-BF16 is ready, for one-group convs of
+ * stride 1:
  *   y[co][t] = bias[co] + sum over taps k and input channels ci of
  *              bf16(W[co][ci][k]) * bf16(xpad[ci][t + k*dil]),
  * operands rounded to nearest even, products and sums in FP32 on 16 x 16
@@ -21,8 +22,11 @@
  * columns and each pair of 16-channel output blocks, accumulates four
  * C tiles (2 column halves x 2 channel blocks: each A and B load feeds two
  * products) over all (k, cb), transposes them back to [co][t] and adds the
- * bias. Error: each product carries the two operands' bf16 rounding
- * (<= 2^-8 of |x w|, both together); see core_conv_amx.
+ * bias. Without AMX the same sums over the same layouts come from
+ * bf16dp_8x32 (bf16_dp_avx512.h), 8 columns x 32 channels a call over all
+ * (k, cb), into the same [t][co] buffer. Error: each product carries the
+ * two operands' bf16 rounding (<= 2^-8 of |x w|, both together); see
+ * core_conv_bf16.
  * conv_transpose1d (stride u, dilation 1, one group, u <= K) is the same
  * kernel once per output phase r in [0, u): outputs o = m*u + r - padding
  * take taps k = r + u*j at input m - j only, a stride-1 conv of x with the
@@ -36,12 +40,13 @@
 #include "conv_kernels.h"
 #include "cpu_weight.h"
 
-#ifdef CONV_AMX
+#ifdef CONV_BF16
 #include <immintrin.h>
 #include <pthread.h>
 #include <stdlib.h>
 
 #include "avx512_tr16.h"
+#include "bf16_dp_avx512.h"
 
 #define AB_TB 256  /* most output columns per task (a multiple of 32) */
 #define AB_MAX_PH 16 /* most phases (transposed-conv stride) */
@@ -62,6 +67,7 @@ struct ab_job {
     uint16_t *xw;            /* per thread [ncb][lw][32] bf16 */
     enum pad_mode mode;
     int64_t T, tout, cin, cout, ncb, nco, dil, ostep, lw, tb, n_tb, n_cg, cbg, B, nph;
+    bool amx;                /* tile products, else bf16dp_8x32 */
     struct ab_phase ph[AB_MAX_PH];
 };
 
@@ -217,14 +223,15 @@ TGTAMX static void ab_pack_x(const struct ab_job *j, int64_t b, int64_t c0, int6
     }
 }
 
-/* A stored C tile tile[t][co] (16 x 16) -> y[co][t * ystep] for co < nr,
- * t < nt, plus bias (ldy: floats between y's rows). */
-TGTAMX static void ab_store(const float *tile, float *y, int64_t ldy, int64_t ystep,
+/* A stored C tile tile[t][co] (16 x 16, rows ldt floats apart) ->
+ * y[co][t * ystep] for co < nr, t < nt, plus bias (ldy: floats between y's
+ * rows). */
+TGTAMX static void ab_store(const float *tile, int64_t ldt, float *y, int64_t ldy, int64_t ystep,
                             const float *bias, int nr, int64_t nt)
 {
     if (nt <= 0 || nr <= 0) return;
     __m512i v[16];
-    for (int i = 0; i < 16; i++) v[i] = _mm512_load_si512(tile + 16 * i);
+    for (int i = 0; i < 16; i++) v[i] = _mm512_load_si512(tile + ldt * i);
     avx512_tr16(v);
     __mmask16 m = (__mmask16)(nt >= 16 ? 0xffffu : (1u << nt) - 1);
     __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
@@ -245,11 +252,51 @@ static const struct amx_tilecfg ab_cfg __attribute__((aligned(64))) = {
     .rows = {16, 16, 16, 16, 16, 16, 16, 16},
 };
 
+/* The four C tiles of 32 columns (A rows of xa) x 32 channels (B tiles
+ * of wb; 16 when !two) over all (k, cb) -> tmp (tile (h, q) at h * 512 +
+ * q * 256) */
+TGTAMX static void ab_block_amx(const struct ab_job *j, const uint16_t *xa, const uint16_t *wb, int64_t K,
+                                bool two, float *tmp)
+{
+    const int64_t dil32 = j->dil * 32, lw32 = j->lw * 32, wstep = j->nco * 512;
+    _tile_zero(0);
+    _tile_zero(2);
+    if (two) {
+        _tile_zero(1);
+        _tile_zero(3);
+    }
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t cb = 0; cb < j->ncb; cb++) {
+            const uint16_t *pa = xa + cb * lw32 + k * dil32;
+            const uint16_t *pw = wb + (k * j->ncb + cb) * wstep;
+            _tile_loadd(4, pa, 64);
+            _tile_loadd(5, pa + 512, 64);
+            _tile_loadd(6, pw, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(2, 5, 6);
+            if (two) {
+                _tile_loadd(7, pw + 512, 64);
+                _tile_dpbf16ps(1, 4, 7);
+                _tile_dpbf16ps(3, 5, 7);
+            }
+        }
+    _tile_stored(0, tmp, 64);
+    _tile_stored(2, tmp + 512, 64);
+    if (two) {
+        _tile_stored(1, tmp + 256, 64);
+        _tile_stored(3, tmp + 768, 64);
+    }
+}
+
 /* Tasks: (phase, batch item, column block, group of out-channel blocks). */
 TGTAMX static void ab_run(void *ctx, int64_t i0, int64_t i1, int ith)
 {
     const struct ab_job *j = ctx;
-    _tile_loadconfig(&ab_cfg);
+    if (j->amx) _tile_loadconfig(&ab_cfg);
+    /* C of 32 columns x 32 channels: four 16 x 16 tiles (AMX: tile (h, q)
+     * of column half h, channel block q at h * 512 + q * 256, rows 16
+     * apart) or one [32][32] block (rows 32 apart, (h, q) at h * 512 +
+     * q * 16) */
     float tmp[4 * 256] __attribute__((aligned(64)));
     float *rows = j->rows + ith * 32 * j->lw;
     uint16_t *xw = j->xw + ith * j->ncb * j->lw * 32;
@@ -266,53 +313,30 @@ TGTAMX static void ab_run(void *ctx, int64_t i0, int64_t i1, int ith)
             for (int64_t cob = cb0; cob < cb1; cob += 2) {
                 const uint16_t *xa = xw + t * 32, *wb = ph->wp + cob * 512;
                 bool two = cob + 1 < cb1;
-                _tile_zero(0);
-                _tile_zero(2);
-                if (two) {
-                    _tile_zero(1);
-                    _tile_zero(3);
-                }
-                for (int64_t k = 0; k < K; k++)
-                    for (int64_t cb = 0; cb < j->ncb; cb++) {
-                        const uint16_t *pa = xa + cb * lw32 + k * dil32;
-                        const uint16_t *pw = wb + (k * j->ncb + cb) * wstep;
-                        _tile_loadd(4, pa, 64);
-                        _tile_loadd(5, pa + 512, 64);
-                        _tile_loadd(6, pw, 64);
-                        _tile_dpbf16ps(0, 4, 6);
-                        _tile_dpbf16ps(2, 5, 6);
-                        if (two) {
-                            _tile_loadd(7, pw + 512, 64);
-                            _tile_dpbf16ps(1, 4, 7);
-                            _tile_dpbf16ps(3, 5, 7);
-                        }
-                    }
-                _tile_stored(0, tmp, 64);
-                _tile_stored(2, tmp + 512, 64);
-                if (two) {
-                    _tile_stored(1, tmp + 256, 64);
-                    _tile_stored(3, tmp + 768, 64);
-                }
+                if (j->amx) ab_block_amx(j, xa, wb, K, two, tmp);
+                else /* pairs: taps k (outer), channel blocks cb, 16 pairs each */
+                    for (int g = 0; g < 4; g++)
+                        bf16dp_8x32(tmp + 8 * g * 32, 32, false, xa + 8 * g * 32, 32, lw32, dil32,
+                                    j->ncb, K, wb, wstep, 512, two ? 2 : 1);
                 for (int q = 0; q < (two ? 2 : 1); q++) {
                     int64_t co0 = (cob + q) * 16;
                     int nr = (int)min64(16, j->cout - co0);
                     float *y = j->out + (b * j->cout + co0) * j->tout + ph->o0 + (t0 + t) * j->ostep;
                     const float *bias = j->bias ? j->bias + co0 : NULL;
-                    ab_store(tmp + q * 256, y, j->tout, j->ostep, bias, nr, tc - t);
-                    ab_store(tmp + 512 + q * 256, y + 16 * j->ostep, j->tout, j->ostep, bias, nr,
+                    const int64_t ldt = j->amx ? 16 : 32, qo = j->amx ? 256 : 16;
+                    ab_store(tmp + q * qo, ldt, y, j->tout, j->ostep, bias, nr, tc - t);
+                    ab_store(tmp + 512 + q * qo, ldt, y + 16 * j->ostep, j->tout, j->ostep, bias, nr,
                              tc - t - 16);
                 }
             }
         }
     }
-    _tile_release();
+    if (j->amx) _tile_release();
 }
 
-static bool ab_ready(struct arena *a)
-{
-    return arena_bf16(a) && cpu_amx_ready() && cpu_features()->amx_bf16 &&
-           cpu_features()->avx512_bf16 && cpu_features()->avx512bw;
-}
+static bool ab_ready(struct arena *a) { return arena_bf16(a) && cpu_avx512_bf16_ready(); }
+
+static bool ab_amx(void) { return cpu_amx_ready() && cpu_features()->amx_bf16; }
 
 /* Blocking and scratch of j (phases set), then the run. */
 static void ab_launch(struct arena *a, struct ab_job *j)
@@ -340,7 +364,7 @@ static void ab_launch(struct arena *a, struct ab_job *j)
     tp_parallel_for(tp, outer * j->n_tb * j->n_cg, 1, ab_run, j);
 }
 
-bool conv_conv1d_amx(struct arena *a, struct tensor *out, const struct tensor *x,
+bool conv_conv1d_bf16(struct arena *a, struct tensor *out, const struct tensor *x,
                      const struct tensor *wt, const float *w, const float *bias,
                      const struct conv1d_params *p, int64_t B)
 {
@@ -349,7 +373,7 @@ bool conv_conv1d_amx(struct arena *a, struct tensor *out, const struct tensor *x
     struct ab_job j = {
         .x = x, .bias = bias, .out = out->data, .mode = p->pad_mode, .T = x->ne[n - 1],
         .tout = out->ne[n - 1], .cin = x->ne[n - 2], .cout = wt->ne[0], .dil = p->dilation,
-        .ostep = 1, .B = B, .nph = 1,
+        .ostep = 1, .B = B, .nph = 1, .amx = ab_amx(),
     };
     j.ncb = (j.cin + 31) / 32;
     j.nco = (j.cout + 15) / 16;
@@ -361,7 +385,7 @@ bool conv_conv1d_amx(struct arena *a, struct tensor *out, const struct tensor *x
     return true;
 }
 
-bool conv_convt_amx(struct arena *a, struct tensor *out, const struct tensor *x,
+bool conv_convt_bf16(struct arena *a, struct tensor *out, const struct tensor *x,
                     const struct tensor *wt, const float *w, const float *bias,
                     const struct conv_transpose1d_params *p, int64_t B)
 {
@@ -373,7 +397,7 @@ bool conv_convt_amx(struct arena *a, struct tensor *out, const struct tensor *x,
     struct ab_job j = {
         .x = x, .bias = bias, .out = out->data, .mode = PAD_ZERO, .T = x->ne[n - 1],
         .tout = out->ne[n - 1], .cin = x->ne[n - 2], .cout = wt->ne[1], .dil = 1, .ostep = u,
-        .B = B, .nph = u,
+        .B = B, .nph = u, .amx = ab_amx(),
     };
     j.ncb = (j.cin + 31) / 32;
     j.nco = (j.cout + 15) / 16;

@@ -1,6 +1,7 @@
-/* test_conv_amx.c - the AMX-BF16 conv1d and conv_transpose1d paths of
- * src/core/cpu/conv.c (taken when the arena asks for BF16 products and
- * AMX-BF16 is ready).
+/* test_conv_bf16.c - the BF16 conv1d and conv_transpose1d paths of
+ * src/core/cpu/conv.c (conv_bf16.c; taken when the arena asks for BF16
+ * products), on each engine this machine has: AMX-BF16 tiles, then
+ * VDPBF16PS with AMX forbidden (cpu_set_amx).
  *
  * At HiFT-like shapes (kernels 3/7/11, dilations 1/3/5, channels that are
  * not multiples of 16 or 32, odd T, batches 1 and 2, bias, views; the
@@ -18,8 +19,9 @@
  *     error (max abs / max |ref|) must stay below 2e-5 (measured ~1e-6);
  *     operands truncated instead of rounded, or a tap or channel out of
  *     place, exceed it by orders of magnitude.
- * Without the hint the same cpu conv is the F32 path (core_conv). Where
- * the CPU or OS lack AMX-BF16 the test says so and passes unchecked. */
+ * Without the hint the same cpu conv is the F32 path (core_conv). An
+ * engine the CPU or OS lack is named as not checked; with neither the test
+ * says so and passes unchecked. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -180,18 +182,9 @@ static void convt_case(int64_t B, int64_t cin, int64_t cout, int64_t K, int64_t 
     check_case(what, B, cin, cout, K, T, view, bias, NULL, &tp);
 }
 
-int main(void)
+static void run_cases(void)
 {
-    const struct cpu_features *f = cpu_features();
-    if (!cpu_amx_ready() || !f->amx_bf16 || !f->avx512_bf16) {
-        printf("AMX-BF16 not usable on this machine (amx_bf16 %d, avx512_bf16 %d, cpu_amx_ready %d):"
-               " the AMX conv1d path is not taken, nothing to test\n",
-               f->amx_bf16, f->avx512_bf16, cpu_amx_ready());
-        return 0;
-    }
-    if (!op_arenas_open()) return test_summary();
     seed = 7;
-    arena_set_bf16(ac, true);
     /* HiFT ResBlocks of the three stages (256/128/64 channels), kernels
      * 3/7/11 with dilations 1/3/5, odd T (column tails) */
     conv_case(1, 256, 256, 3, 1071, 1, 0, true, PAD_ZERO, false);
@@ -216,6 +209,30 @@ int main(void)
     convt_case(2, 40, 17, 4, 29, 4, 0, 0, 1, false);
     convt_case(1, 33, 50, 9, 51, 3, 7, 2, 0, true);
     convt_case(0, 64, 32, 3, 20, 1, 1, 0, 0, true);
+}
+
+int main(void)
+{
+    const struct cpu_features *f = cpu_features();
+    if (!cpu_avx512_bf16_ready()) {
+        printf("AVX512-BF16 not usable on this machine (avx512_bf16 %d, level %s): the BF16 conv1d"
+               " path is not taken, nothing to test\n",
+               f->avx512_bf16, cpu_level_name(cpu_level()));
+        return 0;
+    }
+    if (!op_arenas_open()) return test_summary();
+    arena_set_bf16(ac, true);
+    for (int e = 0; e < 2; e++) { /* AMX tiles, then VDPBF16PS */
+        cpu_set_amx(e == 0);
+        const char *name = e == 0 ? "AMX-BF16" : "AVX512-BF16";
+        if (e == 0 && !(cpu_amx_ready() && f->amx_bf16)) {
+            printf("%s: not on this machine, not checked\n", name);
+            continue;
+        }
+        printf("engine %s\n", name);
+        run_cases();
+    }
+    cpu_set_amx(true);
     op_arenas_close();
     return test_summary();
 }

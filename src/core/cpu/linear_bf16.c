@@ -1,10 +1,12 @@
-/* linear_amx_bf16.c - op_linear with BF16 products on AMX-BF16 (see
- * linear_bf16.h), for the cpu op_linear when the arena asks for BF16
- * products (S3Gen's estimator linears: M ~ 1000 frames).
+/* linear_bf16.c - op_linear with BF16 products (see linear_bf16.h), for
+ * the cpu op_linear when the arena asks for BF16 products (S3Gen's
+ * estimator linears: M ~ 1000 frames), on AMX-BF16 or, without AMX, on
+ * AVX512-BF16 (bf16_dp_avx512.h).
  *
- * y[M, N] = bf16(x) @ bf16(w)^T + b, one TDPBF16PS chain per 16 x 16
- * output tile over the whole K (FP32 sums in the tile; no per-block
- * epilogue as on the AMX-INT8 quantised GEMM).
+ * y[M, N] = bf16(x) @ bf16(w)^T + b, FP32 sums over the whole K: on AMX
+ * one TDPBF16PS chain per 16 x 16 output tile (no per-block epilogue as on
+ * the AMX-INT8 quantised GEMM); without AMX the same sums of the same
+ * operand layouts by bf16dp_8x32, 8 rows x 32 columns at a time.
  *  1. x (any view) is rounded to BF16 once per call (RNE, vcvtne2ps2bf16)
  *     into xb, Mp rows of Kp (M and K rounded up to 32, zeros past M and
  *     K) Kp + XPAD apart: the A tiles are 16 rows of it, 64 bytes (32 K)
@@ -24,7 +26,7 @@
  *     Packed q4_0 / q8_0 (linear_kernels.h): a group is 16 columns and
  *     its dword vectors already hold one dword per row, so the pairs come
  *     out column-interleaved without a transpose.
- *  3. Per 32 rows x 32 columns: tiles A0, A1 (rows), B0, B1 (columns),
+ *  3. Per 32 rows x 32 columns (AMX): tiles A0, A1 (rows), B0, B1 (columns),
  *     four C accumulators, K in steps of 32, in chunks of KC steps over
  *     the panel's column pairs (the sums parked in a per-thread buffer
  *     between chunks, exactly: FP32 tile stores and loads), so a chunk of
@@ -32,21 +34,23 @@
  *     CPU time, one thread, q4_0, noisy machine); the C tiles then go to
  *     y through that buffer with the bias added (row and column tails
  *     masked). Row or column blocks of 16 or fewer use 1 x 2 / 2 x 1 /
- *     1 x 1 tiles.
+ *     1 x 1 tiles. Without AMX each K chunk of a 32 x 32 block is four
+ *     (two for 16 rows or fewer) bf16dp_8x32 calls, the sums parked in the
+ *     same buffer.
  * Error: each product carries both operands' bf16 rounding (<= 2^-9 each,
- * relative); the FP32 sums differ from sgemm's only in order. See
- * core_linear_amx_bf16.
+ * relative); the FP32 sums differ from sgemm's only in order (and between
+ * the two engines only in order). See core_linear_bf16.
  * Invariants:
- *  1. Every pool job loads the (static, see amx_tilecfg.h) tile
+ *  1. On AMX every pool job loads the (static, see amx_tilecfg.h) tile
  *     configuration itself and releases the tiles before returning.
  *  2. Padded rows of x, columns of w and K past the end are exact zeros
  *     in both operands, so padded products add nothing. */
 #include "linear_bf16.h"
 
-#include <pthread.h>
 #include <string.h>
 
 #include "../cpu_features.h"
+#include "bf16_dp_avx512.h"
 #include "cpu_weight.h"
 #include "linear_kernels.h"
 
@@ -54,6 +58,11 @@
  * AMX-INT8 quantised GEMM: 0.5x at 16 rows, 0.8x at 32, 1.0x at 48, 1.05x
  * at 64, 1.2x at 128 (the panel dequantised for few row tiles) */
 int linear_bf16_min_rows = 64;
+/* bench_kernels linear_bf16, q4_0, 2 threads, AMD EPYC (Zen 4, no AMX):
+ * the quantised GEMM's VNNI int8 products ran 500-590 GFLOP/s at the
+ * estimator's and T3 prefill's shapes, this GEMM on VDPBF16PS 380-410
+ * (0.67-0.79x), so without AMX q4_0 / q8_0 weights are left to it */
+bool linear_bf16_quant_dp = false;
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -80,21 +89,15 @@ enum {
     CBS = 32 * 32 + 16,
 };
 
-static bool bf16_ok;
-static pthread_once_t bf16_once = PTHREAD_ONCE_INIT;
-
-static void bf16_detect(void)
+/* AMX-BF16 (AVX512-BF16 for the conversions) or, without it, AVX512-BF16;
+ * asked at each call: the level may be lowered or AMX forbidden since */
+static bool use_amx(void)
 {
     const struct cpu_features *f = cpu_features();
-    bf16_ok = cpu_amx_ready() && f->amx_bf16 && f->avx512_bf16 && f->avx512bw && f->avx512vl &&
-              f->f16c;
+    return cpu_amx_ready() && f->amx_bf16 && cpu_avx512_bf16_ready() && f->f16c;
 }
 
-bool linear_bf16_available(void)
-{
-    pthread_once(&bf16_once, bf16_detect);
-    return bf16_ok && cpu_amx_ready(); /* the level may have been lowered since */
-}
+bool linear_bf16_available(void) { return use_amx() || (cpu_avx512_bf16_ready() && cpu_features()->f16c); }
 
 bool linear_bf16_supported(const struct tensor *w)
 {
@@ -105,7 +108,7 @@ bool linear_bf16_supported(const struct tensor *w)
         if (k > 1 && w->nb[1] != (int64_t)dtype_traits(w->type)->size) return false;
         break;
     case TYPE_Q4_0: case TYPE_Q8_0:
-        if (k % QK) return false;
+        if (k % QK || (!linear_bf16_quant_dp && !use_amx())) return false;
         if (cpu_weight_is(w, CPU_WEIGHT_GEMV16)) return k % 64 == 0 && w->nb[0] == (int64_t)dtype_row_size(w->type, k);
         break;
     default: return false;
@@ -151,6 +154,7 @@ struct bjob {
     char *tmp;                    /* per thread: thread_bytes(kp) */
     size_t tmp_bytes;
     int64_t mch, mblocks_per_ch;  /* items: panel * mch + chunk */
+    bool amx;                     /* tile products, else bf16dp_8x32 */
 };
 
 /* 32 floats -> 32 BF16 (RNE) in order: dword p = elements 2p, 2p + 1 */
@@ -404,6 +408,17 @@ TGT static void block(const struct bjob *j, const uint16_t *wp, int64_t r0, int 
     _tile_stored(3, cb + 16 * 32 + 16, 128);
 }
 
+/* block without AMX: the same sums into cb, 8 rows at a time (rows of xb
+ * past m are zeros up to the 32-row block) */
+TGT static void block_dp(const struct bjob *j, const uint16_t *wp, int64_t r0, int rows, int c,
+                         bool one_col, float *cb, int64_t s0, int64_t ks)
+{
+    const int64_t bstep = NCB * 512;
+    for (int g = 0; g < rows; g += 8)
+        bf16dp_8x32(cb + 32 * g, 32, s0 > 0, j->xb + (r0 + g) * j->ldb + 32 * s0, j->ldb, 32, 0,
+                    ks - s0, 1, wp + c * 512 + s0 * bstep, bstep, 512, one_col ? 1 : 2);
+}
+
 TGT static void run_items(void *ctx, int64_t i0, int64_t i1, int ith)
 {
     const struct bjob *j = ctx;
@@ -411,7 +426,7 @@ TGT static void run_items(void *ctx, int64_t i0, int64_t i1, int ith)
     uint16_t *wp = (uint16_t *)t;
     float *cb = (float *)(t + round64((size_t)(NP * j->kp) * 2));
     __asm__ volatile("" ::: "memory");
-    _tile_loadconfig(&cfg);
+    if (j->amx) _tile_loadconfig(&cfg);
     for (int64_t it = i0; it < i1; it++) {
         int64_t p = it / j->mch, ch = it % j->mch;
         int64_t cols_left = j->n - p * NP;
@@ -434,13 +449,14 @@ TGT static void run_items(void *ctx, int64_t i0, int64_t i1, int ith)
                 int64_t s1 = s0 + KC < j->ks ? s0 + KC : j->ks;
                 for (int c = 0; c < ncb; c += 2) {
                     int bc = cols - 16 * c < 32 ? cols - 16 * c : 32;
-                    block(j, wp, r0, rows, c, bc <= 16, cb + CBS / 2 * c, s0, s1);
+                    if (j->amx) block(j, wp, r0, rows, c, bc <= 16, cb + CBS / 2 * c, s0, s1);
+                    else block_dp(j, wp, r0, rows, c, bc <= 16, cb + CBS / 2 * c, s0, s1);
                     if (s1 == j->ks) store_block(j, cb + CBS / 2 * c, r0, rows, p * NP + 16 * c, bc);
                 }
             }
         }
     }
-    _tile_release();
+    if (j->amx) _tile_release();
 }
 
 void linear_bf16_gemm(struct threadpool *tp, const struct tensor *x, const struct tensor *w,
@@ -454,6 +470,7 @@ void linear_bf16_gemm(struct threadpool *tp, const struct tensor *x, const struc
         .wd = w->data, .ws = w->nb[0],
         .pk_rows = cpu_weight_is(w, CPU_WEIGHT_GEMV16) ? n / LINEAR_PK_ROWS * LINEAR_PK_ROWS : 0,
         .bias = bias, .bias_stride = bias_stride, .y = y, .epi = e, .tmp_bytes = thread_bytes(kp),
+        .amx = use_amx(),
     };
     char *sp = scratch;
     j.xb = (uint16_t *)sp;
@@ -474,7 +491,7 @@ void linear_bf16_gemm(struct threadpool *tp, const struct tensor *x, const struc
     tp_parallel_for(tp, np * j.mch, 1, run_items, &j);
 }
 
-#else /* no AMX-BF16 kernels on this platform: op_linear never takes the path */
+#else /* no BF16 kernels on this platform: op_linear never takes the path */
 
 bool linear_bf16_available(void) { return false; }
 bool linear_bf16_supported(const struct tensor *w) { (void)w; return false; }

@@ -1,5 +1,7 @@
-/* test_linear_amx_bf16.c - op_linear's AMX-BF16 path (core/cpu/linear_bf16.h),
- * taken on the cpu backend when the arena asks for BF16 products.
+/* test_linear_bf16.c - op_linear's BF16 path (core/cpu/linear_bf16.h), taken
+ * on the cpu backend when the arena asks for BF16 products, on each engine
+ * this machine has: AMX-BF16 tiles, then VDPBF16PS with AMX forbidden
+ * (cpu_set_amx).
  *
  * Weights F32, F16, BF16, Q8_0, Q4_0 and q4_0 / q8_0 packed by linear_pack;
  * rows of x 1..3, 15, 16, 17, 33, 40, 50, 70, 100, 1000 (linear_bf16_min_rows
@@ -16,13 +18,18 @@
  *  2. against sum x^ w^ + b in double (the F32 product): each product
  *     carries both operands' rounding (<= 2^-9 each), so |err| <=
  *     (2^-8 + 2^-12) S' + 1e-6 |b|, S' = sum |x^ w^| (2^-12 S' for the
- *     FP32 sums, as core_conv_amx);
+ *     FP32 sums, as core_conv_bf16);
  *  3. the F32 op_linear result (arena without the hint: sgemm / dot with
  *     F32 x for float weights, asserted with the bound of 2; the Q8_0-x
  *     quantised GEMM for q4_0 / q8_0, whose own error is not bounded by
  *     it: printed only).
  * Max abs, rel (max abs / max |ref|) and worst error / bound are printed.
- * Where the CPU or OS lack AMX-BF16 the test says so and passes unchecked. */
+ * Without AMX, q4_0 / q8_0 weights go to the quantised GEMM even with the
+ * hint (checked bit for bit against the call without it), and the cases
+ * then run with linear_bf16_quant_dp set, so the VDPBF16PS GEMM is checked
+ * on every weight type.
+ * An engine the CPU or OS lack is named as not checked; with neither the
+ * test says so and passes unchecked. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,25 +161,39 @@ out:
     free(wf); free(wd); free(xs); free(bb); free(y); free(yf); free(w0); free(wp);
 }
 
-int main(void)
+/* Without AMX and linear_bf16_quant_dp off, q4_0 / q8_0 weights take the
+ * quantised GEMM with the hint too: the same output as without it, bit for
+ * bit (the hint must not route them to the slower VDPBF16PS GEMM). */
+static void check_quant_default(void)
 {
-    if (!linear_bf16_available()) {
-        const struct cpu_features *f = cpu_features();
-        printf("AMX-BF16 not usable here (amx_bf16 %d, avx512_bf16 %d, cpu_amx_ready %d): op_linear "
-               "never takes the BF16 path, nothing to test\n",
-               f->amx_bf16, f->avx512_bf16, cpu_amx_ready());
-        return 0;
+    const int64_t m = 100, n = 80, k = 256, wne[2] = {n, k}, xne[2] = {m, k};
+    const enum dtype types[2] = {TYPE_Q4_0, TYPE_Q8_0};
+    for (int ti = 0; ti < 2; ti++) {
+        const size_t wrow = dtype_row_size(types[ti], k);
+        float *wf = malloc((size_t)(n * k) * sizeof *wf), *xv = malloc((size_t)(m * k) * sizeof *xv);
+        char *w0 = malloc(wrow * (size_t)n);
+        if (!wf || !xv || !w0) {
+            CHECK(0, "out of memory");
+        } else {
+            fill_uniform(wf, (size_t)(n * k), -1, 1, 21);
+            fill_uniform(xv, (size_t)(m * k), -3, 3, 22);
+            for (int64_t r = 0; r < n; r++) quantize_row(types[ti], wf + r * k, w0 + (size_t)r * wrow, k);
+            struct tensor w = tensor_make(types[ti], 2, wne, w0, NULL);
+            struct tensor x = tensor_make(TYPE_F32, 2, xne, xv, NULL);
+            arena_reset(ab);
+            arena_reset(af);
+            struct tensor *y1 = op_linear(ab, &x, &w, NULL), *y2 = op_linear(af, &x, &w, NULL);
+            CHECK(!linear_bf16_supported(&w) && y1 && y2 && !memcmp(y1->data, y2->data, (size_t)(m * n) * 4),
+                  "%s without AMX: the quantised GEMM with the hint too, bit for bit", dtype_name(types[ti]));
+        }
+        free(wf);
+        free(xv);
+        free(w0);
     }
-    cpu = backend_cpu_create(2);
-    ab = cpu ? arena_create(cpu, 0) : NULL;
-    af = cpu ? arena_create(cpu, 0) : NULL;
-    if (!ab || !af) {
-        CHECK(0, "backend/arena creation");
-        return test_summary();
-    }
-    arena_set_bf16(ab, true);
-    const int min_rows = linear_bf16_min_rows;
-    linear_bf16_min_rows = 1;
+}
+
+static void run_cases(void)
+{
     uint64_t seed = 11;
     const enum dtype types[5] = {TYPE_F32, TYPE_F16, TYPE_BF16, TYPE_Q8_0, TYPE_Q4_0};
     const int64_t rows[8] = {1, 2, 3, 15, 16, 17, 33, 100};
@@ -191,6 +212,43 @@ int main(void)
         check_case(t, packed, 70, packed ? 17 : 5, quant ? 64 : 40, true, quant ? 64 : 40, false,
                    seed += 3); /* one column block, or one packed group + a row */
     }
+}
+
+int main(void)
+{
+    const struct cpu_features *f = cpu_features();
+    if (!linear_bf16_available()) {
+        printf("neither AMX-BF16 nor AVX512-BF16 usable here (amx_bf16 %d, avx512_bf16 %d, "
+               "cpu_amx_ready %d): op_linear never takes the BF16 path, nothing to test\n",
+               f->amx_bf16, f->avx512_bf16, cpu_amx_ready());
+        return 0;
+    }
+    cpu = backend_cpu_create(2);
+    ab = cpu ? arena_create(cpu, 0) : NULL;
+    af = cpu ? arena_create(cpu, 0) : NULL;
+    if (!ab || !af) {
+        CHECK(0, "backend/arena creation");
+        return test_summary();
+    }
+    arena_set_bf16(ab, true);
+    const int min_rows = linear_bf16_min_rows;
+    linear_bf16_min_rows = 1;
+    for (int e = 0; e < 2; e++) { /* AMX tiles, then VDPBF16PS */
+        cpu_set_amx(e == 0);
+        const char *name = e == 0 ? "AMX-BF16" : "AVX512-BF16";
+        if (e == 0 ? !(cpu_amx_ready() && f->amx_bf16) : !linear_bf16_available()) {
+            printf("%s: not on this machine, not checked\n", name);
+            continue;
+        }
+        printf("engine %s\n", name);
+        if (e == 1) { /* quantised weights: the default routing, then the kernel itself */
+            check_quant_default();
+            linear_bf16_quant_dp = true;
+        }
+        run_cases();
+        linear_bf16_quant_dp = false;
+    }
+    cpu_set_amx(true);
     printf("worst err/bound: bf16-operand ref %.3f, f32 ref %.3f, f32 op_linear (float weights) %.3f\n",
            worst_tight, worst_loose, worst_f32op);
     /* below the threshold the hint changes nothing: the F32 paths, bit for bit */

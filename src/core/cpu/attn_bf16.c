@@ -1,4 +1,5 @@
-/* attn_amx.c - attention with AMX-BF16 tile products (see attn_amx.h).
+/* attn_bf16.c - attention with BF16 products on AMX-BF16 tiles or, without
+ * AMX, AVX512-BF16 (bf16_dp_avx512.h) (see attn_bf16.h).
  *
  * For the S3Gen estimator's and encoder's long bidirectional attention
  * (8 heads x 64, T ~ 1000) when the arena's BF16 hint is set. Two passes:
@@ -22,6 +23,9 @@
  *     visible key up to the 32-key step;
  *     O[32, D] = P.V, two rows x two 16-dim columns of C tiles per pass,
  *     32 keys per step; y = O / l.
+ *     Without AMX the two products are bf16dp_8x32 calls over the same
+ *     layouts: S 8 rows x 32 keys (all D) at a time, O 8 rows x 32 dims
+ *     (all keys); the softmax and the rest as above.
  * The whole score row of a block is kept (no online rescaling), so O stays
  * in tiles until the end: S is 32 x Tk F32 (128 KiB at Tk = 1000) and P
  * half that, in L2 with the packed K and V of the head.
@@ -30,9 +34,10 @@
  *     -inf) has l = 0, a zero P row and a zero output (ops_nn.c, 2).
  *  2. P is zero at every key a row may not see and past Tk, and the packed
  *     K and V are zero past Tk, so padded products add exact zeros.
- *  3. Every pool job loads the tile configuration itself and releases the
- *     tiles before returning (the pool's threads run other AMX kernels). */
-#include "attn_amx.h"
+ *  3. On AMX every pool job loads the tile configuration itself and
+ *     releases the tiles before returning (the pool's threads run other
+ *     AMX kernels). */
+#include "attn_bf16.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -42,6 +47,7 @@
 #include "../cpu_features.h"
 #include "../threadpool.h"
 #include "amx_tilecfg.h"
+#include "bf16_dp_avx512.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -70,6 +76,7 @@ struct actx {
     uint16_t *kp, *vp; /* packed K and V, kpad * D each per (b, kv head) */
     char *scratch;
     size_t per_thread; /* bytes */
+    bool amx;          /* tile products, else bf16dp_8x32 */
 };
 
 /* 16 floats -> 16 BF16 (round to nearest even) as 16-bit lanes */
@@ -218,18 +225,109 @@ TGT static float softmax_row(float *s, const char *br, int64_t bs, int64_t lim, 
     return _mm512_reduce_add_ps(sum);
 }
 
-/* mx[r] = max(mx[r], lanes km of the 16 scores at s + r * lds), r < QB */
-TGT static inline void chunk_max(__m512 *mx, const float *s, int64_t lds, __m512 ninf, __mmask16 km)
+/* mx[r] = max(mx[r], lanes km of the 16 scores at s + r * lds), r < nr */
+TGT static inline void chunk_max(__m512 *mx, const float *s, int64_t lds, __m512 ninf, __mmask16 km,
+                                 int nr)
 {
-    for (int r = 0; r < QB; r++)
+    for (int r = 0; r < nr; r++)
         mx[r] = _mm512_max_ps(mx[r], _mm512_mask_blend_ps(km, ninf, _mm512_loadu_ps(s + r * lds)));
+}
+
+/* S[32][0, 16 nk16) = Q.K^T on tiles: tmm0..3 Q (rows 0-15 / 16-31 x dims
+ * 0-31 / 32-63), tmm4, tmm5 K, tmm6, tmm7 S rows 0-15 / 16-31; with
+ * fuse, the row maxima of each chunk of visible keys (< kend) into mx */
+TGT static void qk_amx(const uint16_t *Q, const uint16_t *kp, int64_t D, int64_t nk16, float *S,
+                       int64_t lds, bool fuse, __m512 *mx, int64_t kend)
+{
+    const int64_t nd = D / 32;
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    _tile_loadd(0, Q, D * 2);
+    _tile_loadd(2, Q + 16 * D, D * 2);
+    if (nd == 2) {
+        _tile_loadd(1, Q + 32, D * 2);
+        _tile_loadd(3, Q + 16 * D + 32, D * 2);
+    }
+    for (int64_t c16 = 0; c16 < nk16; c16++) {
+        const uint16_t *kt = kp + c16 * nd * 512;
+        _tile_zero(6);
+        _tile_zero(7);
+        _tile_loadd(4, kt, 64);
+        _tile_dpbf16ps(6, 0, 4);
+        _tile_dpbf16ps(7, 2, 4);
+        if (nd == 2) {
+            _tile_loadd(5, kt + 512, 64);
+            _tile_dpbf16ps(6, 1, 5);
+            _tile_dpbf16ps(7, 3, 5);
+        }
+        _tile_stored(6, S + c16 * 16, lds * 4);
+        _tile_stored(7, S + 16 * lds + c16 * 16, lds * 4);
+        if (fuse) chunk_max(mx, S + c16 * 16, lds, ninf, lanes(kend - c16 * 16), QB);
+    }
+}
+
+/* qk_amx without AMX, for the first 8 ng rows: 8 rows x 32 keys (K tiles
+ * c16, c16 + 1; the second is there, zero past Tk, as nk16 <= kpad / 16
+ * rounded up to even) a bf16dp_8x32 call */
+TGT static void qk_dp(const uint16_t *Q, const uint16_t *kp, int64_t D, int64_t nk16, float *S,
+                      int64_t lds, bool fuse, __m512 *mx, int64_t kend, int ng)
+{
+    const int64_t nd = D / 32;
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    for (int64_t c16 = 0; c16 < nk16; c16 += 2) {
+        for (int g = 0; g < ng; g++)
+            bf16dp_8x32(S + 8 * g * lds + c16 * 16, lds, false, Q + 8 * g * D, D, 32, 0, nd, 1,
+                        kp + c16 * nd * 512, 512, nd * 512, 2);
+        for (int64_t h = c16; fuse && h < c16 + 2 && h < nk16; h++)
+            chunk_max(mx, S + h * 16, lds, ninf, lanes(kend - h * 16), 8 * ng);
+    }
+}
+
+/* O[32][D] = P.V over nk32 32-key steps on tiles: tmm0..3 O (rows 0-15 /
+ * 16-31 x dims e*16 / e*16 + 16), tmm4, tmm5 P rows 0-15 / 16-31, tmm6,
+ * tmm7 V */
+TGT static void pv_amx(const uint16_t *P, int64_t ldp, const uint16_t *vp, int64_t D, int64_t nk32,
+                       float *O)
+{
+    const int64_t nd16 = D / 16;
+    for (int64_t e = 0; e < nd16; e += 2) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int64_t c32 = 0; c32 < nk32; c32++) {
+            const uint16_t *vt = vp + (c32 * nd16 + e) * 512;
+            _tile_loadd(4, P + c32 * 32, ldp * 2);
+            _tile_loadd(5, P + 16 * ldp + c32 * 32, ldp * 2);
+            _tile_loadd(6, vt, 64);
+            _tile_loadd(7, vt + 512, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        }
+        _tile_stored(0, O + e * 16, D * 4);
+        _tile_stored(1, O + e * 16 + 16, D * 4);
+        _tile_stored(2, O + 16 * D + e * 16, D * 4);
+        _tile_stored(3, O + 16 * D + e * 16 + 16, D * 4);
+    }
+}
+
+/* pv_amx without AMX, for the first 8 ng rows: 8 rows x 32 dims (V tiles
+ * e, e + 1) a bf16dp_8x32 call over every key pair */
+TGT static void pv_dp(const uint16_t *P, int64_t ldp, const uint16_t *vp, int64_t D, int64_t nk32,
+                      float *O, int ng)
+{
+    const int64_t nd16 = D / 16;
+    for (int64_t e = 0; e < nd16; e += 2)
+        for (int g = 0; g < ng; g++)
+            bf16dp_8x32(O + 8 * g * D + e * 16, D, false, P + 8 * g * ldp, ldp, 32, 0, nk32, 1,
+                        vp + e * 512, nd16 * 512, 512, 2);
 }
 
 TGT static void attn_blocks(void *c, int64_t it0, int64_t it1, int ith)
 {
     const struct actx *x = c;
     const int64_t D = x->D, Tq = x->Tq, Tk = x->Tk, lds = x->lds, ldp = x->ldp;
-    const int64_t nd = D / 32;
     char *w = x->scratch + (size_t)ith * x->per_thread;
     uint16_t *Q = (uint16_t *)w;                   /* [QB][D] */
     float *O = (float *)(Q + QB * D);              /* [QB][D] */
@@ -242,7 +340,7 @@ TGT static void attn_blocks(void *c, int64_t it0, int64_t it1, int ith)
     const bool fuse = !x->bias && !x->causal;
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     __asm__ volatile("" ::: "memory");
-    _tile_loadconfig(&cfg);
+    if (x->amx) _tile_loadconfig(&cfg);
     for (int64_t it = it0; it < it1; it++) {
         int64_t qbi = it % x->nqb, bh = it / x->nqb, h = bh % x->Hq, b = bh / x->Hq;
         int64_t hk = h / x->group, i0 = qbi * QB;
@@ -267,33 +365,12 @@ TGT static void attn_blocks(void *c, int64_t it0, int64_t it1, int ith)
             for (int64_t d = 0; d < D; d += 16)
                 _mm256_storeu_si256((__m256i *)(qd + d), bf16x16(_mm512_mul_ps(_mm512_loadu_ps(qr + d), sc)));
         }
-        /* S = Q.K^T: tmm0..3 Q (rows 0-15 / 16-31 x dims 0-31 / 32-63),
-         * tmm4, tmm5 K, tmm6, tmm7 S rows 0-15 / 16-31 */
         const uint16_t *kp = x->kp + (b * x->Hk + hk) * x->kpad * D;
         const uint16_t *vp = x->vp + (b * x->Hk + hk) * x->kpad * D;
-        _tile_loadd(0, Q, D * 2);
-        _tile_loadd(2, Q + 16 * D, D * 2);
-        if (nd == 2) {
-            _tile_loadd(1, Q + 32, D * 2);
-            _tile_loadd(3, Q + 16 * D + 32, D * 2);
-        }
+        const int ng = (nq + 7) / 8; /* 8-row groups without AMX */
         for (int r = 0; r < QB; r++) mx[r] = ninf;
-        for (int64_t c16 = 0; c16 < nk16; c16++) {
-            const uint16_t *kt = kp + c16 * nd * 512;
-            _tile_zero(6);
-            _tile_zero(7);
-            _tile_loadd(4, kt, 64);
-            _tile_dpbf16ps(6, 0, 4);
-            _tile_dpbf16ps(7, 2, 4);
-            if (nd == 2) {
-                _tile_loadd(5, kt + 512, 64);
-                _tile_dpbf16ps(6, 1, 5);
-                _tile_dpbf16ps(7, 3, 5);
-            }
-            _tile_stored(6, S + c16 * 16, lds * 4);
-            _tile_stored(7, S + 16 * lds + c16 * 16, lds * 4);
-            if (fuse) chunk_max(mx, S + c16 * 16, lds, ninf, lanes(kend - c16 * 16));
-        }
+        if (x->amx) qk_amx(Q, kp, D, nk16, S, lds, fuse, mx, kend);
+        else qk_dp(Q, kp, D, nk16, S, lds, fuse, mx, kend, ng);
         /* softmax per row; rows past Tq get zero P */
         for (int r = 0; r < QB; r++) {
             if (r >= nq) {
@@ -307,30 +384,8 @@ TGT static void attn_blocks(void *c, int64_t it0, int64_t it1, int ith)
             l[r] = softmax_row(S + r * lds, br, x->bnb[3], lim, kp32, P + r * ldp,
                                fuse ? &mx[r] : NULL);
         }
-        /* O = P.V: tmm0..3 O (rows 0-15 / 16-31 x dims e*16 / e*16 + 16),
-         * tmm4, tmm5 P rows 0-15 / 16-31, tmm6, tmm7 V */
-        const int64_t nk32 = kp32 / 32, nd16 = D / 16;
-        for (int64_t e = 0; e < nd16; e += 2) {
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
-            for (int64_t c32 = 0; c32 < nk32; c32++) {
-                const uint16_t *vt = vp + (c32 * nd16 + e) * 512;
-                _tile_loadd(4, P + c32 * 32, ldp * 2);
-                _tile_loadd(5, P + 16 * ldp + c32 * 32, ldp * 2);
-                _tile_loadd(6, vt, 64);
-                _tile_loadd(7, vt + 512, 64);
-                _tile_dpbf16ps(0, 4, 6);
-                _tile_dpbf16ps(1, 4, 7);
-                _tile_dpbf16ps(2, 5, 6);
-                _tile_dpbf16ps(3, 5, 7);
-            }
-            _tile_stored(0, O + e * 16, D * 4);
-            _tile_stored(1, O + e * 16 + 16, D * 4);
-            _tile_stored(2, O + 16 * D + e * 16, D * 4);
-            _tile_stored(3, O + 16 * D + e * 16 + 16, D * 4);
-        }
+        if (x->amx) pv_amx(P, ldp, vp, D, kp32 / 32, O);
+        else pv_dp(P, ldp, vp, D, kp32 / 32, O, ng);
         for (int r = 0; r < nq; r++) {
             float *y = y0 + r * D;
             if (l[r] > 0) {
@@ -342,15 +397,16 @@ TGT static void attn_blocks(void *c, int64_t it0, int64_t it1, int ith)
             }
         }
     }
-    _tile_release();
+    if (x->amx) _tile_release();
 }
+
+/* AMX-BF16 (and AVX512-BF16 for the conversions) */
+static bool use_amx(void) { return cpu_amx_ready() && cpu_features()->amx_bf16 && cpu_avx512_bf16_ready(); }
 
 static bool usable(struct arena *a, const struct tensor *q, const struct tensor *k,
                    const struct tensor *v)
 {
-    if (!arena_bf16(a) || !cpu_amx_ready()) return false;
-    const struct cpu_features *f = cpu_features();
-    if (!f->amx_bf16 || !f->avx512_bf16 || !f->avx512bw || !f->avx512vl) return false;
+    if (!arena_bf16(a) || !cpu_avx512_bf16_ready()) return false;
     const int64_t D = q->ne[3];
     return k->type == TYPE_F32 && v->type == TYPE_F32 && q->type == TYPE_F32 &&
            (D == 32 || D == 64) && q->ne[2] >= MIN_TQ && k->ne[2] > 0 &&
@@ -358,7 +414,7 @@ static bool usable(struct arena *a, const struct tensor *q, const struct tensor 
            v->nb[3] == (int64_t)sizeof(float);
 }
 
-bool attn_amx(struct arena *a, struct tensor *out, const struct tensor *q,
+bool attn_bf16(struct arena *a, struct tensor *out, const struct tensor *q,
               const struct tensor *k, const struct tensor *v, const struct tensor *bias,
               const struct attn_params *p)
 {
@@ -368,7 +424,7 @@ bool attn_amx(struct arena *a, struct tensor *out, const struct tensor *q,
     struct actx c = {
         .q = q->data, .k = k->data, .v = v->data, .bias = bias ? bias->data : NULL,
         .out = out->data, .B = q->ne[0], .Hq = q->ne[1], .Hk = k->ne[1], .Tq = q->ne[2],
-        .Tk = k->ne[2], .D = q->ne[3], .scale = p->scale, .causal = p->causal,
+        .Tk = k->ne[2], .D = q->ne[3], .scale = p->scale, .causal = p->causal, .amx = use_amx(),
     };
     for (int d = 0; d < 3; d++) {
         c.qnb[d] = q->nb[d];
@@ -400,7 +456,7 @@ bool attn_amx(struct arena *a, struct tensor *out, const struct tensor *q,
 
 #else
 
-bool attn_amx(struct arena *a, struct tensor *out, const struct tensor *q,
+bool attn_bf16(struct arena *a, struct tensor *out, const struct tensor *q,
               const struct tensor *k, const struct tensor *v, const struct tensor *bias,
               const struct attn_params *p)
 {
