@@ -105,6 +105,7 @@ void prefix_store_model_id(const struct t3_model *m, uint8_t id[PREFIX_STORE_ID_
     /* the kernels that computed it: results differ between CPU families */
     hash_u64(&s, (uint64_t)cpu_level());
     hash_u64(&s, cpu_amx_ready());
+    hash_u64(&s, cpu_avx512_bf16_ready());
     const struct t3_backbone *g = &m->tfmr;
     hash_u64(&s, (uint64_t)g->arch);
     hash_u64(&s, (uint64_t)g->kv_type);

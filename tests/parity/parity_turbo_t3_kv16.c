@@ -12,7 +12,8 @@
  *     was not used); for scale, the step-0 logit difference between the
  *     Q4_0 and the F32 weights (both F32 caches) is printed too;
  *   - reduced-precision products in the prefill (t3_model.bf16, set for
- *     quantised weights) vs without: on CPUs with AMX-BF16 (BF16 operands)
+ *     quantised weights) vs without: on CPUs with AVX512-BF16 (BF16
+ *     operands in the attention, and in the linears too with AMX-BF16)
  *     and on the cuda backend (TF32 tensor-core GEMMs) the step-0 logits
  *     differ (the path is used) by at most MAX_BF16_SHARE of the
  *     difference the Q4_0 weights themselves make (printed); elsewhere
@@ -28,7 +29,7 @@
 #include <string.h>
 
 #include "core/backend.h"
-#include "core/cpu/linear_bf16.h"
+#include "core/cpu_features.h"
 #include "io/model_file.h"
 #include "io/npy.h"
 #include "t3/t3.h"
@@ -83,16 +84,18 @@ int main(void)
         }
         printf("step 0 (after the prefill): max |dlogit| F16 vs F32 cache %.3g; BF16 vs quantised-dot prefill "
                "%.3g; Q4_0 vs F32 weights %.3g\n", d0, d0b, d0w);
-        /* reduced-precision products: BF16 with AMX-BF16 on the cpu
-         * backend, TF32 on cuda; elsewhere the flag must change nothing */
-        const bool bf16 = cpu->host ? linear_bf16_available() : true;
+        /* reduced-precision products: BF16 attention with AVX512-BF16
+         * (BF16 linears too with AMX-BF16) on the cpu backend, TF32 on
+         * cuda; elsewhere the flag must change nothing */
+        const bool bf16 = cpu->host ? cpu_avx512_bf16_ready() : true;
         if (bf16)
             CHECK(d0b > 0 && d0b <= MAX_BF16_SHARE * d0w, "BF16 prefill moves the logits by %.3g (Q4_0: %.3g)", d0b,
                   d0w);
         else
-            CHECK(d0b == 0, "no AMX-BF16 on this CPU, yet the BF16 flag moves the logits by %.3g", d0b);
+            CHECK(d0b == 0, "no AVX512-BF16 on this CPU, yet the BF16 flag moves the logits by %.3g", d0b);
         printf("BF16 prefill products: %s\n", !bf16     ? "not available on this CPU (flag inert: checked)"
-                                             : cpu->host ? "AMX-BF16 (checked above)"
+                                             : cpu->host ? (cpu_amx_ready() ? "AMX-BF16 (checked above)"
+                                                                            : "AVX512-BF16 (checked above)")
                                                          : "TF32 on the GPU (checked above)");
     }
     if (ok) {
