@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/backend.h"
+#include "core/cpu_features.h"
 #include "core/ops.h"
 #include "core/rng.h"
 #include "io/audio.h"
@@ -385,4 +386,25 @@ struct engine_model *test_load_engine_t3(const char *dir, const char *backend, i
     cbx_status rc = engine_model_load(dir, &lp, &em, err);
     CHECK(rc == CBX_OK, "%s: load %s: %s", label, dir, err);
     return rc == CBX_OK ? em : NULL;
+}
+
+bool test_bf16_engine(int e)
+{
+    cpu_set_amx(e == 0);
+    const char *name = e == 0 ? "AMX-BF16" : "AVX512-BF16";
+    if (!cpu_avx512_bf16_ready() || (e == 0 && !(cpu_amx_ready() && cpu_features()->amx_bf16))) {
+        printf("%s: not on this machine, not checked\n", name);
+        return false;
+    }
+    printf("engine %s\n", name);
+    return true;
+}
+
+bool test_bf16_usable(const char *what)
+{
+    if (cpu_avx512_bf16_ready()) return true;
+    printf("AVX512-BF16 not usable on this machine (avx512_bf16 %d, level %s): the BF16 %s path is not "
+           "taken, nothing to test\n",
+           cpu_features()->avx512_bf16, cpu_level_name(cpu_level()), what);
+    return false;
 }

@@ -132,6 +132,16 @@ void *test_host_bytes(const struct tensor *t);
  * a). Model code takes inputs on the backend it computes with. */
 struct tensor *test_upload(struct arena *a, const struct tensor *h);
 
+/* The BF16 kernels' engines, for tests that check each one this machine
+ * has: e = 0 AMX-BF16 tiles, e = 1 VDPBF16PS with AMX forbidden. Sets
+ * cpu_set_amx(e == 0) and prints "engine NAME", or "NAME: not on this
+ * machine, not checked" and returns false. cpu_set_amx(true) afterwards
+ * restores the default. */
+bool test_bf16_engine(int e);
+/* Whether AVX512-BF16 is usable (the BF16 kernels need it with or without
+ * AMX); if not, prints that the BF16 path of what is not taken. */
+bool test_bf16_usable(const char *what);
+
 int test_summary(void);
 
 #endif

@@ -252,13 +252,7 @@ out:
 
 int main(void)
 {
-    const struct cpu_features *f = cpu_features();
-    if (!cpu_avx512_bf16_ready()) {
-        printf("AVX512-BF16 not usable on this machine (avx512_bf16 %d, level %s): the BF16"
-               " attention path is not taken, nothing to test\n",
-               f->avx512_bf16, cpu_level_name(cpu_level()));
-        return 0;
-    }
+    if (!test_bf16_usable("attention")) return 0;
     struct backend *cpu = backend_cpu_create(2);
     ac = cpu ? arena_create(cpu, 16 << 20) : NULL;
     ar = arena_create(backend_ref(), 16 << 20);
@@ -277,16 +271,9 @@ int main(void)
         {1, 4, 4, 97, 113, 32, false, 1, false},   /* D 32 */
         {1, 2, 2, 16, 1, 64, false, 0, false},     /* one key */
     };
-    for (int e = 0; e < 2; e++) { /* AMX tiles, then VDPBF16PS */
-        cpu_set_amx(e == 0);
-        const char *name = e == 0 ? "AMX-BF16" : "AVX512-BF16";
-        if (e == 0 && !(cpu_amx_ready() && f->amx_bf16)) {
-            printf("%s: not on this machine, not checked\n", name);
-            continue;
-        }
-        printf("engine %s\n", name);
-        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
-    }
+    for (int e = 0; e < 2; e++) /* AMX tiles, then VDPBF16PS */
+        if (test_bf16_engine(e))
+            for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
     cpu_set_amx(true);
     arena_free(ac);
     arena_free(ar);

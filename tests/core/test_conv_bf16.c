@@ -213,25 +213,11 @@ static void run_cases(void)
 
 int main(void)
 {
-    const struct cpu_features *f = cpu_features();
-    if (!cpu_avx512_bf16_ready()) {
-        printf("AVX512-BF16 not usable on this machine (avx512_bf16 %d, level %s): the BF16 conv1d"
-               " path is not taken, nothing to test\n",
-               f->avx512_bf16, cpu_level_name(cpu_level()));
-        return 0;
-    }
+    if (!test_bf16_usable("conv1d")) return 0;
     if (!op_arenas_open()) return test_summary();
     arena_set_bf16(ac, true);
-    for (int e = 0; e < 2; e++) { /* AMX tiles, then VDPBF16PS */
-        cpu_set_amx(e == 0);
-        const char *name = e == 0 ? "AMX-BF16" : "AVX512-BF16";
-        if (e == 0 && !(cpu_amx_ready() && f->amx_bf16)) {
-            printf("%s: not on this machine, not checked\n", name);
-            continue;
-        }
-        printf("engine %s\n", name);
-        run_cases();
-    }
+    for (int e = 0; e < 2; e++) /* AMX tiles, then VDPBF16PS */
+        if (test_bf16_engine(e)) run_cases();
     cpu_set_amx(true);
     op_arenas_close();
     return test_summary();

@@ -216,13 +216,7 @@ static void run_cases(void)
 
 int main(void)
 {
-    const struct cpu_features *f = cpu_features();
-    if (!linear_bf16_available()) {
-        printf("neither AMX-BF16 nor AVX512-BF16 usable here (amx_bf16 %d, avx512_bf16 %d, "
-               "cpu_amx_ready %d): op_linear never takes the BF16 path, nothing to test\n",
-               f->amx_bf16, f->avx512_bf16, cpu_amx_ready());
-        return 0;
-    }
+    if (!test_bf16_usable("op_linear")) return 0;
     cpu = backend_cpu_create(2);
     ab = cpu ? arena_create(cpu, 0) : NULL;
     af = cpu ? arena_create(cpu, 0) : NULL;
@@ -234,13 +228,7 @@ int main(void)
     const int min_rows = linear_bf16_min_rows;
     linear_bf16_min_rows = 1;
     for (int e = 0; e < 2; e++) { /* AMX tiles, then VDPBF16PS */
-        cpu_set_amx(e == 0);
-        const char *name = e == 0 ? "AMX-BF16" : "AVX512-BF16";
-        if (e == 0 ? !(cpu_amx_ready() && f->amx_bf16) : !linear_bf16_available()) {
-            printf("%s: not on this machine, not checked\n", name);
-            continue;
-        }
-        printf("engine %s\n", name);
+        if (!test_bf16_engine(e)) continue;
         if (e == 1) { /* quantised weights: the default routing, then the kernel itself */
             check_quant_default();
             linear_bf16_quant_dp = true;
