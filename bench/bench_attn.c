@@ -118,7 +118,8 @@ static void bench_attention(const struct attn_case *c)
         }
     cpu_set_level(CPU_AVX512);
     arena_set_bf16(ar, false);
-    const char *pn[2] = {c->bf16 ? "amx-bf16" : "avx512", c->bf16 ? "f32" : "avx2"};
+    const char *bf16_name = cpu_amx_ready() && cpu_features()->amx_bf16 ? "amx-bf16" : "avx512-bf16";
+    const char *pn[2] = {c->bf16 ? bf16_name : "avx512", c->bf16 ? "f32" : "avx2"};
     double us[2], best[2];
     for (int path = 0; path < 2; path++) {
         struct bench_stats s = bench_stats(v + path * opt.reps, opt.reps);
@@ -133,14 +134,12 @@ static void bench_attention(const struct attn_case *c)
         bench_emit(c->name, type, shape, 4, opt.threads, opt.reps, "us", s,
                    path == 0 ? pn[1] : NULL, path == 0 ? us[1] : 0);
     }
-    const struct cpu_features *f = cpu_features();
     fprintf(stderr, "%-8s %-6s H%-2lld Tq%-5lld Tk%-5lld D%lld  us median (p10): %s %8.1f (%8.1f),"
             " %s %8.1f (%8.1f); %s %6.1f GFLOP/s, %5.1f GB/s K+V; speed-up %.2fx%s\n",
             c->name, c->type, (long long)c->H, (long long)c->Tq, (long long)c->Tk, (long long)c->D,
             pn[0], us[0], best[0], pn[1], us[1], best[1], pn[0], flops / us[0] * 1e-3,
             kv_bytes / us[0] * 1e-3, us[0] > 0 ? us[1] / us[0] : 0,
-            c->bf16 && !cpu_avx512_bf16_ready() ? " (AVX512-BF16 not usable: both F32)"
-            : c->bf16 && !(cpu_amx_ready() && f->amx_bf16) ? " (AVX512-BF16 products, no AMX)" : "");
+            c->bf16 && !cpu_avx512_bf16_ready() ? " (AVX512-BF16 not usable: both F32)" : "");
     free(kv); free(qh); free(bh); free(v);
 }
 
