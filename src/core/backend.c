@@ -236,8 +236,12 @@ bool backend_compatible(const struct backend *be, const struct backend *other)
 void backend_describe(char *buf, size_t n)
 {
     size_t k = 0;
-    int w = snprintf(buf, n, "cpu   yes  %d threads, %s%s, f32 products: %s\n", tp_default_threads(),
-                     cpu_level_name(cpu_level()), cpu_amx_ready() ? " + AMX" : "", cpu_sgemm_name());
+    const char *bf16 = cpu_amx_ready() && cpu_features()->amx_bf16 ? "AMX-BF16"
+                       : cpu_avx512_bf16_ready()                      ? "AVX512-BF16"
+                                                                      : "none (F32)";
+    int w = snprintf(buf, n, "cpu   yes  %d threads, %s%s, f32 products: %s, bf16 products: %s\n",
+                     tp_default_threads(), cpu_level_name(cpu_level()), cpu_amx_ready() ? " + AMX" : "",
+                     cpu_sgemm_name(), bf16);
     if (w > 0) k = (size_t)w < n ? (size_t)w : n;
 #ifdef CBX_HAVE_CUDA
     const int nd = backend_cuda_device_count();
