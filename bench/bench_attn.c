@@ -118,7 +118,7 @@ static void bench_attention(const struct attn_case *c)
         }
     cpu_set_level(CPU_AVX512);
     arena_set_bf16(ar, false);
-    const char *bf16_name = cpu_amx_ready() && cpu_features()->amx_bf16 ? "amx-bf16" : "avx512-bf16";
+    const char *bf16_name = cpu_amx_bf16_ready() ? "amx-bf16" : "avx512-bf16";
     const char *pn[2] = {c->bf16 ? bf16_name : "avx512", c->bf16 ? "f32" : "avx2"};
     double us[2], best[2];
     for (int path = 0; path < 2; path++) {

@@ -526,7 +526,7 @@ static void bench_dotx(void)
 /* ---- conv1d ------------------------------------------------------------ */
 
 /* the engine of the BF16 kernels now: AMX tiles or VDPBF16PS */
-static const char *bf16_engine(void) { return cpu_amx_ready() && cpu_features()->amx_bf16 ? "amx" : "avx512bf16"; }
+static const char *bf16_engine(void) { return cpu_amx_bf16_ready() ? "amx" : "avx512bf16"; }
 
 
 static void bench_conv1d(void)

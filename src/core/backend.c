@@ -236,7 +236,7 @@ bool backend_compatible(const struct backend *be, const struct backend *other)
 void backend_describe(char *buf, size_t n)
 {
     size_t k = 0;
-    const char *bf16 = cpu_amx_ready() && cpu_features()->amx_bf16 ? "AMX-BF16"
+    const char *bf16 = cpu_amx_bf16_ready() ? "AMX-BF16"
                        : cpu_avx512_bf16_ready()                      ? "AVX512-BF16"
                                                                       : "none (F32)";
     int w = snprintf(buf, n, "cpu   yes  %d threads, %s%s, f32 products: %s, bf16 products: %s\n",

@@ -140,3 +140,5 @@ bool cpu_avx512_bf16_ready(void)
 {
     return cpu_features()->avx512_bf16 && cpu_level() >= CPU_AVX512;
 }
+
+bool cpu_amx_bf16_ready(void) { return cpu_amx_ready() && cpu_features()->amx_bf16 && cpu_avx512_bf16_ready(); }

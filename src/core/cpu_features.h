@@ -47,6 +47,10 @@ void cpu_set_amx(bool allow);
 /* AVX512-BF16 for kernels (VDPBF16PS, VCVTNE2PS2BF16): avx512_bf16 with
  * the CPU_AVX512 level in use. */
 bool cpu_avx512_bf16_ready(void);
+/* The BF16 kernels' engine is AMX tiles: cpu_amx_ready() with AMX-BF16
+ * and cpu_avx512_bf16_ready() (their conversions); else, with AVX512-BF16
+ * alone, VDPBF16PS. */
+bool cpu_amx_bf16_ready(void);
 /* "generic", "avx2", "avx512". */
 const char *cpu_level_name(enum cpu_level l);
 

@@ -400,9 +400,6 @@ TGT static void attn_blocks(void *c, int64_t it0, int64_t it1, int ith)
     if (x->amx) _tile_release();
 }
 
-/* AMX-BF16 (and AVX512-BF16 for the conversions) */
-static bool use_amx(void) { return cpu_amx_ready() && cpu_features()->amx_bf16 && cpu_avx512_bf16_ready(); }
-
 static bool usable(struct arena *a, const struct tensor *q, const struct tensor *k,
                    const struct tensor *v)
 {
@@ -424,7 +421,7 @@ bool attn_bf16(struct arena *a, struct tensor *out, const struct tensor *q,
     struct actx c = {
         .q = q->data, .k = k->data, .v = v->data, .bias = bias ? bias->data : NULL,
         .out = out->data, .B = q->ne[0], .Hq = q->ne[1], .Hk = k->ne[1], .Tq = q->ne[2],
-        .Tk = k->ne[2], .D = q->ne[3], .scale = p->scale, .causal = p->causal, .amx = use_amx(),
+        .Tk = k->ne[2], .D = q->ne[3], .scale = p->scale, .causal = p->causal, .amx = cpu_amx_bf16_ready(),
     };
     for (int d = 0; d < 3; d++) {
         c.qnb[d] = q->nb[d];

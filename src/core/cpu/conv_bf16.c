@@ -336,8 +336,6 @@ TGTAMX static void ab_run(void *ctx, int64_t i0, int64_t i1, int ith)
 
 static bool ab_ready(struct arena *a) { return arena_bf16(a) && cpu_avx512_bf16_ready(); }
 
-static bool ab_amx(void) { return cpu_amx_ready() && cpu_features()->amx_bf16; }
-
 /* Blocking and scratch of j (phases set), then the run. */
 static void ab_launch(struct arena *a, struct ab_job *j)
 {
@@ -373,7 +371,7 @@ bool conv_conv1d_bf16(struct arena *a, struct tensor *out, const struct tensor *
     struct ab_job j = {
         .x = x, .bias = bias, .out = out->data, .mode = p->pad_mode, .T = x->ne[n - 1],
         .tout = out->ne[n - 1], .cin = x->ne[n - 2], .cout = wt->ne[0], .dil = p->dilation,
-        .ostep = 1, .B = B, .nph = 1, .amx = ab_amx(),
+        .ostep = 1, .B = B, .nph = 1, .amx = cpu_amx_bf16_ready(),
     };
     j.ncb = (j.cin + 31) / 32;
     j.nco = (j.cout + 15) / 16;
@@ -397,7 +395,7 @@ bool conv_convt_bf16(struct arena *a, struct tensor *out, const struct tensor *x
     struct ab_job j = {
         .x = x, .bias = bias, .out = out->data, .mode = PAD_ZERO, .T = x->ne[n - 1],
         .tout = out->ne[n - 1], .cin = x->ne[n - 2], .cout = wt->ne[1], .dil = 1, .ostep = u,
-        .B = B, .nph = u, .amx = ab_amx(),
+        .B = B, .nph = u, .amx = cpu_amx_bf16_ready(),
     };
     j.ncb = (j.cin + 31) / 32;
     j.nco = (j.cout + 15) / 16;

@@ -89,15 +89,9 @@ enum {
     CBS = 32 * 32 + 16,
 };
 
-/* AMX-BF16 (AVX512-BF16 for the conversions) or, without it, AVX512-BF16;
- * asked at each call: the level may be lowered or AMX forbidden since */
-static bool use_amx(void)
-{
-    const struct cpu_features *f = cpu_features();
-    return cpu_amx_ready() && f->amx_bf16 && cpu_avx512_bf16_ready() && f->f16c;
-}
-
-bool linear_bf16_available(void) { return use_amx() || (cpu_avx512_bf16_ready() && cpu_features()->f16c); }
+/* AMX tiles or VDPBF16PS (cpu_amx_bf16_ready), asked at each call: the
+ * level may be lowered or AMX forbidden since */
+bool linear_bf16_available(void) { return cpu_avx512_bf16_ready() && cpu_features()->f16c; }
 
 bool linear_bf16_supported(const struct tensor *w)
 {
@@ -108,7 +102,7 @@ bool linear_bf16_supported(const struct tensor *w)
         if (k > 1 && w->nb[1] != (int64_t)dtype_traits(w->type)->size) return false;
         break;
     case TYPE_Q4_0: case TYPE_Q8_0:
-        if (k % QK || (!linear_bf16_quant_dp && !use_amx())) return false;
+        if (k % QK || (!linear_bf16_quant_dp && !cpu_amx_bf16_ready())) return false;
         if (cpu_weight_is(w, CPU_WEIGHT_GEMV16)) return k % 64 == 0 && w->nb[0] == (int64_t)dtype_row_size(w->type, k);
         break;
     default: return false;
@@ -470,7 +464,7 @@ void linear_bf16_gemm(struct threadpool *tp, const struct tensor *x, const struc
         .wd = w->data, .ws = w->nb[0],
         .pk_rows = cpu_weight_is(w, CPU_WEIGHT_GEMV16) ? n / LINEAR_PK_ROWS * LINEAR_PK_ROWS : 0,
         .bias = bias, .bias_stride = bias_stride, .y = y, .epi = e, .tmp_bytes = thread_bytes(kp),
-        .amx = use_amx(),
+        .amx = cpu_amx_bf16_ready(),
     };
     char *sp = scratch;
     j.xb = (uint16_t *)sp;
