@@ -6,7 +6,11 @@
  * 60 text tokens and the two start tokens; for F32, Q8_0 and Q4_0 weights
  * of the synthetic t3_cfg checkpoint generated in memory. The batched step
  * reads every weight once for both rows, so the ratio shows what the second
- * row costs (target <= 1.3). Also the prefill itself.
+ * row costs (target <= 1.3). Also the prefill itself, and t3_seq_start's
+ * prefill after a voice prefix (text + start of speech) at 62 and 168
+ * text tokens: the CFG pair from a fresh prefix and from one kept across
+ * calls (which keeps the unconditional row's text positions, t3.c), one
+ * row (cfg_weight 0) as the baseline.
  * Usage: bench_cfg [--threads N] [--reps N] [--filter f32|q8_0|q4_0]. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +55,63 @@ static bool run(const struct t3_model *m, struct backend *cpu, const struct tens
     arena_free(a);
     arena_free(s0);
     arena_free(s1);
+    return ok;
+}
+
+/* t3_seq_start's prefill after the voice prefix pfx (text + start of
+ * speech; what a call with a kept prefix pays before its first token), as
+ * a CFG pair (cfg_weight 0.5) or one row (cfg_weight 0): seconds */
+static bool seq_prefill(const struct t3_model *m, struct backend *cpu, const struct t3_prefix *pfx,
+                        const int32_t *text, int n, float cfg_weight, double *t)
+{
+    char err[ERR_MAX] = "";
+    struct t3_gen_params p = t3_gen_default_params(m);
+    p.max_gen_len = 1;
+    p.cfg_weight = cfg_weight;
+    struct t3_seq *s = NULL;
+    const double t0 = bench_now();
+    cbx_status rc = t3_seq_start(m, cpu, NULL, pfx, text, n, &p, NULL, NULL, &s, err);
+    *t = bench_now() - t0;
+    t3_seq_free(s);
+    if (rc != CBX_OK) fprintf(stderr, "bench_cfg: %s\n", err);
+    return rc == CBX_OK;
+}
+
+/* The pair's prefill from a fresh prefix each time (*fresh: the prefix
+ * built outside the timing, nothing computed after it) and from one prefix
+ * kept across calls (*kept, after a warm-up call on it), and one row's
+ * (*one): milliseconds, medians over reps */
+static bool pair_prefill(const struct t3_model *m, struct backend *cpu, const struct t3_cond *c,
+                         const int32_t *text, int n, int reps, struct bench_stats *fresh, struct bench_stats *kept,
+                         struct bench_stats *one)
+{
+    char err[ERR_MAX] = "";
+    double *tf = calloc((size_t)reps, sizeof *tf), *tk = calloc((size_t)reps, sizeof *tk),
+           *t1 = calloc((size_t)reps, sizeof *t1);
+    struct t3_prefix *keep = NULL;
+    bool ok = tf && tk && t1 && t3_prefix_build(m, cpu, c, &keep, err) == CBX_OK;
+    double t;
+    ok = ok && seq_prefill(m, cpu, keep, text, n, 0.5f, &t); /* warm-up */
+    for (int r = 0; ok && r < reps; r++) {
+        struct t3_prefix *fp = NULL;
+        ok = t3_prefix_build(m, cpu, c, &fp, err) == CBX_OK && seq_prefill(m, cpu, fp, text, n, 0.5f, &t);
+        tf[r] = t * 1e3;
+        t3_prefix_free(fp);
+        ok = ok && seq_prefill(m, cpu, keep, text, n, 0.5f, &t);
+        tk[r] = t * 1e3;
+        ok = ok && seq_prefill(m, cpu, keep, text, n, 0.0f, &t);
+        t1[r] = t * 1e3;
+    }
+    if (!ok && err[0]) fprintf(stderr, "bench_cfg: %s\n", err);
+    if (ok) {
+        *fresh = bench_stats(tf, reps);
+        *kept = bench_stats(tk, reps);
+        *one = bench_stats(t1, reps);
+    }
+    t3_prefix_free(keep);
+    free(tf);
+    free(tk);
+    free(t1);
     return ok;
 }
 
@@ -121,6 +182,35 @@ int main(int argc, char **argv)
                     "steps x2.00) | prefill of %lld positions: %.0f / %.0f ms\n",
                     type, st1.median, st2.median, st2.median / st1.median, (long long)x1->ne[1], pp1.median,
                     pp2.median);
+        }
+        /* the prefill a call pays after a kept voice prefix, at the
+         * bench's text and at a long sentence's (168 tokens) */
+        static const int lens[] = {L, 168};
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0] && !status; li++) {
+            const int n = lens[li];
+            int32_t *tt = malloc(sizeof(int32_t) * (size_t)n);
+            struct bench_stats fr, kp, on;
+            if (!tt) {
+                status = 1;
+                break;
+            }
+            tt[0] = 255;
+            for (int i = 1; i < n - 1; i++) tt[i] = 3 + (i * 13) % 250;
+            tt[n - 1] = 0;
+            if (!pair_prefill(&m, cpu, &cond, tt, n, opt.reps, &fr, &kp, &on)) status = 1;
+            free(tt);
+            if (status) break;
+            const int64_t shape[1] = {n};
+            const char *type = dtype_name(types[ti]);
+            bench_emit("t3_seq_prefill_1row", type, shape, 1, opt.threads, opt.reps, "ms", on, NULL, 0);
+            bench_emit("t3_cfg_seq_prefill_fresh", type, shape, 1, opt.threads, opt.reps, "ms", fr,
+                       "t3_seq_prefill_1row", on.median);
+            bench_emit("t3_cfg_seq_prefill_kept", type, shape, 1, opt.threads, opt.reps, "ms", kp,
+                       "t3_seq_prefill_1row", on.median);
+            fprintf(stderr,
+                    "bench_cfg %-5s prefill after the voice prefix, %d text tokens: 1 row %.0f ms, CFG pair from "
+                    "a fresh prefix %.0f ms (x%.2f), from a kept one %.0f ms (x%.2f)\n",
+                    type, n, on.median, fr.median, fr.median / on.median, kp.median, kp.median / on.median);
         }
         free(s1);
         free(s2);

@@ -33,7 +33,9 @@ struct header {
     uint32_t n_speaker;               /* speaker_embed_size */
     int64_t n_prompt;
     uint32_t kv_type;                 /* enum dtype of the stored values */
-    uint32_t reserved;
+    uint32_t n_unc;                   /* positions of the unconditional
+                                       * tail after the values (t3.h;
+                                       * CFG models), 0: none */
     uint64_t payload_bytes;           /* everything after the header */
     uint64_t checksum;                /* payload_hash of the payload */
 };
@@ -166,8 +168,10 @@ static cbx_status parse(const void *data, size_t n, const uint8_t id[PREFIX_STOR
     if ((enum dtype)h.kv_type != g->kv_type) return bad(err, "values in another type than the model's cache");
     const size_t kvb = t3_backbone_kv_bytes(g, (int)h.n);
     if (!kvb) return bad(err, "values in an unexpected type");
-    const size_t want = sizeof(float) * (size_t)ns + sizeof(int32_t) * (size_t)h.n_prompt + kvb;
-    if (h.payload_bytes != want || n - sizeof h != want) return bad(err, "truncated or of the wrong size");
+    const size_t head = sizeof(float) * (size_t)ns + sizeof(int32_t) * (size_t)h.n_prompt;
+    if (h.payload_bytes < head + kvb || n - sizeof h != h.payload_bytes)
+        return bad(err, "truncated or of the wrong size");
+    const size_t want = h.payload_bytes, ub = want - head - kvb;
     const char *pl = (const char *)data + sizeof h;
     if (payload_hash(pl, want) != h.checksum) return bad(err, "checksum mismatch (corrupt)");
     if (memcmp(pl, c->speaker_emb, sizeof(float) * (size_t)ns) ||
@@ -175,10 +179,15 @@ static cbx_status parse(const void *data, size_t n, const uint8_t id[PREFIX_STOR
                                    sizeof(int32_t) * (size_t)c->n_prompt)))
         return bad(err, "made for another voice");
 
-    struct t3_prefix *p = calloc(1, sizeof *p);
+    struct t3_prefix *p = t3_prefix_new(m);
+    if (p && (h.n_unc > INT32_MAX || t3_prefix_unc_bytes(p, (int)h.n_unc) != ub ||
+              (ub == 0 && h.n_unc != 0))) {
+        t3_prefix_free(p);
+        return bad(err, "an unconditional tail of the wrong size");
+    }
     if (p) {
         /* in place: the caller's mapping (prefix_store_load); else a copy */
-        p->kv = in_place ? (void *)(pl + want - kvb) : malloc(kvb);
+        p->kv = in_place ? (void *)(pl + head) : malloc(kvb);
         p->speaker_emb = malloc(sizeof(float) * (size_t)ns);
         p->prompt_tokens = malloc(sizeof(int32_t) * (size_t)(c->n_prompt > 0 ? c->n_prompt : 1));
     }
@@ -194,8 +203,14 @@ static cbx_status parse(const void *data, size_t n, const uint8_t id[PREFIX_STOR
     p->emotion_adv = t3_has_emotion(m) ? c->emotion_adv : 0.0f;
     memcpy(p->speaker_emb, c->speaker_emb, sizeof(float) * (size_t)ns);
     if (c->n_prompt > 0) memcpy(p->prompt_tokens, c->prompt_tokens, sizeof(int32_t) * (size_t)c->n_prompt);
-    if (!in_place) memcpy(p->kv, pl + want - kvb, kvb);
+    if (!in_place) memcpy(p->kv, pl + head, kvb);
     p->bytes = sizeof *p + kvb + sizeof(float) * (size_t)ns + sizeof(int32_t) * (size_t)c->n_prompt;
+    cbx_status rc = h.n_unc ? t3_prefix_unc_put(p, (int)h.n_unc, pl + head + kvb, err) : CBX_OK;
+    if (rc != CBX_OK) {
+        if (in_place) p->kv = NULL; /* the caller's */
+        t3_prefix_free(p);
+        return rc;
+    }
     *out = p;
     return CBX_OK;
 }
@@ -310,13 +325,22 @@ cbx_status prefix_store_save(const char *dir, const uint8_t id[PREFIX_STORE_ID_S
     h.n_prompt = p->n_prompt;
     h.kv_type = (uint32_t)p->kv_type;
     const size_t sb = sizeof(float) * ns, pb = sizeof(int32_t) * (size_t)p->n_prompt;
-    h.payload_bytes = sb + pb + kvb;
-    /* the checksum covers the three parts as one run of bytes */
+    /* the unconditional tail as far as p keeps it now (blocks kept later
+     * are computed again by a process that loads this file) */
+    const int n_unc = t3_prefix_unc_len(p);
+    const size_t ub = t3_prefix_unc_bytes(p, n_unc);
+    h.n_unc = (uint32_t)n_unc;
+    h.payload_bytes = sb + pb + kvb + ub;
+    /* the checksum covers the parts as one run of bytes */
     char *pl = malloc(h.payload_bytes);
     if (!pl) return err_setf(err, CBX_ERR_NOMEM, "out of memory writing %s", path);
     memcpy(pl, p->speaker_emb, sb);
     if (pb) memcpy(pl + sb, p->prompt_tokens, pb);
     memcpy(pl + sb + pb, p->kv, kvb);
+    if (ub && (rc = t3_prefix_unc_get(p, n_unc, pl + sb + pb + kvb, err)) != CBX_OK) {
+        free(pl);
+        return rc;
+    }
     h.checksum = payload_hash(pl, h.payload_bytes);
 
     struct atomic_file af;

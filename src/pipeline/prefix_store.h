@@ -25,7 +25,11 @@
  * and the cache values, byte for byte as the KV cache holds them
  * (gpt2_kv_save: an F16 cache's file holds F16 values, half the bytes of
  * F32; a Q8_0 cache's, the default of quantised models, Q8_0 blocks, about
- * a quarter), so loading one is a copy. Files are written under
+ * a quarter), so loading one is a copy; for CFG models (English,
+ * multilingual) then the unconditional tail the prefix kept when it was
+ * saved (t3.h, t3_prefix.unc; header field n_unc, its positions), so a
+ * later process's CFG prefill runs the conditional row alone over texts
+ * that short (t3.c, "The unconditional tail"). Files are written under
  * a temporary name and renamed (io/atomic_file.h); a file that is short,
  * corrupt, for other sizes or for another model is refused with a message
  * (the engine then builds the prefix and overwrites it). The directory

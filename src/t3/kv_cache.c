@@ -185,18 +185,38 @@ static bool cache_ok(struct arena *a, const struct kv_cache *kv)
     return true;
 }
 
-cbx_status kv_cache_save(struct arena *a, const struct kv_cache *kv, int n, void *dst)
+cbx_status kv_cache_row(struct arena *a, const struct kv_cache *kv, int row, struct kv_cache *out)
 {
-    if (n < 0 || n > kv->n_past)
-        return arena_fail(a, CBX_ERR_INVALID_ARG, "kv cache: saving %d of %d cached positions", n, kv->n_past);
+    memset(out, 0, sizeof *out);
+    if (kv->group || row < 0 || row >= kv->n_rows)
+        return arena_fail(a, CBX_ERR_INTERNAL, "kv cache: no row %d of %d to view", row, kv->n_rows);
+    *out = *kv;
+    out->n_rows = 1;
+    out->exp = NULL;
+    out->at = out->len = NULL;
+    out->k = arena_alloc_host(a, sizeof *out->k * (size_t)kv->n_layer);
+    out->v = arena_alloc_host(a, sizeof *out->v * (size_t)kv->n_layer);
+    if (!out->k || !out->v) return arena_status(a);
+    for (int il = 0; il < kv->n_layer; il++) {
+        out->k[il] = op_slice(a, kv->k[il], 0, row, 1);
+        out->v[il] = op_slice(a, kv->v[il], 0, row, 1);
+    }
+    return arena_status(a);
+}
+
+cbx_status kv_cache_save_at(struct arena *a, const struct kv_cache *kv, int p0, int n, void *dst)
+{
+    if (p0 < 0 || n < 0 || p0 + n > kv->n_past)
+        return arena_fail(a, CBX_ERR_INVALID_ARG, "kv cache: saving positions [%d, %d) of %d cached", p0, p0 + n,
+                          kv->n_past);
     if (!cache_ok(a, kv)) return arena_status(a);
-    const size_t run = head_run(kv->type, kv->head_dim, n);
+    const size_t run = head_run(kv->type, kv->head_dim, n), skip = head_run(kv->type, kv->head_dim, p0);
     char *o = dst;
     for (int il = 0; il < kv->n_layer; il++)
         for (int s = 0; s < 2; s++) {
             const struct tensor *c = s ? kv->v[il] : kv->k[il];
             for (int h = 0; h < kv->n_head; h++, o += run) {
-                const char *src = (const char *)c->data + h * c->nb[1];
+                const char *src = (const char *)c->data + h * c->nb[1] + skip;
                 if (!c->be || c->be->host) memcpy(o, src, run);
                 else c->be->to_host(c->be, o, src, run);
             }
@@ -204,11 +224,17 @@ cbx_status kv_cache_save(struct arena *a, const struct kv_cache *kv, int n, void
     return CBX_OK;
 }
 
-cbx_status kv_cache_restore(struct arena *a, struct kv_cache *kv, int n, const void *src, bool on_backend)
+cbx_status kv_cache_save(struct arena *a, const struct kv_cache *kv, int n, void *dst)
 {
-    if (n < 0 || n > kv->capacity)
-        return arena_fail(a, CBX_ERR_INVALID_ARG, "kv cache: restoring %d positions into a cache of %d", n,
-                          kv->capacity);
+    return kv_cache_save_at(a, kv, 0, n, dst);
+}
+
+cbx_status kv_cache_restore_at(struct arena *a, struct kv_cache *kv, int p0, int n, const void *src,
+                               bool on_backend)
+{
+    if (p0 < 0 || n < 0 || p0 + n > kv->capacity)
+        return arena_fail(a, CBX_ERR_INVALID_ARG, "kv cache: restoring positions [%d, %d) into a cache of %d", p0,
+                          p0 + n, kv->capacity);
     if (!cache_ok(a, kv)) return arena_status(a);
     const struct backend *be = kv->k[0]->be;
     /* host memory into a host cache, or device memory into a device one:
@@ -217,19 +243,24 @@ cbx_status kv_cache_restore(struct arena *a, struct kv_cache *kv, int n, const v
     const bool direct = on_backend || (be && be->host);
     if (!be || (direct && !be->copy_2d))
         return arena_fail(a, CBX_ERR_INTERNAL, "kv cache: backend %s has no copy", be ? be->name : "(none)");
-    const size_t run = head_run(kv->type, kv->head_dim, n);
+    const size_t run = head_run(kv->type, kv->head_dim, n), skip = head_run(kv->type, kv->head_dim, p0);
     const char *in = src;
     for (int il = 0; il < kv->n_layer; il++)
         for (int s = 0; s < 2; s++, in += run * (size_t)kv->n_head) {
             struct tensor *c = s ? kv->v[il] : kv->k[il];
             for (int b = 0; b < kv->n_rows; b++) {
-                char *d = (char *)c->data + b * c->nb[0];
+                char *d = (char *)c->data + b * c->nb[0] + skip;
                 if (!direct)
                     for (int h = 0; h < kv->n_head; h++) be->from_host(be, d + h * c->nb[1], in + h * run, run);
                 else if (!be->copy_2d(be, d, (size_t)c->nb[1], in, run, run, (size_t)kv->n_head))
                     return arena_fail(a, CBX_ERR_INTERNAL, "kv cache: restoring on %s failed", be->name);
             }
         }
-    kv->n_past = n;
+    kv->n_past = p0 + n;
     return CBX_OK;
+}
+
+cbx_status kv_cache_restore(struct arena *a, struct kv_cache *kv, int n, const void *src, bool on_backend)
+{
+    return kv_cache_restore_at(a, kv, 0, n, src, on_backend);
 }

@@ -125,5 +125,18 @@ cbx_status kv_cache_save(struct arena *a, const struct kv_cache *kv, int n, void
  * them, no transfer, no synchronisation); host memory into a device cache
  * is one transfer per head. */
 cbx_status kv_cache_restore(struct arena *a, struct kv_cache *kv, int n, const void *src, bool on_backend);
+/* The same for positions [p0, p0 + n): kv_cache_save_at saves them as
+ * kv_cache_save lays out n positions; kv_cache_restore_at writes such a
+ * copy there in every row, and n_past becomes p0 + n. */
+cbx_status kv_cache_save_at(struct arena *a, const struct kv_cache *kv, int p0, int n, void *dst);
+cbx_status kv_cache_restore_at(struct arena *a, struct kv_cache *kv, int p0, int n, const void *src,
+                               bool on_backend);
+
+/* *out: row `row` of kv as a cache of one row of its own (views of kv's
+ * tensors, descriptors in arena a; no export, no fixed step), with kv's
+ * n_past. A forward over it writes that row alone, so the row may run
+ * ahead of the others (invariant 2 holds again once the owner sets
+ * kv->n_past for a forward over every row). Not for a group. */
+cbx_status kv_cache_row(struct arena *a, const struct kv_cache *kv, int row, struct kv_cache *out);
 
 #endif

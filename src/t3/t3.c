@@ -5,6 +5,8 @@
 #include "t3.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -494,9 +496,178 @@ void t3_workspace_set_pool(struct t3_workspace *w, struct arena_pool *p)
 
 /* ---- voice prefix ---------------------------------------------------------- */
 
+/* ---- the unconditional tail ----------------------------------------------
+ * In a CFG pair the unconditional row carries text_pos_emb[j] alone at
+ * text position j (spec/t3.md §6.1: its text embeddings are zeroed), after
+ * the same voice prefix as the conditional row. Its keys and values over
+ * the text thus depend on the voice and j, not on the text: a prefix keeps
+ * them once computed, and a pair's prefill restores them instead of running
+ * the unconditional row over the text (half of a CFG prefill's products).
+ * They are computed by blocks of UNC_BLOCK positions, block k over text
+ * positions [k UNC_BLOCK, (k + 1) UNC_BLOCK) (the last one cut at the end
+ * of the text position table) on top of the blocks before it. A block's
+ * forward has the same shapes and operands whatever the text, so a block is
+ * the same bit for bit whether it is computed for this call or was kept
+ * from an earlier one: an utterance's tokens never depend on what was said
+ * before in the voice. Rules: blocks are published in order, under mu,
+ * with n (release); blk[0, n) never change again and are read without the
+ * lock; a prefix keeps at most UNC_KEEP blocks (512 positions; a block of
+ * the 30-layer English / multilingual T3 is 2.1 MB with a Q8_0 cache, 7.9
+ * MB with an F32 one), later ones are computed for each call. */
+#define UNC_BLOCK 32
+#define UNC_KEEP 16
+struct t3_unc {
+    pthread_mutex_t mu;
+    atomic_int n;          /* blocks published */
+    void *blk[UNC_KEEP];   /* t3_backbone_kv_bytes(, UNC_BLOCK) bytes each, host */
+};
+
+struct t3_prefix *t3_prefix_new(const struct t3_model *m)
+{
+    struct t3_prefix *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->m = m;
+    if (m->order != T3_ORDER_CFG) return p;
+    if (!(p->unc = calloc(1, sizeof *p->unc)) || pthread_mutex_init(&p->unc->mu, NULL)) {
+        free(p->unc);
+        free(p);
+        return NULL;
+    }
+    atomic_init(&p->unc->n, 0);
+    return p;
+}
+
+/* Positions in block k of the unconditional tail of m. */
+static int unc_block_len(const struct t3_model *m, int k)
+{
+    const int64_t left = m->text_pos_emb->ne[0] - (int64_t)k * UNC_BLOCK;
+    return (int)(left < UNC_BLOCK ? left : UNC_BLOCK);
+}
+
+int t3_prefix_unc_len(const struct t3_prefix *p)
+{
+    if (!p || !p->unc) return 0;
+    const int n = atomic_load_explicit(&p->unc->n, memory_order_acquire);
+    int len = 0;
+    for (int k = 0; k < n; k++) len += unc_block_len(p->m, k);
+    return len;
+}
+
+/* Text positions the tail blocks covering n_text positions span. */
+static int64_t unc_span(const struct t3_model *m, int64_t n_text)
+{
+    const int64_t r = (n_text + UNC_BLOCK - 1) / UNC_BLOCK * UNC_BLOCK;
+    return r < m->text_pos_emb->ne[0] ? r : m->text_pos_emb->ne[0];
+}
+
+/* Keep block k (bytes from malloc, taken) in u unless it holds k already
+ * or is full. */
+static void unc_publish(struct t3_unc *u, int k, void *blk)
+{
+    if (k < UNC_KEEP) {
+        pthread_mutex_lock(&u->mu);
+        if (atomic_load_explicit(&u->n, memory_order_relaxed) == k) {
+            u->blk[k] = blk;
+            blk = NULL;
+            atomic_store_explicit(&u->n, k + 1, memory_order_release);
+        }
+        pthread_mutex_unlock(&u->mu);
+    }
+    free(blk);
+}
+
+/* Blocks of m's tail making up n_pos positions, or -1 when n_pos is not
+ * a whole number of blocks a prefix keeps. */
+static int unc_blocks_of(const struct t3_model *m, int64_t n_pos)
+{
+    int64_t len = 0;
+    for (int k = 0; k <= UNC_KEEP; k++) {
+        if (len == n_pos) return k;
+        if (k == UNC_KEEP || len >= m->text_pos_emb->ne[0]) break;
+        len += unc_block_len(m, k);
+    }
+    return -1;
+}
+
+size_t t3_prefix_unc_bytes(const struct t3_prefix *p, int n_pos)
+{
+    const int nb = p && p->unc ? unc_blocks_of(p->m, n_pos) : -1;
+    size_t b = 0;
+    for (int k = 0; k < nb; k++) b += t3_backbone_kv_bytes(&p->m->tfmr, unc_block_len(p->m, k));
+    return b;
+}
+
+cbx_status t3_prefix_unc_get(const struct t3_prefix *p, int n_pos, void *dst, char *err)
+{
+    const int nb = p && p->unc ? unc_blocks_of(p->m, n_pos) : -1;
+    if (nb < 0 || nb > atomic_load_explicit(&p->unc->n, memory_order_acquire))
+        return err_setf(err, CBX_ERR_INVALID_ARG, "T3: the voice prefix keeps no unconditional tail of %d positions",
+                        n_pos);
+    char *o = dst;
+    for (int k = 0; k < nb; k++) {
+        const size_t b = t3_backbone_kv_bytes(&p->m->tfmr, unc_block_len(p->m, k));
+        memcpy(o, p->unc->blk[k], b);
+        o += b;
+    }
+    return CBX_OK;
+}
+
+cbx_status t3_prefix_unc_put(struct t3_prefix *p, int n_pos, const void *src, char *err)
+{
+    const int nb = p && p->unc ? unc_blocks_of(p->m, n_pos) : -1;
+    if (nb < 0 || atomic_load_explicit(&p->unc->n, memory_order_acquire) != 0)
+        return err_setf(err, CBX_ERR_INVALID_ARG, "T3: an unconditional tail of %d positions does not fit this prefix",
+                        n_pos);
+    const char *in = src;
+    for (int k = 0; k < nb; k++) {
+        const size_t b = t3_backbone_kv_bytes(&p->m->tfmr, unc_block_len(p->m, k));
+        void *blk = malloc(b);
+        if (!blk) return err_setf(err, CBX_ERR_NOMEM, "T3: out of memory for an unconditional tail");
+        memcpy(blk, in, b);
+        unc_publish(p->unc, k, blk);
+        in += b;
+    }
+    return CBX_OK;
+}
+
+/* The unconditional row r1 (a row view of a pair's cache holding the voice
+ * prefix, C positions) over text positions [0, unc_span(n_text)): blocks
+ * that u keeps restored, the others computed and offered to u. Arena a is
+ * reset after each block. */
+static cbx_status unc_tail(struct arena *a, const struct t3_model *m, struct t3_unc *u, struct kv_cache *r1,
+                           int C, int64_t n_text)
+{
+    const int nb = (int)(unc_span(m, n_text) + UNC_BLOCK - 1) / UNC_BLOCK;
+    const int have = atomic_load_explicit(&u->n, memory_order_acquire);
+    cbx_status rc = CBX_OK;
+    for (int k = 0; k < nb && rc == CBX_OK; k++) {
+        const int p0 = C + k * UNC_BLOCK, len = unc_block_len(m, k);
+        if (k < have) {
+            rc = kv_cache_restore_at(a, r1, p0, len, u->blk[k], false);
+            continue;
+        }
+        r1->n_past = p0;
+        rc = t3_backbone_prefill_kv(a, &m->tfmr, r1,
+                                    op_cont(a, pos_rows(a, m->text_pos_emb, (int64_t)k * UNC_BLOCK, len)));
+        if (rc == CBX_OK && k < UNC_KEEP) {
+            void *blk = malloc(t3_backbone_kv_bytes(&m->tfmr, len));
+            if (!blk) return arena_fail(a, CBX_ERR_NOMEM, "out of memory for the unconditional tail");
+            if ((rc = kv_cache_save_at(a, r1, p0, len, blk)) != CBX_OK) free(blk);
+            else unc_publish(u, k, blk);
+        }
+        if (rc == CBX_OK) arena_reset(a);
+    }
+    return rc;
+}
+
 void t3_prefix_free(struct t3_prefix *p)
 {
     if (!p) return;
+    if (p->unc) {
+        for (int k = 0; k < UNC_KEEP; k++) free(p->unc->blk[k]);
+        pthread_mutex_destroy(&p->unc->mu);
+        free(p->unc);
+    }
     if (p->map) munmap(p->map, p->map_bytes);
     else free(p->kv);
     if (p->dev_kv) backend_buf_free(p->dev_be, p->dev_kv);
@@ -557,7 +728,7 @@ cbx_status t3_prefix_build(const struct t3_model *m, const struct backend *be,
     if (rc != CBX_OK) return rc;
     const int n = t3_cond_len(m, c->n_prompt);
     const size_t kb = t3_backbone_kv_bytes(&m->tfmr, n), ns = (size_t)m->hp.speaker_embed_size;
-    struct t3_prefix *p = calloc(1, sizeof *p);
+    struct t3_prefix *p = t3_prefix_new(m);
     struct arena *ar[WS_N] = {0};
     const bool have = make_arenas(be, ar);
     struct arena *cache = ar[WS_CACHE], *a = ar[WS_STEP];
@@ -781,9 +952,46 @@ void t3_seq_free(struct t3_seq *s)
     free(s);
 }
 
+/* Whether s's prefill takes the unconditional tail ("The unconditional
+ * tail"): a CFG pair with text on a host backend. A device computes the
+ * pair's text in one batched forward instead (its prefill is launch-bound,
+ * so a forward per tail block would cost more than the row it saves). */
+static bool uses_tail(const struct t3_seq *s, int64_t n_text)
+{
+    return s->n_rows == 2 && n_text > 0 && s->be->host;
+}
+
+/* A CFG pair's text after the voice prefix pfx (in both rows of s->kv): the
+ * conditional row over text + text_pos_emb alone, the unconditional row
+ * from pfx's tail ("The unconditional tail"); both rows then hold
+ * C + n_text positions, and the start-of-speech rows follow in one forward
+ * over both. */
+static cbx_status pair_text(struct t3_seq *s, const struct t3_prefix *pfx, const int32_t *text, int64_t n_text)
+{
+    const struct t3_model *m = s->m;
+    struct arena *a = s->ar[WS_STEP], *cache = s->ar[WS_CACHE];
+    const int C = s->kv.n_past;
+    struct kv_cache r0, r1;
+    cbx_status rc = kv_cache_row(cache, &s->kv, 0, &r0);
+    if (rc == CBX_OK) rc = kv_cache_row(cache, &s->kv, 1, &r1);
+    if (rc != CBX_OK) return arena_fail(a, rc, "%s", arena_errmsg(cache));
+    if (n_text > m->text_pos_emb->ne[0])
+        return arena_fail(a, CBX_ERR_INVALID_ARG, "T3: %lld text tokens exceed the %lld-position text table",
+                          (long long)n_text, (long long)m->text_pos_emb->ne[0]);
+    if (!pfx->unc) return arena_fail(a, CBX_ERR_INTERNAL, "T3: a voice prefix without an unconditional tail");
+    rc = unc_tail(a, m, pfx->unc, &r1, C, n_text);
+    if (rc != CBX_OK) return rc;
+    arena_reset(a);
+    rc = t3_backbone_prefill_kv(a, &m->tfmr, &r0,
+                                op_add(a, embed(a, m->text_emb, text, n_text), pos_rows(a, m->text_pos_emb, 0, n_text)));
+    s->kv.n_past = C + (int)n_text;
+    return rc;
+}
+
 /* The prefill of t3_seq_start: over [cond; text; start-of-speech (x2 on
  * Llama)]: the voice prefix (restored, or computed as t3_prefix_build
- * does), then the rest; or all in one pass (p.one_pass, no pfx). */
+ * does), then the rest (a CFG pair: pair_text, then both start-of-speech
+ * rows); or all in one pass (p.one_pass, no pfx). */
 static cbx_status prefill(struct t3_seq *s, const struct backend *be, const struct t3_cond *c,
                           const struct t3_prefix *pfx, const int32_t *text, int64_t n_text, char *err)
 {
@@ -803,9 +1011,13 @@ static cbx_status prefill(struct t3_seq *s, const struct backend *be, const stru
             const struct t3_prefix *use = pfx ? pfx : tmp;
             const bool dev = use->dev_kv && backend_compatible(be, use->dev_be);
             rc = kv_cache_restore(a, &s->kv, use->n, dev ? use->dev_kv : use->kv, dev);
+            if (rc == CBX_OK && uses_tail(s, n_text)) rc = pair_text(s, use, text, n_text);
         }
         if (rc == CBX_OK) arena_reset(a);
-        x = rc == CBX_OK ? text_and_start(a, m, text, n_text, s->n_rows) : NULL;
+        /* with the tail, a pair's text is in its cache already (pair_text) */
+        x = rc != CBX_OK              ? NULL
+            : uses_tail(s, n_text) ? speech_input(a, m, &m->hp.start_speech, 0, 2)
+                                    : text_and_start(a, m, text, n_text, s->n_rows);
     }
     if (s->cfg && x) x = op_concat(a, x, speech_input(a, m, &m->hp.start_speech, 0, s->n_rows), 1);
     /* the guard reads this forward's two start-of-speech rows */
@@ -903,6 +1115,8 @@ cbx_status t3_seq_start(const struct t3_model *m, const struct backend *be, cons
     s->max_samples = max_samples;
     s->V = V;
     s->cap = L0 + max_samples < m->tfmr.n_ctx ? L0 + max_samples : m->tfmr.n_ctx;
+    /* a pair's unconditional row takes whole tail blocks (pair_text) */
+    if (uses_tail(s, n_text) && C + unc_span(m, n_text) > s->cap) s->cap = C + unc_span(m, n_text);
     /* the caller's workspace (reset, blocks kept) or arenas of this call */
     bool have = true;
     if (p->ws) {

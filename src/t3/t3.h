@@ -296,8 +296,30 @@ struct t3_prefix {
     int32_t *prompt_tokens;
     int64_t n_prompt;
     float emotion_adv;
-    size_t bytes;              /* memory held */
+    size_t bytes;              /* memory held (without unc's blocks) */
+    struct t3_unc *unc;        /* CFG models: the unconditional row's keys
+                                * and values over the text positions, as
+                                * far as computed (t3.c, "The
+                                * unconditional tail"): append-only, with
+                                * its own lock, so sharing p stays safe;
+                                * NULL for other models */
 };
+
+/* A prefix for model m with nothing in it but m and, for CFG models, an
+ * empty unconditional tail (constructors of t3_prefix use it); NULL: out
+ * of memory. */
+struct t3_prefix *t3_prefix_new(const struct t3_model *m);
+/* Text positions of the unconditional tail p keeps so far (0: none, or
+ * not a CFG model). */
+int t3_prefix_unc_len(const struct t3_prefix *p);
+/* A copy of the first n_pos positions of p's tail (blocks in order, each
+ * laid out as kv_cache_save does): its size (0 when n_pos is not a whole
+ * number of blocks a prefix keeps), taking it out (n_pos at most what p
+ * keeps), and putting it into a prefix that keeps none yet (a loader's;
+ * p must not be shared yet). */
+size_t t3_prefix_unc_bytes(const struct t3_prefix *p, int n_pos);
+cbx_status t3_prefix_unc_get(const struct t3_prefix *p, int n_pos, void *dst, char *err);
+cbx_status t3_prefix_unc_put(struct t3_prefix *p, int n_pos, const void *src, char *err);
 
 /* A copy of p's keys and values in the memory of the device its model's
  * weights are on (which outlives p), so every sequence on that device
