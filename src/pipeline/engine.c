@@ -366,6 +366,11 @@ cbx_status engine_prepare_voice(const struct engine_model *m, const struct backe
     int src;
     char note[ERR_MAX];
     rc = prefix_acquire(m, be, voice, &e, &src, &t, note, err);
+    /* CFG models: the unconditional row over a whole segment's text too
+     * (start and stop tokens included), so the first call's prefill runs
+     * the conditional row alone (t3.h, t3_prefix_extend) */
+    if (rc == CBX_OK)
+        rc = t3_prefix_extend(prefix_cache_prefix(e), be, variant_get(m->variant)->segment.max_tokens + 2, err);
     if (rc == CBX_OK) prefix_cache_persist(m->pc, e, note);
     prefix_cache_release(m->pc, e);
     return rc;

@@ -346,8 +346,10 @@ struct engine_stats {
 };
 
 /* Put voice's T3 prefix into the model's cache now (NULL: the built-in
- * voice), so that the next call in that voice starts without it; a no-op
- * when it is cached already or the cache is off. */
+ * voice), so that the next call in that voice starts without it (CFG
+ * models on the CPU: with the unconditional row over a segment's text,
+ * t3_prefix_extend); a no-op when it is cached already or the cache is
+ * off. */
 cbx_status engine_prepare_voice(const struct engine_model *m, const struct backend *be,
                                 const struct conds *voice, char *err);
 /* Empty the voice prefix cache (prefixes in use are freed by their calls). */

@@ -660,6 +660,32 @@ static cbx_status unc_tail(struct arena *a, const struct t3_model *m, struct t3_
     return rc;
 }
 
+cbx_status t3_prefix_extend(const struct t3_prefix *p, const struct backend *be, int64_t n_text, char *err)
+{
+    if (!p || !p->unc || !be->host || n_text <= 0) return CBX_OK;
+    const struct t3_model *m = p->m;
+    if (n_text > (int64_t)UNC_KEEP * UNC_BLOCK) n_text = (int64_t)UNC_KEEP * UNC_BLOCK;
+    const int64_t span = unc_span(m, n_text);
+    if (t3_prefix_unc_len(p) >= span) return CBX_OK;
+    struct arena *ar[WS_N] = {0};
+    if (!make_arenas(be, ar)) return err_setf(err, CBX_ERR_NOMEM, "T3: out of memory");
+    set_precision(m, ar);
+    struct arena *a = ar[WS_STEP];
+    struct kv_cache kv;
+    cbx_status rc = t3_backbone_kv_init(&m->tfmr, &kv, 1, ar[WS_CACHE], (int)(p->n + span));
+    if (rc != CBX_OK) {
+        err_setf(err, rc, "T3: %s", arena_errmsg(ar[WS_CACHE]));
+    } else {
+        kv.scratch[0] = ar[WS_SCRATCH0];
+        kv.scratch[1] = ar[WS_SCRATCH1];
+        rc = kv_cache_restore(a, &kv, p->n, p->kv, false);
+        if (rc == CBX_OK) rc = unc_tail(a, m, p->unc, &kv, p->n, n_text);
+        if (rc != CBX_OK) err_setf(err, rc, "T3: unconditional tail: %s", arena_errmsg(a));
+    }
+    free_arenas(ar);
+    return rc;
+}
+
 void t3_prefix_free(struct t3_prefix *p)
 {
     if (!p) return;

@@ -318,6 +318,13 @@ int t3_prefix_unc_len(const struct t3_prefix *p);
  * keeps), and putting it into a prefix that keeps none yet (a loader's;
  * p must not be shared yet). */
 size_t t3_prefix_unc_bytes(const struct t3_prefix *p, int n_pos);
+/* Compute and keep p's unconditional tail over the first n_text text
+ * positions now (at most what a prefix keeps), so that a call on p with a
+ * text that long finds it (the same bits as a call computing it itself);
+ * on backend be, which must be a host backend (else a no-op, as a
+ * device's prefill does not use the tail); a no-op for GPT-2 models or
+ * when p keeps that much. p may be shared meanwhile. */
+cbx_status t3_prefix_extend(const struct t3_prefix *p, const struct backend *be, int64_t n_text, char *err);
 cbx_status t3_prefix_unc_get(const struct t3_prefix *p, int n_pos, void *dst, char *err);
 cbx_status t3_prefix_unc_put(struct t3_prefix *p, int n_pos, const void *src, char *err);
 
