@@ -15,7 +15,9 @@
  *     least recently used. capacity 0: nothing is kept, yet acquire still
  *     hands out a prefix (built or loaded for the caller, freed on
  *     release).
- *  3. An acquired entry is read-only and stays valid until its holder
+ *  3. An acquired entry is read-only (but for the unconditional tail of
+ *     CFG prefixes, which grows under its own lock, t3.h) and stays valid
+ *     until its holder
  *     releases it, even when it has left the table meanwhile (replaced or
  *     cleared): entries are reference counted and freed by the last
  *     release.

@@ -8,7 +8,8 @@
  *     [0, n_past) of every row hold the keys/values written so far.
  *  2. Every row has the same length: a forward appends T positions to all
  *     B rows at once (rows differ in content only, e.g. the CFG row's
- *     zeroed text embeddings).
+ *     zeroed text embeddings). A row view (kv_cache_row) may run ahead of
+ *     the others until the owner sets n_past again.
  *  3. A saved prefix is one row (row 0); restoring it writes it into every
  *     row (the conditioning of a CFG pair is the same in both rows).
  *

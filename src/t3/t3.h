@@ -275,7 +275,8 @@ void t3_batch_get_stats(const struct t3_batch *b, struct t3_batch_stats *st);
  * start-of-speech), so a run with a prebuilt prefix is bit-identical to one
  * without; a CFG pair restores the prefix into both rows. Size: 2 * n_layer * (1 + P) * D values of the cache type
  * (Turbo, P = 375: 74 MB with an F32 cache, 19.6 MB with Q8_0).
- * A prefix is read-only once built: any number of concurrent calls may
+ * A prefix is read-only once built, its unconditional tail (unc) apart,
+ * which only grows, under its own lock: any number of concurrent calls may
  * share it. */
 struct t3_prefix {
     const struct t3_model *m;  /* the model it was computed with */
