@@ -382,21 +382,27 @@ static struct tensor *speech_input(struct arena *a, const struct t3_model *m, co
  * rows: [text; start] -> [n_rows, L + 1, D]. GPT-2: text_emb(text);
  * Llama: text_emb(text) + text_pos_emb (row 1, unconditional: the
  * position embeddings alone). */
-static struct tensor *text_and_start(struct arena *a, const struct t3_model *m, const int32_t *text,
-                                     int64_t n_text, int n_rows)
+/* The conditional row's text (n_text > 0): text_emb(text), + text_pos_emb
+ * on Llama -> [1, L, D]; NULL (recorded in a) past the text table. */
+static struct tensor *text_input(struct arena *a, const struct t3_model *m, const int32_t *text, int64_t n_text)
 {
-    struct tensor *bos = speech_input(a, m, &m->hp.start_speech, 0, n_rows);
-    if (n_text == 0) return bos;
     if (m->text_pos_emb && n_text > m->text_pos_emb->ne[0]) {
         arena_fail(a, CBX_ERR_INVALID_ARG, "T3: %lld text tokens exceed the %lld-position text table",
                    (long long)n_text, (long long)m->text_pos_emb->ne[0]);
         return NULL;
     }
     struct tensor *t = embed(a, m->text_emb, text, n_text);
-    if (!m->text_pos_emb) return op_concat(a, rows(a, t, n_rows), bos, 1);
-    struct tensor *tp = pos_rows(a, m->text_pos_emb, 0, n_text);
-    t = op_add(a, t, tp);
-    if (n_rows == 2) t = op_concat(a, t, op_cont(a, tp), 0);
+    return m->text_pos_emb ? op_add(a, t, pos_rows(a, m->text_pos_emb, 0, n_text)) : t;
+}
+
+static struct tensor *text_and_start(struct arena *a, const struct t3_model *m, const int32_t *text,
+                                     int64_t n_text, int n_rows)
+{
+    struct tensor *bos = speech_input(a, m, &m->hp.start_speech, 0, n_rows);
+    if (n_text == 0) return bos;
+    struct tensor *t = text_input(a, m, text, n_text);
+    if (!m->text_pos_emb || !t) return op_concat(a, rows(a, t, n_rows), bos, 1);
+    if (n_rows == 2) t = op_concat(a, t, op_cont(a, pos_rows(a, m->text_pos_emb, 0, n_text)), 0);
     return op_concat(a, t, bos, 1);
 }
 
@@ -1001,15 +1007,11 @@ static cbx_status pair_text(struct t3_seq *s, const struct t3_prefix *pfx, const
     cbx_status rc = kv_cache_row(cache, &s->kv, 0, &r0);
     if (rc == CBX_OK) rc = kv_cache_row(cache, &s->kv, 1, &r1);
     if (rc != CBX_OK) return arena_fail(a, rc, "%s", arena_errmsg(cache));
-    if (n_text > m->text_pos_emb->ne[0])
-        return arena_fail(a, CBX_ERR_INVALID_ARG, "T3: %lld text tokens exceed the %lld-position text table",
-                          (long long)n_text, (long long)m->text_pos_emb->ne[0]);
     if (!pfx->unc) return arena_fail(a, CBX_ERR_INTERNAL, "T3: a voice prefix without an unconditional tail");
     rc = unc_tail(a, m, pfx->unc, &r1, C, n_text);
     if (rc != CBX_OK) return rc;
     arena_reset(a);
-    rc = t3_backbone_prefill_kv(a, &m->tfmr, &r0,
-                                op_add(a, embed(a, m->text_emb, text, n_text), pos_rows(a, m->text_pos_emb, 0, n_text)));
+    rc = t3_backbone_prefill_kv(a, &m->tfmr, &r0, text_input(a, m, text, n_text));
     s->kv.n_past = C + (int)n_text;
     return rc;
 }
@@ -1106,6 +1108,9 @@ cbx_status t3_seq_start(const struct t3_model *m, const struct backend *be, cons
     cbx_status rc = pfx ? CBX_OK : check_prompt(m, n_prompt, err);
     if (rc == CBX_OK && !pfx) rc = check_prompt_ids(m, c, err);
     if (rc != CBX_OK) return rc;
+    if (m->text_pos_emb && n_text > m->text_pos_emb->ne[0])
+        return err_setf(err, CBX_ERR_INVALID_ARG, "T3: %lld text tokens exceed the %lld-position text table",
+                        (long long)n_text, (long long)m->text_pos_emb->ne[0]);
     for (int64_t i = 0; i < n_text; i++)
         if (text[i] < 0 || text[i] >= m->hp.text_vocab)
             return err_setf(err, CBX_ERR_INVALID_ARG, "T3: text token %d at %lld is outside the vocabulary of %lld",
