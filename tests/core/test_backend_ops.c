@@ -610,12 +610,32 @@ static struct tensor *c_conv1d(struct arena *a, int v)
  * 2 conv1d K 7 dilation 3 over [2, 64, 300], 3 conv_transpose1d stride 5,
  * 4 linear_ex f32 [70,256]x[300,256] + GELU (erf) + residual (S3Gen's
  * feed-forward; on the cpu the GELU and the residual in the BF16 GEMM's
- * store) */
+ * store); attention with head dim 64 (cpu: BF16 products where the CPU has
+ * them, cuda: the tensor-core kernel): 5 S3Gen's 8 heads over 300 keys
+ * (the last tiles cut), 6 GQA, causal, bias [Tq, Tk] with a -inf row,
+ * 7 causal with Tq > Tk (rows that see no key) */
 static struct tensor *c_reduced(struct arena *a, int v)
 {
     arena_set_bf16(a, true);
     struct tensor *y;
-    if (v < 2) {
+    if (v >= 5) {
+        const int64_t B = v == 5 ? 2 : 1, Hq = v == 5 ? 8 : 4, Hk = v == 6 ? 2 : Hq;
+        const int64_t Tq = v == 5 ? 300 : v == 6 ? 130 : 70, Tk = v == 5 ? 300 : v == 6 ? 150 : 40, D = 64;
+        struct tensor *q = in_f32(a, 170, ND(B, Hq, Tq, D), -1, 1);
+        struct tensor *k = in_f32(a, 171, ND(B, Hk, Tk, D), -1, 1);
+        struct tensor *vv = in_f32(a, 172, ND(B, Hk, Tk, D), -1, 1);
+        struct tensor *bias = NULL;
+        if (v == 6) {
+            float *h = malloc((size_t)(Tq * Tk) * sizeof *h);
+            if (!h) return NULL;
+            fill_uniform(h, (size_t)(Tq * Tk), -2, 2, 173);
+            for (int64_t j = 0; j < Tk; j++) h[Tk + j] = -INFINITY; /* query row 1 */
+            bias = op_from_host(a, TYPE_F32, 2, NE(Tq, Tk), h);
+            free(h);
+        }
+        struct attn_params p = {1.0f / sqrtf((float)D), v != 5, NULL, NULL};
+        y = op_attention(a, q, k, vv, bias, &p);
+    } else if (v < 2) {
         struct tensor *w = in_w(a, v ? TYPE_Q4_0 : TYPE_F32, 160, ND(300, 256));
         y = op_linear(a, in_f32(a, 161, ND(70, 256), -1, 1), w, in_f32(a, 162, ND(300), -1, 1));
     } else if (v == 4) {
@@ -904,6 +924,9 @@ static const struct tcase cases[] = {
     {"conv1d dilation 3, reduced-precision products", c_reduced, 2, 5e-3, 3e-2},
     {"conv_transpose1d, reduced-precision products", c_reduced, 3, 5e-3, 3e-2},
     {"linear_ex f32 w + gelu + residual, reduced-precision products", c_reduced, 4, 5e-3, 3e-2},
+    {"attention 8 heads x 64, reduced-precision products", c_reduced, 5, 1e-2, 1e-2},
+    {"attention gqa causal -inf bias row, reduced-precision products", c_reduced, 6, 1e-2, 1e-2},
+    {"attention causal Tq > Tk, reduced-precision products", c_reduced, 7, 1e-2, 1e-2},
     {"conv_transpose1d s3 p2 op1", c_conv_t1d, 0, 1e-5, 1e-5},
     {"conv_transpose1d groups 2 f16", c_conv_t1d, 1, 1e-5, 1e-5},
     {"conv_transpose1d s8 k16 dil 2", c_conv_t1d, 2, 1e-5, 1e-5},

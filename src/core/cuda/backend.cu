@@ -352,6 +352,7 @@ extern "C" struct backend *backend_cuda_create(int device, char *err)
     }
     cb->sync_check = env_on("CBX_CUDA_SYNC");
     const char *pdl = getenv("CBX_CUDA_PDL");
+    cb->mma = prop.major >= 8;
     cb->pdl = prop.major >= 9 && !(pdl && strcmp(pdl, "0") == 0);
     if (env_on("CBX_CUDA_PROFILE") && (cb->prof = (struct cuda_prof *)calloc(1, sizeof *cb->prof))) {
         cb->sync_check = true;

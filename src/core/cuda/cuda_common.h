@@ -49,6 +49,8 @@ struct cuda_backend {
                              * time per kernel step, printed at free */
     bool pdl;               /* invariant 5: compute capability 9.0 or newer,
                              * unless CBX_CUDA_PDL=0 */
+    bool mma;               /* compute capability 8.0 or newer: BF16
+                             * tensor-core mma.sync (nn.cu, k_attn_mma) */
 };
 
 /* Whether t is a weight placed by this backend (prepare_weight): its

@@ -665,6 +665,219 @@ k_attn_flash(float *out, struct tv q, struct tv k, struct tv v, struct tv bias, 
     }
 }
 
+/* Prefill on BF16 tensor cores (the arena's BF16 hint, arena_set_bf16:
+ * S3Gen's estimator and encoder; head dim 64; q, k and v F32 rows of
+ * 16-byte aligned float4s). The CPU's BF16 attention rounds the same
+ * operands (cpu/attn_bf16.c): q * scale, k, v and the probabilities p to
+ * BF16 (nearest even), products and sums in F32, l the sum of the
+ * unrounded p. A block is 4 warps of 16 query rows (FM_QB rows) and walks
+ * the keys in tiles of FM_KB: k and v converted to BF16 in shared memory
+ * ([key][dim] rows of FM_LD, so a warp's fragment loads take 32 banks),
+ * the next tile's F32 rows fetched into registers while this one is
+ * multiplied. Per warp: S = Q K^T with mma.sync m16n8k16 (Q's fragments
+ * in registers for the whole walk), the online softmax on S's fragments
+ * (a row's 64 scores over the 4 threads of a quad), then O += P V with P
+ * taken from S's accumulator layout as the A operand (no trip through
+ * memory) and V's fragments by ldmatrix .trans. A row that sees no key
+ * gives zeros (ops_nn.c, convention 2). Compute capability 8.0 or newer
+ * (cuda_backend.mma). */
+#define FM_QB 64
+#define FM_KB 64
+#define FM_D 64
+#define FM_LD 72 /* 64 + 8 BF16: a row is 36 words, so 8 rows x 4 words hit 32 banks */
+#define FM_THREADS 128
+#define FM_NF (FM_KB * FM_D / 4 / FM_THREADS) /* float4s of a k (or v) tile a thread moves */
+
+/* f32 -> bf16 bits as f32_to_bf16: nearest even, a NaN kept quiet */
+__device__ static inline uint32_t fm_bf16(float f)
+{
+    const uint32_t x = __float_as_uint(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (x >> 16) | 0x40u;
+    return (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+}
+
+__device__ static inline uint32_t fm_pair(float lo, float hi) { return fm_bf16(lo) | (fm_bf16(hi) << 16); }
+
+/* c (16 x 8 F32) += a (16 x 16 BF16, row) b (16 x 8 BF16, col) */
+__device__ static inline void fm_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+/* the B fragment (16 keys x 8 dims) of rows p (lanes 0..15: key lane) of
+ * a [key][dim] tile, transposed on the way (ldmatrix .trans) */
+__device__ static inline void fm_ldsm_t(uint32_t &b0, uint32_t &b1, const uint16_t *p)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(b0), "=r"(b1)
+                 : "r"(sa));
+#else
+    b0 = b1 = 0;
+#endif
+}
+
+/* tile j0's k and v rows (F32, float4 f of row kj: idx = t + n FM_THREADS,
+ * kj = idx / 16, f = idx % 16) into registers; zeros past Tk */
+__device__ static inline void fm_fetch(float4 *kr, float4 *vr, const char *kb, const char *vb, int64_t knb2,
+                                       int64_t vnb2, int64_t j0, int64_t Tk)
+{
+    const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int n = 0; n < FM_NF; n++) {
+        const int idx = (int)threadIdx.x + n * FM_THREADS, kj = idx >> 4, f = idx & 15;
+        const bool in = j0 + kj < Tk;
+        kr[n] = in ? *(const float4 *)(kb + (j0 + kj) * knb2 + 16 * f) : z;
+        vr[n] = in ? *(const float4 *)(vb + (j0 + kj) * vnb2 + 16 * f) : z;
+    }
+}
+
+__global__ static void __launch_bounds__(FM_THREADS)
+    k_attn_mma(float *out, struct tv q, struct tv k, struct tv v, struct tv bias, bool has_bias, float scale,
+               bool causal)
+{
+    __shared__ __align__(16) uint16_t sQ[FM_QB * FM_LD];
+    __shared__ __align__(16) uint16_t sK[FM_KB * FM_LD];
+    __shared__ __align__(16) uint16_t sV[FM_KB * FM_LD];
+    const int64_t i0 = (int64_t)blockIdx.x * FM_QB, h = blockIdx.y, b = blockIdx.z;
+    const int64_t Hq = q.ne[1], Tq = q.ne[2], Tk = k.ne[2];
+    const int64_t hk = h / (Hq / k.ne[1]);
+    const int t = threadIdx.x, w = t >> 5, lane = t & 31, g = lane >> 2, c = lane & 3;
+    for (int n = 0; n < FM_QB * FM_D / 4 / FM_THREADS; n++) { /* q * scale as BF16, rows past Tq zero */
+        const int idx = t + n * FM_THREADS, r = idx >> 4, f = idx & 15;
+        float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (i0 + r < Tq) x = *(const float4 *)(q.p + b * q.nb[0] + h * q.nb[1] + (i0 + r) * q.nb[2] + 16 * f);
+        *(uint2 *)(sQ + r * FM_LD + 4 * f) = make_uint2(fm_pair(x.x * scale, x.y * scale),
+                                                        fm_pair(x.z * scale, x.w * scale));
+    }
+    __syncthreads();
+    uint32_t qa[FM_D / 16][4]; /* the warp's 16 rows as A fragments, 16 dims each */
+    const uint16_t *qw = sQ + 16 * w * FM_LD;
+#pragma unroll
+    for (int kd = 0; kd < FM_D / 16; kd++) {
+        qa[kd][0] = *(const uint32_t *)(qw + g * FM_LD + 16 * kd + 2 * c);
+        qa[kd][1] = *(const uint32_t *)(qw + (g + 8) * FM_LD + 16 * kd + 2 * c);
+        qa[kd][2] = *(const uint32_t *)(qw + g * FM_LD + 16 * kd + 8 + 2 * c);
+        qa[kd][3] = *(const uint32_t *)(qw + (g + 8) * FM_LD + 16 * kd + 8 + 2 * c);
+    }
+    /* this thread's rows: g and g + 8 of the warp's 16 (fragment halves 0, 1) */
+    const int64_t rows[2] = {i0 + 16 * w + g, i0 + 16 * w + g + 8};
+    float o[FM_D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nd = 0; nd < FM_D / 8; nd++) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
+    /* keys past this bound are masked for every row of the block */
+    const int64_t jend = causal ? min(Tk, Tk - Tq + min(i0 + FM_QB, Tq)) : Tk;
+    const char *kb = k.p + b * k.nb[0] + hk * k.nb[1], *vb = v.p + b * v.nb[0] + hk * v.nb[1];
+    float4 kr[FM_NF], vr[FM_NF];
+    if (jend > 0) fm_fetch(kr, vr, kb, vb, k.nb[2], v.nb[2], 0, Tk);
+    for (int64_t j0 = 0; j0 < jend; j0 += FM_KB) {
+        __syncthreads(); /* the previous tile's products are done with sK, sV */
+#pragma unroll
+        for (int n = 0; n < FM_NF; n++) {
+            const int idx = t + n * FM_THREADS, kj = idx >> 4, f = idx & 15;
+            *(uint2 *)(sK + kj * FM_LD + 4 * f) = make_uint2(fm_pair(kr[n].x, kr[n].y), fm_pair(kr[n].z, kr[n].w));
+            *(uint2 *)(sV + kj * FM_LD + 4 * f) = make_uint2(fm_pair(vr[n].x, vr[n].y), fm_pair(vr[n].z, vr[n].w));
+        }
+        __syncthreads();
+        if (j0 + FM_KB < jend) fm_fetch(kr, vr, kb, vb, k.nb[2], v.nb[2], j0 + FM_KB, Tk);
+        float s[FM_KB / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < FM_KB / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+        for (int kd = 0; kd < FM_D / 16; kd++)
+#pragma unroll
+            for (int nt = 0; nt < FM_KB / 8; nt++) {
+                const uint16_t *kp = sK + (8 * nt + g) * FM_LD + 16 * kd + 2 * c;
+                fm_mma(s[nt], qa[kd], *(const uint32_t *)kp, *(const uint32_t *)(kp + 8));
+            }
+        /* element e of n-tile nt: row rows[e / 2], key j0 + 8 nt + 2 c + e % 2 */
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int nt = 0; nt < FM_KB / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int64_t row = rows[e >> 1], col = j0 + 8 * nt + 2 * c + (e & 1);
+                const int64_t last = causal ? Tk - Tq + row : Tk - 1;
+                float sj = -INFINITY;
+                if (col <= last && col < Tk && row < Tq) {
+                    sj = s[nt][e];
+                    if (has_bias)
+                        sj += *(const float *)(bias.p + b * bias.nb[0] + h * bias.nb[1] + row * bias.nb[2] +
+                                               col * bias.nb[3]);
+                }
+                s[nt][e] = sj;
+                mx[e >> 1] = fmaxf(mx[e >> 1], sj);
+            }
+        float alpha[2], mn[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+            mn[i] = fmaxf(m[i], mx[i]);
+            alpha[i] = mn[i] == -INFINITY ? 1.0f : expf(m[i] - mn[i]);
+            m[i] = mn[i];
+        }
+#pragma unroll
+        for (int nt = 0; nt < FM_KB / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float mr = mn[e >> 1];
+                s[nt][e] = mr == -INFINITY ? 0.0f : expf(s[nt][e] - mr);
+                sum[e >> 1] += s[nt][e];
+            }
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 1);
+            sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 2);
+            l[i] = l[i] * alpha[i] + sum[i];
+        }
+#pragma unroll
+        for (int nd = 0; nd < FM_D / 8; nd++) {
+            o[nd][0] *= alpha[0];
+            o[nd][1] *= alpha[0];
+            o[nd][2] *= alpha[1];
+            o[nd][3] *= alpha[1];
+        }
+        /* keys past Tk have p 0 and zero values: the whole tile adds the same */
+#pragma unroll
+        for (int kk = 0; kk < FM_KB / 16; kk++) {
+            const uint32_t pa[4] = {fm_pair(s[2 * kk][0], s[2 * kk][1]), fm_pair(s[2 * kk][2], s[2 * kk][3]),
+                                    fm_pair(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                    fm_pair(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+            for (int nd = 0; nd < FM_D / 8; nd++) {
+                uint32_t b0, b1;
+                fm_ldsm_t(b0, b1, sV + (16 * kk + (lane & 15)) * FM_LD + 8 * nd);
+                fm_mma(o[nd], pa, b0, b1);
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        if (rows[i] >= Tq) continue;
+        const float inv = l[i] > 0 ? 1.0f / l[i] : 0.0f;
+        float *yr = out + ((b * Hq + h) * Tq + rows[i]) * FM_D;
+#pragma unroll
+        for (int nd = 0; nd < FM_D / 8; nd++)
+            *(float2 *)(yr + 8 * nd + 2 * c) = make_float2(o[nd][2 * i] * inv, o[nd][2 * i + 1] * inv);
+    }
+}
+
+/* Whether the rows of x (F32 [B, H, T, D] view) are float4s on 16-byte
+ * boundaries (the flash and tensor-core kernels' fast loads) */
+static bool rows_f4(const struct tv &x)
+{
+    bool ok = x.type == TYPE_F32 && x.nb[3] == 4 && (uintptr_t)x.p % 16 == 0;
+    for (int d = 0; d < 3; d++) ok = ok && x.nb[d] % 16 == 0;
+    return ok;
+}
+
 /* Decode (Tq 1, no probability export), one launch: a row's keys in
  * chunks of AD_KEYS over a cluster of AD_CLUSTER blocks (a fixed grid, so
  * a recorded step replays at every length), block sp taking chunks sp,
@@ -1199,13 +1412,22 @@ static void cuda_attention(struct arena *a, struct tensor *out, const struct ten
         attn_decode(a, (float *)out->data, tv_of(q), k, v, bias, p->scale, len, kv_mode(k, v, D), ad_none{});
         return;
     }
+    /* many queries with the BF16 hint: the tensor-core kernel (head dim 64,
+     * F32 rows of float4s) */
+    const struct tv qt = tv_of(q), kt = tv_of(k), vt = tv_of(v);
+    const bool vec = rows_f4(kt) && rows_f4(vt);
+    if (Tq >= 16 && D == FM_D && arena_bf16(a) && cuda_of(a)->mma && vec && rows_f4(qt) &&
+        !(pr && pr->n > 0)) {
+        struct tv bv = bias ? tv_of(bias) : qt;
+        dim3 grid((unsigned)((Tq + FM_QB - 1) / FM_QB), (unsigned)Hq, (unsigned)B);
+        k_attn_mma<<<grid, FM_THREADS, 0, st>>>((float *)out->data, qt, kt, vt, bv, bias != NULL, p->scale,
+                                                 p->causal);
+        cu_launched(a, "attention (bf16 mma)");
+        return;
+    }
     /* many queries: the flash kernel (head dim a multiple of 4, at most 128) */
     if (Tq >= 4 && D % 4 == 0 && D <= 128 && !(pr && pr->n > 0)) {
         const size_t sm = flash_smem(D);
-        const struct tv kt = tv_of(k), vt = tv_of(v);
-        bool vec = kt.type == TYPE_F32 && vt.type == TYPE_F32 && kt.nb[3] == 4 && vt.nb[3] == 4;
-        for (int d = 0; d < 3; d++) vec = vec && kt.nb[d] % 16 == 0 && vt.nb[d] % 16 == 0;
-        vec = vec && (uintptr_t)kt.p % 16 == 0 && (uintptr_t)vt.p % 16 == 0;
         void (*fn)(float *, struct tv, struct tv, struct tv, struct tv, bool, float, bool, bool) =
             D == 64 ? k_attn_flash<1, 64> : D == 128 ? k_attn_flash<2, 128> : D < 64 ? k_attn_flash<1, 0>
                                                                                   : k_attn_flash<2, 0>;
