@@ -7,7 +7,8 @@
  * row (or group); rotary angles in float32 with the inverse frequencies
  * computed on the host by the same float code as the ref kernel.
  * Attention: many queries run flash style (k_attn_flash: 64 x 64 tiles,
- * online softmax in float registers); otherwise one block per query row
+ * online softmax in float registers; with the arena's BF16 hint and head
+ * dim 64, k_attn_mma on BF16 tensor cores); otherwise one block per query row
  * (k_attention: scores in shared memory or global scratch for long keys,
  * F32 dot products, double softmax sum, the weighted sum of v split over
  * the block); a decode row over many keys is split over a cluster of 8
