@@ -71,37 +71,6 @@ amx_epilogue(__m512 *acc, const int32_t *cbuf, const uint8_t *rec, const float *
     }
 }
 
-/* 8 x 16 transposed store with bias (as the VNNI kernel's qg_store) */
-TGT static inline __attribute__((always_inline)) void
-amx_store8(const __m512 *a, const float *bias, float *y, int64_t ldy, int lanes)
-{
-    __m512 t0 = _mm512_unpacklo_ps(a[0], a[1]), t1 = _mm512_unpackhi_ps(a[0], a[1]);
-    __m512 t2 = _mm512_unpacklo_ps(a[2], a[3]), t3 = _mm512_unpackhi_ps(a[2], a[3]);
-    __m512 t4 = _mm512_unpacklo_ps(a[4], a[5]), t5 = _mm512_unpackhi_ps(a[4], a[5]);
-    __m512 t6 = _mm512_unpacklo_ps(a[6], a[7]), t7 = _mm512_unpackhi_ps(a[6], a[7]);
-    __m512 u[8] = {
-        _mm512_shuffle_ps(t0, t2, 0x44), _mm512_shuffle_ps(t0, t2, 0xee),
-        _mm512_shuffle_ps(t1, t3, 0x44), _mm512_shuffle_ps(t1, t3, 0xee),
-        _mm512_shuffle_ps(t4, t6, 0x44), _mm512_shuffle_ps(t4, t6, 0xee),
-        _mm512_shuffle_ps(t5, t7, 0x44), _mm512_shuffle_ps(t5, t7, 0xee),
-    };
-    __m256 b8 = _mm256_loadu_ps(bias);
-    __m512 b16 = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(b8)),
-                                                     _mm256_castps_pd(b8), 1));
-    for (int r = 0; r < 4; r++) {
-        __m512 lo = _mm512_shuffle_f32x4(u[r], u[4 + r], 0x44);
-        __m512 hi = _mm512_shuffle_f32x4(u[r], u[4 + r], 0xee);
-        lo = _mm512_add_ps(_mm512_shuffle_f32x4(lo, lo, 0xd8), b16);
-        hi = _mm512_add_ps(_mm512_shuffle_f32x4(hi, hi, 0xd8), b16);
-        __m256 e[4] = {_mm512_castps512_ps256(lo),
-                       _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(lo), 1)),
-                       _mm512_castps512_ps256(hi),
-                       _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(hi), 1))};
-        for (int q = 0; q < 4; q++)
-            if (4 * q + r < lanes) _mm256_storeu_ps(y + (4 * q + r) * ldy, e[q]);
-    }
-}
-
 TGT static void amx_tile16(const int32_t *wq, const float *wd, const uint8_t *xp, int64_t nb,
                            const float *bias, float *y, int64_t ldy, int lanes)
 {
@@ -139,8 +108,8 @@ TGT static void amx_tile16(const int32_t *wq, const float *wd, const uint8_t *xp
         amx_epilogue(acc, cbuf[0], xp + (b - 1) * LINEAR_QG_REC, wd + (b - 1) * 16);
     }
 #undef ISSUE
-    amx_store8(acc, bias, y, ldy, lanes);
-    amx_store8(acc + 8, bias + 8, y + 8, ldy, lanes);
+    qg_store(acc, 8, bias, y, ldy, lanes);
+    qg_store(acc + 8, 8, bias + 8, y + 8, ldy, lanes);
 }
 
 static void amx_tile(const int32_t *wq, const float *wd, int nw, const uint8_t *xp, int64_t nb,

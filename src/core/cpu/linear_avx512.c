@@ -216,44 +216,6 @@ TGT static void qg_unpack_q8_0(const void *w, size_t stride, int nw, int64_t nb,
     }
 }
 
-/* out rows l = 0..lanes-1 (y + l * ldy): the nw (<= 8) results of x row
- * l, i.e. lane l of acc[0..nw-1], plus bias: an 8 x 16 transpose in
- * registers, then one masked 8-float store per row. */
-TGT static inline __attribute__((always_inline)) void
-qg_store(__m512 *acc, int nw, const float *bias, float *y, int64_t ldy, int lanes)
-{
-    for (int j = nw; j < 8; j++) acc[j] = _mm512_setzero_ps();
-    /* t: pairs of rows interleaved; u[r] lane q: rows 0..3 (or 4..7) of
-     * element 4q + r */
-    __m512 t0 = _mm512_unpacklo_ps(acc[0], acc[1]), t1 = _mm512_unpackhi_ps(acc[0], acc[1]);
-    __m512 t2 = _mm512_unpacklo_ps(acc[2], acc[3]), t3 = _mm512_unpackhi_ps(acc[2], acc[3]);
-    __m512 t4 = _mm512_unpacklo_ps(acc[4], acc[5]), t5 = _mm512_unpackhi_ps(acc[4], acc[5]);
-    __m512 t6 = _mm512_unpacklo_ps(acc[6], acc[7]), t7 = _mm512_unpackhi_ps(acc[6], acc[7]);
-    __m512 u[8] = {
-        _mm512_shuffle_ps(t0, t2, 0x44), _mm512_shuffle_ps(t0, t2, 0xee),
-        _mm512_shuffle_ps(t1, t3, 0x44), _mm512_shuffle_ps(t1, t3, 0xee),
-        _mm512_shuffle_ps(t4, t6, 0x44), _mm512_shuffle_ps(t4, t6, 0xee),
-        _mm512_shuffle_ps(t5, t7, 0x44), _mm512_shuffle_ps(t5, t7, 0xee),
-    };
-    const __mmask8 m = (__mmask8)((1u << nw) - 1);
-    __m256 b8 = _mm256_maskz_loadu_ps(m, bias);
-    __m512 b16 = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(b8)),
-                                                     _mm256_castps_pd(b8), 1));
-    for (int r = 0; r < 4; r++) {
-        /* [lane q of u[r], lane q of u[4 + r]] = element 4q + r, q = 0..3 */
-        __m512 lo = _mm512_shuffle_f32x4(u[r], u[4 + r], 0x44); /* q = 0, 1 */
-        __m512 hi = _mm512_shuffle_f32x4(u[r], u[4 + r], 0xee); /* q = 2, 3 */
-        lo = _mm512_add_ps(_mm512_shuffle_f32x4(lo, lo, 0xd8), b16);
-        hi = _mm512_add_ps(_mm512_shuffle_f32x4(hi, hi, 0xd8), b16);
-        __m256 e[4] = {_mm512_castps512_ps256(lo),
-                       _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(lo), 1)),
-                       _mm512_castps512_ps256(hi),
-                       _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(hi), 1))};
-        for (int q = 0; q < 4; q++)
-            if (4 * q + r < lanes) _mm256_mask_storeu_ps(y + (4 * q + r) * ldy, m, e[q]);
-    }
-}
-
 /* nw weight rows (unpacked) x one packed group of 16 x rows over nb
  * blocks: y[l * ldy + j] = x row l . weight row j + bias[j] for the first
  * `lanes` rows. Per block and weight row: the integer accumulator starts
