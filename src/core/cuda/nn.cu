@@ -667,8 +667,8 @@ k_attn_flash(float *out, struct tv q, struct tv k, struct tv v, struct tv bias, 
 }
 
 /* Prefill on BF16 tensor cores (the arena's BF16 hint, arena_set_bf16:
- * S3Gen's estimator and encoder; head dim 64; q, k and v F32 rows of
- * 16-byte aligned float4s). The CPU's BF16 attention rounds the same
+ * S3Gen's estimator and encoder, T3's prefills of quantised weights; head
+ * dim 64; q, k and v F32 rows of 16-byte aligned float4s). The CPU's BF16 attention rounds the same
  * operands (cpu/attn_bf16.c): q * scale, k, v and the probabilities p to
  * BF16 (nearest even), products and sums in F32, l the sum of the
  * unrounded p. A block is 4 warps of 16 query rows (FM_QB rows) and walks
