@@ -668,8 +668,9 @@ k_attn_flash(float *out, struct tv q, struct tv k, struct tv v, struct tv bias, 
 
 /* Prefill on BF16 tensor cores (the arena's BF16 hint, arena_set_bf16:
  * S3Gen's estimator and encoder, T3's prefills of quantised weights; head
- * dim 64; q, k and v F32 rows of 16-byte aligned float4s). The CPU's BF16 attention rounds the same
- * operands (cpu/attn_bf16.c): q * scale, k, v and the probabilities p to
+ * dim 64; q, k and v F32 rows of 16-byte aligned float4s). The CPU's BF16
+ * attention rounds the same operands (cpu/attn_bf16.c): q * scale, k, v
+ * and the probabilities p to
  * BF16 (nearest even), products and sums in F32, l the sum of the
  * unrounded p. A block is 4 warps of 16 query rows (FM_QB rows) and walks
  * the keys in tiles of FM_KB: k and v converted to BF16 in shared memory
@@ -871,7 +872,7 @@ __global__ static void __launch_bounds__(FM_THREADS)
 }
 
 /* Whether the rows of x (F32 [B, H, T, D] view) are float4s on 16-byte
- * boundaries (the flash and tensor-core kernels' fast loads) */
+ * boundaries (the fast loads of the flash, tensor-core and decode kernels) */
 static bool rows_f4(const struct tv &x)
 {
     bool ok = x.type == TYPE_F32 && x.nb[3] == 4 && (uintptr_t)x.p % 16 == 0;
@@ -1215,10 +1216,7 @@ __global__ static void __cluster_dims__(AD_CLUSTER, 1, 1) __launch_bounds__(ATT_
 static int kv_mode(const struct tensor *k, const struct tensor *v, int64_t D)
 {
     if (D % AD_G != 0 || k->type != v->type) return KV_ANY;
-    if (k->type == TYPE_F32 && k->nb[3] == 4 && v->nb[3] == 4 && (uintptr_t)k->data % 16 == 0 &&
-        (uintptr_t)v->data % 16 == 0 && k->nb[0] % 16 == 0 && k->nb[1] % 16 == 0 && k->nb[2] % 16 == 0 &&
-        v->nb[0] % 16 == 0 && v->nb[1] % 16 == 0 && v->nb[2] % 16 == 0)
-        return KV_F32;
+    if (rows_f4(tv_of(k)) && rows_f4(tv_of(v))) return KV_F32;
     const int64_t q8row = D / QK * 34;
     if (k->type == TYPE_Q8_0 && D % QK == 0 && k->nb[3] == 1 && v->nb[3] == 1 && (uintptr_t)k->data % 2 == 0 &&
         (uintptr_t)v->data % 2 == 0 && k->nb[0] % 2 == 0 && k->nb[1] % 2 == 0 && k->nb[2] == q8row &&
