@@ -99,11 +99,13 @@ struct kernels {
      * per member); false: these operands are not for it (nothing done) */
     bool (*attention_group)(struct arena *a, struct tensor *out, const struct tensor *q,
                             const struct tensor *k, const struct tensor *v, const struct attn_group *g);
-    /* op_attention_append in one launch, or NULL (the op then copies and
-     * attends); false: these operands are not for it (nothing done) */
+    /* op_attention_append in one launch, or NULL (the op then rotates,
+     * copies and attends); false: these operands are not for it (nothing
+     * done) */
     bool (*attention_append)(struct arena *a, struct tensor *out, const struct tensor *q,
                              const struct tensor *kn, const struct tensor *vn, struct tensor *kc,
-                             struct tensor *vc, const struct tensor *at, float scale);
+                             struct tensor *vc, const struct tensor *at, float scale,
+                             const struct rope_params *rope);
     void (*rope)(struct arena *a, struct tensor *out, const struct tensor *x,
                  const struct tensor *pos, const struct rope_params *p);
     /* op_sample (device backends; shapes checked by the op) */

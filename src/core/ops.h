@@ -273,20 +273,6 @@ struct attn_group {
 struct tensor *op_attention_group(struct arena *a, const struct tensor *q, const struct tensor *k,
                                   const struct tensor *v, const struct attn_group *g);
 
-/* One decode step's cache write and attention (a recorded step over a
- * fixed-capacity cache, t3/kv_cache.h invariant 5): the new keys and
- * values kn, vn [B, Hk, 1, D] (F32, any strides) go to position *at of
- * the caches kc, vc ([B, Hk, cap, D], both F32, F16 or Q8_0) as
- * op_copy_into_at puts them, then q [B, Hq, 1, D] attends positions
- * [0, *len) with `scale`; at and len are one-element I32 tensors on the
- * arena's backend, len holding at + 1. Output [B, Hq, 1, D]: bit for bit
- * what op_copy_into_at twice and op_attention with kv_len give; a backend
- * may do it in one launch (kernels.attention_append), the others do
- * exactly that. */
-struct tensor *op_attention_append(struct arena *a, const struct tensor *q, const struct tensor *kn,
-                                   const struct tensor *vn, struct tensor *kc, struct tensor *vc,
-                                   const struct tensor *at, const struct tensor *len, float scale);
-
 struct rope_params {
     float theta;            /* base, e.g. 10000 or 500000 */
     int n_dims;             /* rotated dims (<= D), NeoX half split */
@@ -294,6 +280,24 @@ struct rope_params {
     float factor, low_freq_factor, high_freq_factor;
     int original_max_pos;
 };
+
+/* One decode step's cache write and attention (a recorded step over a
+ * fixed-capacity cache, t3/kv_cache.h invariant 5): the new keys and
+ * values kn, vn [B, Hk, 1, D] (F32, any strides) go to position *at of
+ * the caches kc, vc ([B, Hk, cap, D], both F32, F16 or Q8_0) as
+ * op_copy_into_at puts them, then q [B, Hq, 1, D] attends positions
+ * [0, *len) with `scale`; at and len are one-element I32 tensors on the
+ * arena's backend, len holding at + 1. With rope (else NULL), q and kn
+ * are first rotated as op_rope at position *at rotates them (Llama's
+ * step). Output [B, Hq, 1, D]: bit for bit what op_rope on q and kn,
+ * op_copy_into_at twice and op_attention with kv_len give; a backend may
+ * do it in one launch (kernels.attention_append), the others do exactly
+ * that. */
+struct tensor *op_attention_append(struct arena *a, const struct tensor *q, const struct tensor *kn,
+                                   const struct tensor *vn, struct tensor *kc, struct tensor *vc,
+                                   const struct tensor *at, const struct tensor *len, float scale,
+                                   const struct rope_params *rope);
+
 /* Rotary embedding, NeoX/HF layout (rotate_half on the two halves).
  * x[B, H, T, D]; pos I32 [T] absolute positions. */
 struct tensor *op_rope(struct arena *a, const struct tensor *x,

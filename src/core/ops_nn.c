@@ -223,9 +223,28 @@ struct tensor *op_attention_group(struct arena *a, const struct tensor *q, const
     return o;
 }
 
+/* rotary parameters for heads of D dims, else false (recorded in a) */
+static bool rope_params_ok(struct arena *a, const struct rope_params *p, int64_t D)
+{
+    if (p->n_dims < 2 || p->n_dims % 2 || p->n_dims > D || !(p->theta > 0)) {
+        arena_fail(a, CBX_ERR_INTERNAL, "op_rope: n_dims %d, theta %g for head dim %lld", p->n_dims,
+                   (double)p->theta, (long long)D);
+        return false;
+    }
+    if (p->factor != 0 && (!(p->factor > 0) || p->original_max_pos <= 0 ||
+                           !(p->high_freq_factor > p->low_freq_factor) || !(p->low_freq_factor > 0))) {
+        arena_fail(a, CBX_ERR_INTERNAL, "op_rope: llama3 scaling factor %g, low %g, high %g, original_max_pos %d",
+                   (double)p->factor, (double)p->low_freq_factor, (double)p->high_freq_factor,
+                   p->original_max_pos);
+        return false;
+    }
+    return true;
+}
+
 struct tensor *op_attention_append(struct arena *a, const struct tensor *q, const struct tensor *kn,
                                    const struct tensor *vn, struct tensor *kc, struct tensor *vc,
-                                   const struct tensor *at, const struct tensor *len, float scale)
+                                   const struct tensor *at, const struct tensor *len, float scale,
+                                   const struct rope_params *rope)
 {
     if (!q || !kn || !vn || !kc || !vc || !at || !len) return NULL;
     const struct backend *be = arena_backend(a);
@@ -242,14 +261,20 @@ struct tensor *op_attention_append(struct arena *a, const struct tensor *q, cons
                     q, kn, kc);
         return NULL;
     }
+    if (rope && !rope_params_ok(a, rope, q->ne[3])) return NULL;
     if (be->k.attention_append) {
         struct tensor *out = arena_tensor(a, TYPE_F32, 4, q->ne);
         if (!out) return NULL;
         int32_t pos = 0;
         if (!op_index_operand(a, "op_attention_append", at, &pos)) return NULL;
-        if (be->k.attention_append(a, out, q, kn, vn, kc, vc, at, scale))
+        if (be->k.attention_append(a, out, q, kn, vn, kc, vc, at, scale, rope))
             return arena_status(a) == CBX_OK ? out : NULL;
         if (arena_status(a) != CBX_OK) return NULL;
+    }
+    if (rope) {
+        q = op_rope(a, q, at, rope);
+        kn = op_rope(a, kn, at, rope);
+        if (!q || !kn) return NULL;
     }
     op_copy_into_at(a, kc, kn, 2, at);
     op_copy_into_at(a, vc, vn, 2, at);
@@ -363,20 +388,7 @@ struct tensor *op_rope(struct arena *a, const struct tensor *x,
                    tensor_shape_str(pos, sp, sizeof sp));
         return NULL;
     }
-    if (p->n_dims < 2 || p->n_dims % 2 || p->n_dims > x->ne[3] || !(p->theta > 0)) {
-        arena_fail(a, CBX_ERR_INTERNAL, "op_rope: n_dims %d, theta %g for head dim %lld",
-                   p->n_dims, (double)p->theta, (long long)x->ne[3]);
-        return NULL;
-    }
-    if (p->factor != 0 && (!(p->factor > 0) || p->original_max_pos <= 0 ||
-                           !(p->high_freq_factor > p->low_freq_factor) ||
-                           !(p->low_freq_factor > 0))) {
-        arena_fail(a, CBX_ERR_INTERNAL,
-                   "op_rope: llama3 scaling factor %g, low %g, high %g, original_max_pos %d",
-                   (double)p->factor, (double)p->low_freq_factor, (double)p->high_freq_factor,
-                   p->original_max_pos);
-        return NULL;
-    }
+    if (!rope_params_ok(a, p, x->ne[3])) return NULL;
     struct tensor *out = arena_tensor(a, TYPE_F32, 4, x->ne);
     if (out) be_->k.rope(a, out, x, pos, p);
     return arena_status(a) == CBX_OK ? out : NULL;

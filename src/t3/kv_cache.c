@@ -48,7 +48,8 @@ void kv_cache_group(struct kv_cache *kv, struct kv_cache *const *members, int n,
 }
 
 static struct tensor *attend(struct arena *a, struct kv_cache *kv, int il, const struct tensor *q,
-                             const struct tensor *k, const struct tensor *v, bool kv_only, bool fixed);
+                             const struct tensor *k, const struct tensor *v, bool kv_only, bool fixed,
+                             const struct rope_params *rope);
 
 /* A group's attention: each member over its own rows (invariant 4), the
  * outputs stacked in member order: op_attention_group, or member by
@@ -79,7 +80,7 @@ static struct tensor *group_attend(struct arena *a, struct kv_cache *kv, int il,
         struct kv_cache *g = kv->group[i];
         const int64_t nr = g->n_rows;
         struct tensor *oi = attend(a, g, il, op_slice(a, q, 0, r0, nr), op_slice(a, k, 0, r0, nr),
-                                   op_slice(a, v, 0, r0, nr), false, false);
+                                   op_slice(a, v, 0, r0, nr), false, false, NULL);
         o = o ? op_concat(a, o, oi, 0) : oi;
         if (!o) return NULL;
         r0 += nr;
@@ -91,7 +92,7 @@ struct tensor *kv_cache_attend(struct arena *a, struct kv_cache *kv, int il,
                                const struct tensor *q, const struct tensor *k,
                                const struct tensor *v, bool kv_only)
 {
-    return attend(a, kv, il, q, k, v, kv_only, kv_cache_fixed(kv));
+    return attend(a, kv, il, q, k, v, kv_only, kv_cache_fixed(kv), NULL);
 }
 
 /* the entry of x that layer il exports (the last one naming it), or -1 */
@@ -103,9 +104,47 @@ static int export_of(const struct kv_export *x, int il)
     return at;
 }
 
-/* fixed: invariant 5's step (the caller's at and len) */
+/* Whether layer il's attention is one op_attention_append (invariant 5's
+ * step on a cache of its own, no probabilities exported) */
+static bool one_op(const struct kv_cache *kv, int il, bool kv_only)
+{
+    return !kv->group && kv_cache_fixed(kv) && !kv_only && export_of(kv->exp, il) < 0;
+}
+
+/* RoPE of x [B, H, T, Dh] at positions pos; on a group (invariant 4: T =
+ * 1) pos holds each row's position, and x is seen as [1, H, B, Dh] so
+ * that one rotation takes each row at its own position (the same
+ * arithmetic per element), then seen back as [B, H, 1, Dh]. */
+static struct tensor *rope(struct arena *a, const struct tensor *x, const struct tensor *pos,
+                           const struct kv_cache *kv, const struct rope_params *p)
+{
+    if (!kv->group || !x) return op_rope(a, x, pos, p);
+    const int swap[4] = {2, 1, 0, 3};
+    return op_permute(a, op_rope(a, op_permute(a, x, swap), pos, p), swap);
+}
+
+struct tensor *kv_cache_attend_rope(struct arena *a, struct kv_cache *kv, int il, const struct tensor *qk,
+                                    const struct tensor *v, const struct tensor *pos, const struct rope_params *p,
+                                    bool kv_only)
+{
+    if (!qk || !v) return NULL;
+    const int64_t Hk = v->ne[1], H = qk->ne[1] - Hk;
+    if (H < 1) {
+        arena_fail(a, CBX_ERR_INTERNAL, "kv cache: %lld rotary heads for %lld kv heads", (long long)qk->ne[1],
+                   (long long)Hk);
+        return NULL;
+    }
+    const bool fused = one_op(kv, il, kv_only); /* rotated inside the step's one op */
+    const struct tensor *r = fused ? qk : rope(a, qk, pos, kv, p);
+    return attend(a, kv, il, op_slice(a, r, 1, 0, H), op_slice(a, r, 1, H, Hk), v, kv_only, kv_cache_fixed(kv),
+                  fused ? p : NULL);
+}
+
+/* fixed: invariant 5's step (the caller's at and len); rope: q and k are
+ * not rotated yet (one_op's step only) */
 static struct tensor *attend(struct arena *a, struct kv_cache *kv, int il, const struct tensor *q,
-                             const struct tensor *k, const struct tensor *v, bool kv_only, bool fixed)
+                             const struct tensor *k, const struct tensor *v, bool kv_only, bool fixed,
+                             const struct rope_params *rope)
 {
     if (!q || !k || !v) return NULL;
     if (kv->group) {
@@ -124,8 +163,13 @@ static struct tensor *attend(struct arena *a, struct kv_cache *kv, int il, const
     }
     const float scale = 1.0f / sqrtf((float)Dh);
     const int e = export_of(kv->exp, il);
-    if (fixed && e < 0) /* the write and the attention in one op */
-        return op_merge_heads(a, op_attention_append(a, q, k, v, kv->k[il], kv->v[il], kv->at, kv->len, scale));
+    if (one_op(kv, il, kv_only)) /* the write and the attention in one op */
+        return op_merge_heads(
+            a, op_attention_append(a, q, k, v, kv->k[il], kv->v[il], kv->at, kv->len, scale, rope));
+    if (rope) {
+        arena_fail(a, CBX_ERR_INTERNAL, "kv cache: unrotated keys outside a one-op step");
+        return NULL;
+    }
     if (fixed) {
         op_copy_into_at(a, kv->k[il], k, 2, kv->at);
         op_copy_into_at(a, kv->v[il], v, 2, kv->at);

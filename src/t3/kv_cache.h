@@ -111,6 +111,16 @@ struct tensor *kv_cache_attend(struct arena *a, struct kv_cache *kv, int il,
                                const struct tensor *q, const struct tensor *k,
                                const struct tensor *v, bool kv_only);
 
+/* Layer il's attention for Llama: as kv_cache_attend, with q and k not
+ * yet rotated, side by side in qk [B, H + Hk, T, Dh] (q's H heads, then
+ * k's Hk); both are rotated by RoPE p at the forward's positions (pos:
+ * I32 [T], on a group each row's own [B]) before the cache and the
+ * attention see them. Invariant 5's step rotates inside its one
+ * op_attention_append (at position *at, pos unused). */
+struct tensor *kv_cache_attend_rope(struct arena *a, struct kv_cache *kv, int il, const struct tensor *qk,
+                                    const struct tensor *v, const struct tensor *pos, const struct rope_params *p,
+                                    bool kv_only);
+
 /* Host copies of row 0's positions [0, n), byte for byte in the cache's own
  * type: per layer the keys, then the values, each head's n rows of Dh
  * values in turn ([H, n, Dh]; with Dh a multiple of 32 a Q8_0 row is whole

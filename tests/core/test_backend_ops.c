@@ -496,8 +496,11 @@ static struct tensor *c_attention_group(struct arena *a, int v)
  * 1000, D 64 (T3's quantised cache); 2 f16 at 0 of 40 (the only key is
  * the new one); 3 f32 at the last of 65, D 80 (element-wise reads); 4 q8_0
  * D 32 (a cache the cuda kernel does not read by blocks: copy and attend).
- * The result is the output, then both caches as f32, so a misplaced or
- * missing write shows. */
+ * With RoPE on q and the new keys (Llama's step): 5 q8_0 at 450 of 1000
+ * with Llama-3 scaling (T3's), 6 f32 at 137 of 300, theta 1e4, 7 f16 at 30
+ * of 40 rotating 32 of 64 dims (a rotation the cuda kernel leaves to
+ * op_rope). The result is the output, then both caches as f32, so a
+ * misplaced or missing write shows. */
 static struct tensor *flat_f32(struct arena *a, struct tensor *t)
 {
     if (!t) return NULL;
@@ -507,9 +510,11 @@ static struct tensor *flat_f32(struct arena *a, struct tensor *t)
 
 static struct tensor *c_attention_append(struct arena *a, int v)
 {
-    static const enum dtype ct[] = {TYPE_F32, TYPE_Q8_0, TYPE_F16, TYPE_F32, TYPE_Q8_0};
-    static const int64_t caps[] = {300, 1000, 40, 65, 50}, dims[] = {64, 64, 64, 80, 32};
-    static const int32_t ats[] = {137, 450, 0, 64, 20};
+    static const enum dtype ct[] = {TYPE_F32, TYPE_Q8_0, TYPE_F16, TYPE_F32, TYPE_Q8_0, TYPE_Q8_0, TYPE_F32, TYPE_F16};
+    static const int64_t caps[] = {300, 1000, 40, 65, 50, 1000, 300, 40}, dims[] = {64, 64, 64, 80, 32, 64, 64, 64};
+    static const int32_t ats[] = {137, 450, 0, 64, 20, 450, 137, 30};
+    static const struct rope_params ropes[] = {
+        {500000.0f, 64, 8.0f, 1.0f, 4.0f, 8192}, {10000.0f, 64, 0, 0, 0, 0}, {10000.0f, 32, 0, 0, 0, 0}};
     const int64_t B = 2, Hq = 4, Hk = 2, D = dims[v], cap = caps[v];
     const int32_t at = ats[v], len = at + 1;
     struct tensor *kc = op_cast(a, in_f32(a, 180, ND(B, Hk, cap, D), -1, 1), ct[v]);
@@ -519,7 +524,8 @@ static struct tensor *c_attention_append(struct arena *a, int v)
     struct tensor *k = op_permute(a, in_f32(a, 183, ND(B, 1, Hk, D), -2, 2), perm);
     struct tensor *vv = op_permute(a, in_f32(a, 184, ND(B, 1, Hk, D), -2, 2), perm);
     struct tensor *o = op_attention_append(a, q, k, vv, kc, vc, op_from_host(a, TYPE_I32, 1, NE(1), &at),
-                                           op_from_host(a, TYPE_I32, 1, NE(1), &len), 1.0f / sqrtf((float)D));
+                                           op_from_host(a, TYPE_I32, 1, NE(1), &len), 1.0f / sqrtf((float)D),
+                                           v >= 5 ? &ropes[v - 5] : NULL);
     struct tensor *r = flat_f32(a, o);
     if (!r) return NULL;
     r = op_concat(a, r, flat_f32(a, kc), 0);
@@ -896,6 +902,9 @@ static const struct tcase cases[] = {
     {"attention append f16 0 of 40", c_attention_append, 2, 1e-5, 1e-5},
     {"attention append f32 last of 65, D 80", c_attention_append, 3, 1e-5, 1e-5},
     {"attention append q8_0 D 32", c_attention_append, 4, 1e-5, 1e-5},
+    {"attention append rope llama3 q8_0 450 of 1000", c_attention_append, 5, 1e-5, 1e-5},
+    {"attention append rope f32 137 of 300", c_attention_append, 6, 1e-5, 1e-5},
+    {"attention append rope 32 of 64 dims f16", c_attention_append, 7, 1e-5, 1e-5},
     {"attention decode 1000 keys", c_attention, 11, 1e-5, 1e-5},
     {"attention decode f16 kv bias", c_attention, 12, 1e-5, 1e-5},
     {"attention decode q8_0 kv causal", c_attention, 13, 1e-5, 1e-5},

@@ -953,6 +953,26 @@ __device__ static inline void kv_q8_widen(float *f, const uint16_t *w)
     }
 }
 
+/* RoPE's inverse frequencies (computed on the host, as the other backends
+ * do) travel in the launch's parameters: no upload, so a recorded step
+ * (backend.h's graphs) holds them. Wider rotations upload a table. */
+#define ROPE_TAB 128
+struct rope_tab {
+    float f[ROPE_TAB];
+};
+
+/* RoPE's rotation of one dim as k_rope does it (rotate_half): mine =
+ * x[d], other = x[d + half] where lower (d < half), else x[d - half];
+ * c, s the cosine and sine of its angle */
+__device__ static inline float rope_rot(float mine, float other, bool lower, float c, float s)
+{
+    return lower ? mine * c + (-other) * s : mine * c + other * s;
+}
+
+/* the angle's cosine and sine as k_rope takes them (double, rounded) */
+__device__ static inline float rope_cos(float ang) { return (float)cos((double)ang); }
+__device__ static inline float rope_sin(float ang) { return (float)sin((double)ang); }
+
 /* A row of op_attention_group (cuda_attention_group): its cache's row of
  * keys and of values (head stride kh, vh; positions nb bytes apart, the
  * k / v tv's nb[2]) and its position `at`: the new key goes there, the
@@ -967,11 +987,11 @@ struct ad_row {
  * KiB of the 4 KiB a launch takes. ad_none: a launch of one cache. */
 #define AG_ROWS 64
 struct ad_rows {
-    static constexpr bool group = true, append = false;
+    static constexpr bool group = true, append = false, rope = false;
     struct ad_row r[AG_ROWS];
 };
 struct ad_none {
-    static constexpr bool group = false, append = false;
+    static constexpr bool group = false, append = false, rope = false;
 };
 /* op_attention_append (cuda_attention_append): the new keys and values
  * kn, vn [B, Hk, 1, D] (F32 views) and the position *at they go to in
@@ -980,10 +1000,17 @@ struct ad_none {
  * the first query head of each kv head writes it to the caches; no block
  * reads that row from memory, so the write needs no ordering. */
 struct ad_app {
-    static constexpr bool group = false, append = true;
+    static constexpr bool group = false, append = true, rope = false;
     struct tv kn, vn;
     const int32_t *at;
     int type;
+};
+/* ad_app with op_attention_append's rope: q and the new key rotated at
+ * *at over all D = AD_G * DPT dims, so dim d's partner d +- D / 2 sits on
+ * lane d / DPT ^ AD_G / 2 of its group; invf the inverse frequencies */
+struct ad_rope : ad_app {
+    static constexpr bool rope = true;
+    struct rope_tab invf;
 };
 
 /* dims [d0, d0 + n) of the new row (b, hk) of x (F32) as a cache of
@@ -991,14 +1018,23 @@ struct ad_app {
  * unless dst is NULL: F32 as is, F16 rounded as k_cpy does, Q8_0 (MODE
  * KV_Q8_0 only: n == DPT, DPT dividing QK) quantised by blocks of QK as
  * k_cpy_blocks does, a block's amax over its QK / DPT threads (adjacent
- * lanes of the group's mask gmask) */
+ * lanes of the group's mask gmask). With cs (ad_rope; n == DPT: the
+ * cosines, then the sines, of the row's AD_G * DPT / 2 angles), the row
+ * is first rotated as k_rope rotates it. */
 template <int DPT, int MODE>
 __device__ static inline void kv_new_dims(float *f, const struct tv &x, int64_t b, int64_t hk, int d0, int n,
-                                          int type, char *dst, int64_t es, unsigned gmask)
+                                          int type, char *dst, int64_t es, unsigned gmask, const float *cs)
 {
     const char *xr = x.p + b * x.nb[0] + hk * x.nb[1];
 #pragma unroll
     for (int e = 0; e < DPT; e++) f[e] = e < n ? *(const float *)(xr + (d0 + e) * x.nb[3]) : 0.0f;
+    constexpr int half = AD_G * DPT / 2;
+    if (cs)
+#pragma unroll
+        for (int e = 0; e < DPT; e++) {
+            const int i = (d0 + e) % half;
+            f[e] = rope_rot(f[e], __shfl_xor_sync(gmask, f[e], AD_G / 2), d0 < half, cs[i], cs[half + i]);
+        }
     if (MODE == KV_Q8_0) {
         float amax = 0.0f;
 #pragma unroll
@@ -1078,6 +1114,22 @@ __global__ static void __cluster_dims__(AD_CLUSTER, 1, 1) __launch_bounds__(ATT_
         qd[e] = e < nd ? *(const float *)(qr + (d0 + e) * q.nb[3]) : 0.0f;
         od[e] = 0;
     }
+    /* ad_rope: the angles' cosines and sines at the new row's position
+     * (one a thread), then q rotated */
+    __shared__ float cs[ROWS::rope ? AD_G * DPT : 1];
+    if constexpr (ROWS::rope) {
+        constexpr int half = AD_G * DPT / 2;
+        if (t < 2 * half) {
+            const float ang = (float)*rows.at * rows.invf.f[t % half];
+            cs[t] = t < half ? rope_cos(ang) : rope_sin(ang);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int e = 0; e < DPT; e++) {
+            const int i = (d0 + e) % half;
+            qd[e] = rope_rot(qd[e], __shfl_xor_sync(0xffffffffu, qd[e], AD_G / 2), d0 < half, cs[i], cs[half + i]);
+        }
+    }
     /* this block's chunks sp, sp + AD_CLUSTER, ...: the group's running
      * max m, exp-sum l and sum od, rescaled as the max grows */
     for (int64_t c = sp; c < nact; c += AD_CLUSTER) {
@@ -1120,10 +1172,10 @@ __global__ static void __cluster_dims__(AD_CLUSTER, 1, 1) __launch_bounds__(ATT_
                     const unsigned gmask = 0xffu << (threadIdx.x & 24);
                     kv_new_dims<DPT, MODE>(kd[u], rows.kn, b, hk, d0, nd, rows.type,
                                            put ? k.p + b * k.nb[0] + hk * k.nb[1] + j * k.nb[2] : NULL, k.nb[3],
-                                           gmask);
+                                           gmask, ROWS::rope ? cs : NULL);
                     kv_new_dims<DPT, MODE>(vd[u], rows.vn, b, hk, d0, nd, rows.type,
                                            put ? v.p + b * v.nb[0] + hk * v.nb[1] + j * v.nb[2] : NULL, v.nb[3],
-                                           gmask);
+                                           gmask, NULL);
                 }
             }
         }
@@ -1278,14 +1330,24 @@ static int decode_mode(const struct tensor *k, const struct tensor *v, int64_t D
  * are not for it (a Q8_0 cache the kernel does not read by blocks) */
 static bool cuda_attention_append(struct arena *a, struct tensor *out, const struct tensor *q,
                                   const struct tensor *kn, const struct tensor *vn, struct tensor *kc,
-                                  struct tensor *vc, const struct tensor *at, float scale)
+                                  struct tensor *vc, const struct tensor *at, float scale,
+                                  const struct rope_params *rope)
 {
     const int64_t B = q->ne[0], Hq = q->ne[1], D = q->ne[3];
     if (D > ATT_THREADS || B > 65535 || Hq > 65535) return false;
     const int mode = decode_mode(kc, vc, D);
     if (kc->type == TYPE_Q8_0 && mode != KV_Q8_0) return false;
-    attn_decode(a, (float *)out->data, tv_of(q), kc, vc, NULL, scale, NULL, mode,
-                ad_app{tv_of(kn), tv_of(vn), (const int32_t *)at->data, (int)kc->type});
+    /* a rotation of all dims, a thread's DPT dims (8 or 16) whole */
+    if (rope && (rope->n_dims != D || D % AD_G != 0 || (D / AD_G != 8 && D / AD_G != 16))) return false;
+    const struct ad_app app = {tv_of(kn), tv_of(vn), (const int32_t *)at->data, (int)kc->type};
+    if (!rope) {
+        attn_decode(a, (float *)out->data, tv_of(q), kc, vc, NULL, scale, NULL, mode, app);
+        return true;
+    }
+    struct ad_rope rot;
+    static_cast<struct ad_app &>(rot) = app;
+    for (int i = 0; i < ROPE_TAB; i++) rot.invf.f[i] = i < D / 2 ? scalar_rope_inv_freq(rope, i) : 0.0f;
+    attn_decode(a, (float *)out->data, tv_of(q), kc, vc, NULL, scale, NULL, mode, rot);
     return true;
 }
 
@@ -1479,14 +1541,6 @@ static void cuda_attention(struct arena *a, struct tensor *out, const struct ten
 /* ---- rotary ---------------------------------------------------------------------------------- */
 
 
-/* The inverse frequencies (computed on the host, as the other backends
- * do) travel in the launch's parameters: no upload, so a recorded step
- * (backend.h's graphs) holds them. Wider rotations upload a table. */
-#define ROPE_TAB 128
-struct rope_tab {
-    float f[ROPE_TAB];
-};
-
 __global__ static void k_rope(float *out, struct tv x, const char *pos, int64_t pos_nb,
                               const float *tab, struct rope_tab arg, int n_dims, int64_t n)
 {
@@ -1503,10 +1557,10 @@ __global__ static void k_rope(float *out, struct tv x, const char *pos, int64_t 
         const int i = (int)(d < half ? d : d - half);
         const float ps = (float)*(const int32_t *)(pos + t * pos_nb);
         const float ang = ps * invf[i];
-        const float c = (float)cos((double)ang), s = (float)sin((double)ang);
+        const float c = rope_cos(ang), s = rope_sin(ang);
         const float x0 = *(const float *)(xr + i * x.nb[3]);
         const float x1 = *(const float *)(xr + (i + half) * x.nb[3]);
-        out[e] = d < half ? x0 * c + (-x1) * s : x1 * c + x0 * s;
+        out[e] = d < half ? rope_rot(x0, x1, true, c, s) : rope_rot(x1, x0, false, c, s);
     }
 }
 
