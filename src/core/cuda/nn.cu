@@ -1080,7 +1080,7 @@ __global__ static void __cluster_dims__(AD_CLUSTER, 1, 1) __launch_bounds__(ATT_
     k_attn_decode(float *out, struct tv q, struct tv k, struct tv v, struct tv bias, bool has_bias, float scale,
                   const int32_t *len, ROWS rows)
 {
-    __shared__ float gm[AD_GROUPS], gl[AD_GROUPS];
+    __shared__ float gm[AD_GROUPS], gl[AD_GROUPS], gw[AD_GROUPS];
     __shared__ float go[AD_GROUPS][AD_G * DPT + 1];
     __shared__ float part_m, part_l, part_o[AD_G * DPT]; /* this block's part, read by block 0 */
     cg::cluster_group cluster = cg::this_cluster();
@@ -1220,18 +1220,25 @@ __global__ static void __cluster_dims__(AD_CLUSTER, 1, 1) __launch_bounds__(ATT_
     for (int e = 0; e < DPT; e++)
         if (e < nd) go[gi][d0 + e] = od[e];
     __syncthreads();
+    /* the groups' weights exp(m - M), one a thread, then the sums (the
+     * block's last thread takes l's, which no dim of D <= 127 keeps busy) */
     float M = -INFINITY;
+#pragma unroll
     for (int g = 0; g < AD_GROUPS; g++) M = fmaxf(M, gm[g]);
+    if (t < AD_GROUPS) gw[t] = gm[t] == -INFINITY ? 0.0f : expf(gm[t] - M);
+    __syncthreads();
     for (int d = t; d < D; d += blockDim.x) {
         float acc = 0;
+#pragma unroll
         for (int g = 0; g < AD_GROUPS; g++)
-            if (gm[g] != -INFINITY) acc += go[g][d] * expf(gm[g] - M);
+            if (gm[g] != -INFINITY) acc += go[g][d] * gw[g];
         part_o[d] = acc;
     }
-    if (t == 0) {
+    if (t == (int)blockDim.x - 1) {
         float L = 0;
+#pragma unroll
         for (int g = 0; g < AD_GROUPS; g++)
-            if (gm[g] != -INFINITY) L += gl[g] * expf(gm[g] - M);
+            if (gm[g] != -INFINITY) L += gl[g] * gw[g];
         part_m = M;
         part_l = L;
     }
