@@ -53,6 +53,10 @@ struct kernels {
     void (*linear_ex)(struct arena *a, struct tensor *out, const struct tensor *x,
                       const struct tensor *w, const struct tensor *b, int act,
                       const struct tensor *r);
+    /* op_linear_gated (optional: NULL or false runs op_mul, then
+     * op_linear_ex; false: these operands are not for it, nothing done) */
+    bool (*linear_gated)(struct arena *a, struct tensor *out, const struct tensor *x, const struct tensor *gate,
+                         const struct tensor *w, const struct tensor *b, int act, const struct tensor *r);
     /* op_linear_cat (optional: NULL runs the norm, op_linear_ex per weight,
      * op_concat); b and act always arrays of n */
     void (*linear_cat)(struct arena *a, struct tensor *out, const struct tensor *x,

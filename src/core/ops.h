@@ -137,6 +137,14 @@ struct tensor *op_linear(struct arena *a, const struct tensor *x,
  * launches). */
 struct tensor *op_linear_ex(struct arena *a, const struct tensor *x, const struct tensor *w,
                             const struct tensor *b, int act, const struct tensor *r);
+/* op_linear_ex of the elementwise product of two inputs: r + act((x *
+ * gate) @ w^T + b), x and gate F32 of one shape (any strides; Llama's
+ * SwiGLU: silu(gate) * up into the down product). The same floats as
+ * op_mul, then op_linear_ex, which it runs where the backend has no
+ * linear_gated kernel or declines these operands; a kernel forms the
+ * product as it reads its input (the CUDA decode GEMV: no extra launch). */
+struct tensor *op_linear_gated(struct arena *a, const struct tensor *x, const struct tensor *gate,
+                               const struct tensor *w, const struct tensor *b, int act, const struct tensor *r);
 /* A normalisation of a product's input over its innermost dim: layer
  * norm (g, b: op_layer_norm) or RMS norm (g: op_rms_norm); g, b
  * F32/F16/BF16 [K] (as those ops take them) or NULL. */

@@ -83,6 +83,35 @@ struct tensor *op_linear_ex(struct arena *a, const struct tensor *x, const struc
     return arena_status(a) == CBX_OK ? out : NULL;
 }
 
+struct tensor *op_linear_gated(struct arena *a, const struct tensor *x, const struct tensor *gate,
+                               const struct tensor *w, const struct tensor *b, int act, const struct tensor *r)
+{
+    if (!x || !gate || !w) return NULL;
+    const struct backend *be = arena_backend(a);
+    char s1[64], s2[64];
+    if (x->type != TYPE_F32 || gate->type != TYPE_F32 || !tensor_same_shape(x, gate)) {
+        arena_fail(a, CBX_ERR_INTERNAL, "op_linear_gated: input %s %s, gate %s %s", dtype_name(x->type),
+                   tensor_shape_str(x, s1, sizeof s1), dtype_name(gate->type), tensor_shape_str(gate, s2, sizeof s2));
+        return NULL;
+    }
+    if (be->k.linear_gated && be->k.linear_ex) {
+        struct tensor *out = linear_out(a, "op_linear_gated", x, w, b);
+        if (!out) return NULL;
+        if (r && (r->type != TYPE_F32 || !tensor_same_shape(r, out))) {
+            arena_fail(a, CBX_ERR_INTERNAL, "op_linear_gated: residual %s %s for a result %s", dtype_name(r->type),
+                       tensor_shape_str(r, s1, sizeof s1), tensor_shape_str(out, s2, sizeof s2));
+            return NULL;
+        }
+        if (act < -1 || act > UN_CLAMP) {
+            arena_fail(a, CBX_ERR_INTERNAL, "op_linear_gated: activation %d", act);
+            return NULL;
+        }
+        if (be->k.linear_gated(a, out, x, gate, w, b, act, r)) return arena_status(a) == CBX_OK ? out : NULL;
+        if (arena_status(a) != CBX_OK) return NULL;
+    }
+    return op_linear_ex(a, op_mul(a, x, gate), w, b, act, r);
+}
+
 /* op_linear_cat's input h: x, or its norm */
 static struct tensor *norm_input(struct arena *a, const struct tensor *x, const struct linear_norm *norm)
 {

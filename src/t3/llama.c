@@ -32,11 +32,10 @@ struct tensor *llama_layer_forward(struct arena *a, const struct t3_backbone *bb
     if (kv_only || !o) return o;
     struct tensor *x = op_linear_ex(a, o, l->o_proj_w, NULL, -1, hs); /* hs + o_proj(o) */
     /* LlamaMLP on post_attention_layernorm(x): down(silu(gate(h)) * up(h)),
-     * gate and up one product */
+     * gate and up one product, their elementwise product in down's */
     const struct linear_norm n2 = {LINEAR_NORM_RMS, l->post_attention_layernorm_w, NULL, bb->eps};
     const struct tensor *wgu[2] = {l->gate_proj_w, l->up_proj_w};
     const int act[2] = {UN_SILU, -1};
     struct tensor *gu = op_linear_cat(a, x, &n2, 2, wgu, NULL, act);
-    struct tensor *m = op_mul(a, op_slice(a, gu, 2, 0, I), op_slice(a, gu, 2, I, I));
-    return op_linear_ex(a, m, l->down_proj_w, NULL, -1, x);
+    return op_linear_gated(a, op_slice(a, gu, 2, 0, I), op_slice(a, gu, 2, I, I), l->down_proj_w, NULL, -1, x);
 }

@@ -267,6 +267,22 @@ static struct tensor *c_linear_ex(struct arena *a, int v)
                               : in_f32(a, 73, ND(M, N), -1, 1);
     return op_linear_ex(a, x, w, b, act[v], r);
 }
+/* op_linear_gated (Llama's down product of silu(gate) * up): x and gate
+ * the two halves of one [M, 1, 2K] product, residual: 0 q4_0 K 4096, 1024
+ * outputs, two rows (the CFG pair's); 1 q8_0 K 512, 300 outputs, one
+ * row, bias; 2 f32 K 256, two rows (the GEMV without the gated staging:
+ * op_mul first); 3 q4_0 K 1024 over 6 rows (the GEMM path) */
+static struct tensor *c_linear_gated(struct arena *a, int v)
+{
+    static const enum dtype t[4] = {TYPE_Q4_0, TYPE_Q8_0, TYPE_F32, TYPE_Q4_0};
+    static const int64_t kk[4] = {4096, 512, 256, 1024}, nn[4] = {1024, 300, 77, 90}, mm[4] = {2, 1, 2, 6};
+    const int64_t K = kk[v], N = nn[v], M = mm[v];
+    struct tensor *w = in_w(a, t[v], 130 + (uint64_t)v, ND(N, K));
+    struct tensor *b = v == 1 ? in_f32(a, 131, ND(N), -1, 1) : NULL;
+    struct tensor *gu = in_f32(a, 132, ND(M, 1, 2 * K), -2, 2);
+    struct tensor *r = in_f32(a, 133, ND(M, 1, N), -1, 1);
+    return op_linear_gated(a, op_slice(a, gu, 2, 0, K), op_slice(a, gu, 2, K, K), w, b, -1, r);
+}
 /* op_linear_cat: 0 f32 q, k, v of two rows (K 1024); 1 q4_0 gate + SiLU
  * and up, one row (K 2048); 2 q8_0 three parts of unequal width, three
  * rows; 3 f32 two parts over 9 rows (the GEMM path). With a norm of the
@@ -828,6 +844,10 @@ static const struct tcase cases[] = {
     {"linear_ex q8_0 K 4096, 3000 outputs + residual", c_linear_ex, 5, 1e-5, 3e-2},
     {"linear_ex f32 K 1024, 5000 outputs, gelu_tanh + residual", c_linear_ex, 6, 1e-5, 1e-5},
     {"linear_ex f32 K 4096, 3000 outputs, two rows + residual", c_linear_ex, 7, 1e-5, 1e-5},
+    {"linear_gated q4_0 K 4096, two rows + residual", c_linear_gated, 0, 1e-5, 3e-2},
+    {"linear_gated q8_0 K 512, bias + residual", c_linear_gated, 1, 1e-5, 3e-2},
+    {"linear_gated f32 K 256, two rows + residual", c_linear_gated, 2, 1e-5, 1e-5},
+    {"linear_gated q4_0 K 1024, 6 rows + residual", c_linear_gated, 3, 1e-5, 3e-2},
     {"linear f32 K 4096 one row", c_linear, 40 + 0, 1e-5, 1e-5},
     {"linear q8_0 K 4096 one row", c_linear, 40 + 3, 1e-5, 3e-2},
     {"linear q4_0 K 4096 one row", c_linear, 40 + 4, 1e-5, 3e-2},
@@ -1029,7 +1049,8 @@ static void run_backend_ops(const struct backend *be, struct arena *ar, struct a
         } else if (want.type == TYPE_F32) {
             double tol = is_cpu && c->cpu_tol > 0 ? c->cpu_tol : c->tol;
             double ma, rel = rel_error(got.data, want.data, (size_t)want.n, &ma);
-            const bool lin = c->fn == c_linear || c->fn == c_linear_ex || c->fn == c_linear_cat;
+            const bool lin =
+                c->fn == c_linear || c->fn == c_linear_ex || c->fn == c_linear_cat || c->fn == c_linear_gated;
             if (acpu && lin && c->cpu_tol > 0 && c->cpu_tol != c->tol) {
                 struct result q = run(acpu, c);
                 double qa, qrel = q.data && q.n == want.n ? rel_error(got.data, q.data, (size_t)q.n, &qa) : 1e300;

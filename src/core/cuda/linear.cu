@@ -66,7 +66,10 @@ struct gemv_epi {
  * input rows from shared memory, staged there (and normalised) by
  * gemv_stage_rows, float4s laid out for lanes that stride over K (xw 0)
  * or that each take whole blocks (xw > 0, gemv_xpos), or quantised to
- * Q8_0 by gemv_stage_q8 (k_gemv_qs, which always stages); else from x. */
+ * Q8_0 by gemv_stage_q8 (k_gemv_qs, which always stages); else from x.
+ * x2 (op_linear_gated; k_gemv_qs without a norm only): the input is x *
+ * x2, formed as gemv_stage_q8 reads them; ldx: the rows' stride in
+ * floats, x's and x2's (K unless x2). */
 struct gemv_part {
     const char *w; /* N rows of nb0 bytes */
     int64_t nb0, N, col;
@@ -88,6 +91,8 @@ struct gemv_group {
                  * (cuda_weight_placed): their loads go out before
                  * cu_pdl_wait */
     int rpw;    /* outputs a warp (k_gemv_qs, k_gemv_f32; k_gemv_q takes one) */
+    const float *x2;
+    int64_t ldx;
 };
 
 /* this block's part */
@@ -321,7 +326,7 @@ __device__ static void gemv_stage_rows(float4 *s4, const float *x, int M, int64_
  * float4 threadIdx.x (gemv_norm_pre). Every thread of the block calls
  * gemv_stage_q8 (it synchronises the block). */
 template <int U>
-__device__ static inline void gemv_q8_rounds(uint32_t *q32, int2 *m, const float4 *x4, int nblk, int nb, int K4,
+__device__ static inline void gemv_q8_rounds(uint32_t *q32, int2 *m, const float4 *x4, int nblk, int nb, int ld4,
                                              const struct gemv_group &g, const gemv_ngb &pre, const double (*st)[2])
 {
     constexpr int G = 8 / U, LG = U == 1 ? 3 : 2;
@@ -347,7 +352,12 @@ __device__ static inline void gemv_q8_rounds(uint32_t *q32, int2 *m, const float
                 const bool mine = i == (int)threadIdx.x;
                 const float4 gv = mine ? pre.g : g4 ? __ldg(g4 + i) : one;
                 const float4 bv = mine ? pre.b : b4 ? __ldg(b4 + i) : zero;
-                v[t] = gemv_norm_x(__ldg(x4 + r * K4 + i), g, st[r], gv, bv);
+                float4 xv = __ldg(x4 + r * ld4 + i);
+                if (g.x2) { /* op_linear_gated: x * x2, as op_mul */
+                    const float4 u = __ldg((const float4 *)g.x2 + r * ld4 + i);
+                    xv = make_float4(xv.x * u.x, xv.y * u.y, xv.z * u.z, xv.w * u.w);
+                }
+                v[t] = gemv_norm_x(xv, g, st[r], gv, bv);
             }
             amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v[t].x), fabsf(v[t].y)), fmaxf(fabsf(v[t].z), fabsf(v[t].w))));
         }
@@ -376,12 +386,12 @@ __device__ static void gemv_stage_q8(uint4 *q, int2 *m, const float *x, int M, i
                                      const struct gemv_group &g, const gemv_ngb &pre)
 {
     __shared__ double st[GEMV_ROWS][2];
-    const int nblk = (int)(K / QK), nb = M * nblk, K4 = (int)(K / 4);
+    const int nblk = (int)(K / QK), nb = M * nblk, ld4 = (int)(g.ldx / 4);
     if (g.norm >= 0) gemv_norm_stats(st, x, M, K, g);
     if (nb * 8 > (int)blockDim.x)
-        gemv_q8_rounds<2>((uint32_t *)q, m, (const float4 *)x, nblk, nb, K4, g, pre, st);
+        gemv_q8_rounds<2>((uint32_t *)q, m, (const float4 *)x, nblk, nb, ld4, g, pre, st);
     else
-        gemv_q8_rounds<1>((uint32_t *)q, m, (const float4 *)x, nblk, nb, K4, g, pre, st);
+        gemv_q8_rounds<1>((uint32_t *)q, m, (const float4 *)x, nblk, nb, ld4, g, pre, st);
     __syncthreads();
 }
 
@@ -846,11 +856,13 @@ static_assert(GEMV_X_SMEM + GEMV_WARPS * GEMV_SEG + GEMV_STATIC_SMEM <= GEMV_SME
 
 /* The fast decode GEMV over weights w[0..n) of one type (gemv_fits), the
  * products side by side in y (ld ldy), part i through b[i] and act[i];
- * the residual as gemv_group's; norm (or NULL) in the prologue. false
- * (nothing launched) when it does not fit. */
-static bool gemv_fast_group(struct arena *a, float *y, int64_t ldy, const float *x, int64_t M, int64_t K, int n,
-                            const struct tensor *const *w, const struct tensor *const *b, const int *act,
-                            const float *res, const struct linear_norm *norm)
+ * the residual as gemv_group's; norm (or NULL) in the prologue; x2 (or
+ * NULL) the gated product's second input, rows ldx floats apart as x's
+ * (K without x2). false (nothing launched) when it does not fit. */
+static bool gemv_fast_group(struct arena *a, float *y, int64_t ldy, const float *x, int64_t ldx, const float *x2,
+                            int64_t M, int64_t K, int n, const struct tensor *const *w,
+                            const struct tensor *const *b, const int *act, const float *res,
+                            const struct linear_norm *norm)
 {
     /* more rows: in launches of GEMV_ROWS when the arena wants each row's
      * products as it would be alone (arena_set_row_exact: the batched
@@ -884,8 +896,10 @@ static bool gemv_fast_group(struct arena *a, float *y, int64_t ldy, const float 
         if (!staged) S = gemv_split(K / QK, 32);
     }
     if (norm && !staged && !xfits) return false;
+    if (x2 ? norm || !staged || ldx % 4 || (uintptr_t)x2 % 16 : ldx != K) return false;
     struct gemv_group g;
     memset(&g, 0, sizeof g);
+    g.ldx = ldx;
     g.n = n;
     g.res = res;
     g.early = true;
@@ -937,7 +951,8 @@ static bool gemv_fast_group(struct arena *a, float *y, int64_t ldy, const float 
     for (int64_t r0 = 0; r0 < M; r0 += GEMV_ROWS) {
         const int m = (int)(M - r0 < GEMV_ROWS ? M - r0 : GEMV_ROWS);
         float *yr = y + r0 * ldy;
-        const float *xr = x + r0 * K;
+        const float *xr = x + r0 * ldx;
+        g.x2 = x2 ? x2 + r0 * ldx : NULL;
         g.res = res ? res + r0 * ldy : NULL;
         if (type == TYPE_F32) gemv_launch<TYPE_F32>(st, pdl, S, gr, false, yr, ldy, xr, m, K, g);
         else if (type == TYPE_Q8_0) gemv_launch<TYPE_Q8_0>(st, pdl, S, gr, staged, yr, ldy, xr, m, K, g);
@@ -951,7 +966,7 @@ static bool gemv_fast_group(struct arena *a, float *y, int64_t ldy, const float 
 static bool gemv_fast(struct arena *a, float *y, int64_t ldy, const float *x, int64_t M, int64_t K,
                       const struct tensor *w, const struct tensor *b, const struct gemv_epi &e)
 {
-    return gemv_fast_group(a, y, ldy, x, M, K, 1, &w, &b, &e.act, e.res, NULL);
+    return gemv_fast_group(a, y, ldy, x, K, NULL, M, K, 1, &w, &b, &e.act, e.res, NULL);
 }
 
 /* rows [0, nc) of a weight (any type) -> dst[nc, K] F32 */
@@ -1118,6 +1133,33 @@ static void cuda_linear_ex(struct arena *a, struct tensor *out, const struct ten
     if (r && arena_status(a) == CBX_OK) k->binary(a, out, r, out, BIN_ADD);
 }
 
+/* Whether t's rows (innermost dim, F32 elements contiguous) lie evenly
+ * spaced: *ld floats apart */
+static bool even_rows(const struct tensor *t, int64_t *ld)
+{
+    const int n = t->ndim;
+    if (n < 1 || t->nb[n - 1] != 4 || (n > 1 && t->nb[n - 2] % 4)) return false;
+    *ld = n > 1 ? t->nb[n - 2] / 4 : t->ne[0];
+    for (int d = 0; d + 2 < n; d++)
+        if (t->ne[d] > 1 && t->nb[d] != t->nb[d + 1] * t->ne[d + 1]) return false;
+    return true;
+}
+
+/* op_linear_gated: the staged quantised decode GEMV forms x * gate as it
+ * quantises its input rows (gemv_group.x2); false for anything else (the
+ * op then runs op_mul and op_linear_ex) */
+static bool cuda_linear_gated(struct arena *a, struct tensor *out, const struct tensor *x, const struct tensor *gate,
+                              const struct tensor *w, const struct tensor *b, int act, const struct tensor *r)
+{
+    const int64_t K = x->ne[x->ndim - 1], M = tensor_nrows(x), N = w->ne[0];
+    int64_t ldx = 0, ldg = 0;
+    if (tensor_nelements(out) == 0 || K < 1 || !even_rows(x, &ldx) || !even_rows(gate, &ldg) || ldx != ldg ||
+        (r && !tensor_is_contiguous(r)))
+        return false;
+    return gemv_fast_group(a, (float *)out->data, N, (const float *)x->data, ldx, (const float *)gate->data, M, K, 1,
+                           &w, &b, &act, r ? (const float *)r->data : NULL, NULL);
+}
+
 /* op_linear_cat: one decode GEMV launch over every weight, the norm in
  * its prologue, where that kernel runs; otherwise the norm kernel, then
  * each product (and its activation) in a contiguous scratch, copied into
@@ -1131,7 +1173,7 @@ static void cuda_linear_cat(struct arena *a, struct tensor *out, const struct te
     const float *xc = cuda_f32_contig(a, x);
     if (!xc) return;
     float *y = (float *)out->data;
-    if (K > 0 && gemv_fast_group(a, y, N, xc, M, K, n, w, b, act, NULL, norm)) return;
+    if (K > 0 && gemv_fast_group(a, y, N, xc, K, NULL, M, K, n, w, b, act, NULL, norm)) return;
     if (norm) {
         const int64_t ne[2] = {M, K};
         struct tensor *h = arena_tensor(a, TYPE_F32, 2, ne);
@@ -1262,6 +1304,7 @@ void cuda_register_linear(struct kernels *k)
 {
     k->linear = cuda_linear;
     k->linear_ex = cuda_linear_ex;
+    k->linear_gated = cuda_linear_gated;
     k->linear_cat = cuda_linear_cat;
     k->matmul = cuda_matmul;
 }
