@@ -57,6 +57,25 @@ struct tensor *op_linear(struct arena *a, const struct tensor *x,
     return arena_status(a) == CBX_OK ? out : NULL;
 }
 
+/* linear_out for a product with an epilogue (act, residual r), checked */
+static struct tensor *epilogue_out(struct arena *a, const char *op, const struct tensor *x, const struct tensor *w,
+                                   const struct tensor *b, int act, const struct tensor *r)
+{
+    struct tensor *out = linear_out(a, op, x, w, b);
+    if (!out) return NULL;
+    char s1[64], s2[64];
+    if (r && (r->type != TYPE_F32 || !tensor_same_shape(r, out))) {
+        arena_fail(a, CBX_ERR_INTERNAL, "%s: residual %s %s for a result %s", op, dtype_name(r->type),
+                   tensor_shape_str(r, s1, sizeof s1), tensor_shape_str(out, s2, sizeof s2));
+        return NULL;
+    }
+    if (act < -1 || act > UN_CLAMP) {
+        arena_fail(a, CBX_ERR_INTERNAL, "%s: activation %d", op, act);
+        return NULL;
+    }
+    return out;
+}
+
 struct tensor *op_linear_ex(struct arena *a, const struct tensor *x, const struct tensor *w,
                             const struct tensor *b, int act, const struct tensor *r)
 {
@@ -67,18 +86,8 @@ struct tensor *op_linear_ex(struct arena *a, const struct tensor *x, const struc
         if (act >= 0) y = op_unary(a, y, (enum unop)act, 0, 0);
         return r ? op_add(a, r, y) : y;
     }
-    struct tensor *out = linear_out(a, "op_linear_ex", x, w, b);
+    struct tensor *out = epilogue_out(a, "op_linear_ex", x, w, b, act, r);
     if (!out) return NULL;
-    char s1[64], s2[64];
-    if (r && (r->type != TYPE_F32 || !tensor_same_shape(r, out))) {
-        arena_fail(a, CBX_ERR_INTERNAL, "op_linear_ex: residual %s %s for a result %s", dtype_name(r->type),
-                   tensor_shape_str(r, s1, sizeof s1), tensor_shape_str(out, s2, sizeof s2));
-        return NULL;
-    }
-    if (act < -1 || act > UN_CLAMP) {
-        arena_fail(a, CBX_ERR_INTERNAL, "op_linear_ex: activation %d", act);
-        return NULL;
-    }
     be->k.linear_ex(a, out, x, w, b, act, r);
     return arena_status(a) == CBX_OK ? out : NULL;
 }
@@ -95,17 +104,8 @@ struct tensor *op_linear_gated(struct arena *a, const struct tensor *x, const st
         return NULL;
     }
     if (be->k.linear_gated && be->k.linear_ex) {
-        struct tensor *out = linear_out(a, "op_linear_gated", x, w, b);
+        struct tensor *out = epilogue_out(a, "op_linear_gated", x, w, b, act, r);
         if (!out) return NULL;
-        if (r && (r->type != TYPE_F32 || !tensor_same_shape(r, out))) {
-            arena_fail(a, CBX_ERR_INTERNAL, "op_linear_gated: residual %s %s for a result %s", dtype_name(r->type),
-                       tensor_shape_str(r, s1, sizeof s1), tensor_shape_str(out, s2, sizeof s2));
-            return NULL;
-        }
-        if (act < -1 || act > UN_CLAMP) {
-            arena_fail(a, CBX_ERR_INTERNAL, "op_linear_gated: activation %d", act);
-            return NULL;
-        }
         if (be->k.linear_gated(a, out, x, gate, w, b, act, r)) return arena_status(a) == CBX_OK ? out : NULL;
         if (arena_status(a) != CBX_OK) return NULL;
     }
