@@ -61,7 +61,7 @@ struct step_clock { double t[64]; int n; const struct backend *be; };
 static void stage_wait(const struct backend *be, const struct tensor *t)
 {
     float f;
-    if (!be->host && t && t->data) be->to_host(be, &f, t->data, sizeof f);
+    if (!be->host && t && t->data && !be->to_host(be, &f, t->data, sizeof f)) die("stage", "the device failed");
 }
 
 static long minflt(void)

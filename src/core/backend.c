@@ -31,10 +31,11 @@ static void *host_alloc(const struct backend *be, size_t n)
     return p;
 }
 static void host_free(const struct backend *be, void *p) { (void)be; free(p); }
-static void host_copy(const struct backend *be, void *dst, const void *src, size_t n)
+static bool host_copy(const struct backend *be, void *dst, const void *src, size_t n)
 {
     (void)be;
     memcpy(dst, src, n);
+    return true;
 }
 
 /* copy_2d of the cpu backend: rows spread over its pool, so a large copy

@@ -136,9 +136,12 @@ struct backend {
     bool shared;
     void *(*buf_alloc)(const struct backend *be, size_t n);
     void (*buf_free)(const struct backend *be, void *p);
-    /* explicit transfers; host backends use memcpy */
-    void (*to_host)(const struct backend *be, void *dst, const void *src, size_t n);
-    void (*from_host)(const struct backend *be, void *dst, const void *src, size_t n);
+    /* explicit transfers, in order with the backend's kernels and waited
+     * for; host backends use memcpy. false, with one line on stderr, when
+     * the device refuses the copy or a kernel before it failed (a failed
+     * download leaves NaN bytes in dst, never stale data). */
+    bool (*to_host)(const struct backend *be, void *dst, const void *src, size_t n);
+    bool (*from_host)(const struct backend *be, void *dst, const void *src, size_t n);
     /* A copy within this backend's memory, queued in order with its
      * kernels (no synchronisation): height rows of width bytes from src
      * (rows spitch apart) to dst (dpitch apart). false, with one line on

@@ -13,7 +13,10 @@ struct tensor *op_from_host(struct arena *a, enum dtype type, int ndim,
     if (!t) return NULL;
     const struct backend *be = arena_backend(a);
     size_t n = tensor_nbytes(t);
-    if (n) be->from_host(be, t->data, host, n);
+    if (n && !be->from_host(be, t->data, host, n)) {
+        arena_fail(a, CBX_ERR_INTERNAL, "%s: an upload of %zu bytes failed", be->name, n);
+        return NULL;
+    }
     return t;
 }
 
@@ -24,7 +27,7 @@ cbx_status tensor_to_host(const struct tensor *t, void *dst)
     size_t n = tensor_nbytes(t);
     if (n == 0) return CBX_OK;
     if (!t->be || t->be->host) memcpy(dst, t->data, n);
-    else t->be->to_host(t->be, dst, t->data, n);
+    else if (!t->be->to_host(t->be, dst, t->data, n)) return CBX_ERR_INTERNAL; /* the line is printed */
     return CBX_OK;
 }
 

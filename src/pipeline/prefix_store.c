@@ -80,7 +80,9 @@ static void hash_tensor(struct sha256 *s, const char *what, const struct tensor 
     const size_t nb = tensor_nbytes(t), span = 1024, spans = 4;
     if (!t->data) return;
     /* device weights: the spans are copied to the host first, and the
-     * backend is part of the key (its kernels computed the prefix) */
+     * backend is part of the key (its kernels computed the prefix); a
+     * failed copy (its line printed) hashes NaN bytes, an id no stored
+     * prefix has, so the store is only missed */
     const bool dev = t->be && !t->be->host;
     if (dev) sha256_update(s, t->be->name, strlen(t->be->name) + 1);
     char buf[1024 * 4];

@@ -262,7 +262,8 @@ cbx_status kv_cache_save_at(struct arena *a, const struct kv_cache *kv, int p0, 
             for (int h = 0; h < kv->n_head; h++, o += run) {
                 const char *src = (const char *)c->data + h * c->nb[1] + skip;
                 if (!c->be || c->be->host) memcpy(o, src, run);
-                else c->be->to_host(c->be, o, src, run);
+                else if (!c->be->to_host(c->be, o, src, run))
+                    return arena_fail(a, CBX_ERR_INTERNAL, "kv cache: saving from %s failed", c->be->name);
             }
         }
     return CBX_OK;
@@ -294,9 +295,11 @@ cbx_status kv_cache_restore_at(struct arena *a, struct kv_cache *kv, int p0, int
             struct tensor *c = s ? kv->v[il] : kv->k[il];
             for (int b = 0; b < kv->n_rows; b++) {
                 char *d = (char *)c->data + b * c->nb[0] + skip;
-                if (!direct)
-                    for (int h = 0; h < kv->n_head; h++) be->from_host(be, d + h * c->nb[1], in + h * run, run);
-                else if (!be->copy_2d(be, d, (size_t)c->nb[1], in, run, run, (size_t)kv->n_head))
+                if (!direct) {
+                    for (int h = 0; h < kv->n_head; h++)
+                        if (!be->from_host(be, d + h * c->nb[1], in + h * run, run))
+                            return arena_fail(a, CBX_ERR_INTERNAL, "kv cache: restoring on %s failed", be->name);
+                } else if (!be->copy_2d(be, d, (size_t)c->nb[1], in, run, run, (size_t)kv->n_head))
                     return arena_fail(a, CBX_ERR_INTERNAL, "kv cache: restoring on %s failed", be->name);
             }
         }

@@ -725,7 +725,11 @@ cbx_status t3_prefix_place(struct t3_prefix *p, char *err)
     if (!(p->dev_kv = backend_buf_alloc(be, kb)))
         return err_setf(err, CBX_ERR_NOMEM, "T3: out of %s memory for a voice prefix (%zu bytes)", be->name, kb);
     p->dev_be = be;
-    be->from_host(be, p->dev_kv, p->kv, kb);
+    if (!be->from_host(be, p->dev_kv, p->kv, kb)) {
+        backend_buf_free(be, p->dev_kv);
+        p->dev_kv = NULL;
+        return err_setf(err, CBX_ERR_INTERNAL, "T3: placing a voice prefix on %s failed", be->name);
+    }
     return CBX_OK;
 }
 
@@ -1285,8 +1289,8 @@ static cbx_status io_init(struct t3_seq *s, struct arena *cache)
 
 /* The device's sampler state from the host's: the repetition history of
  * the next draw and the stream's position (before a recorded step whose
- * previous token the host drew). */
-static void dev_sync(struct t3_seq *s)
+ * previous token the host drew). false when an upload failed. */
+static bool dev_sync(struct t3_seq *s)
 {
     int64_t nh;
     const int32_t *h = rep_history(s, &nh);
@@ -1296,9 +1300,11 @@ static void dev_sync(struct t3_seq *s)
         if (h[i] >= 0 && h[i] < s->V) seen[h[i]] = 1;
     const uint32_t r[4] = {(uint32_t)s->rs.key, (uint32_t)(s->rs.key >> 32), (uint32_t)s->rs.counter,
                            (uint32_t)(s->rs.counter >> 32)};
-    s->be->from_host(s->be, s->dev_seen->data, seen, sizeof(int32_t) * (size_t)s->V);
-    s->be->from_host(s->be, s->dev_rng->data, r, sizeof r);
+    if (!s->be->from_host(s->be, s->dev_seen->data, seen, sizeof(int32_t) * (size_t)s->V) ||
+        !s->be->from_host(s->be, s->dev_rng->data, r, sizeof r))
+        return false;
     s->dev_synced = true;
+    return true;
 }
 
 /* What a recorded step leaves for the host: the drawn id (s->dev), else
@@ -1313,12 +1319,13 @@ static cbx_status step_fetch(struct t3_seq *s)
 /* The operands of the next decode step (kv_cache.h invariant 5): the last
  * sample, its cache position and length, its speech position. The ids
  * enter here: the sample is one of the V speech tokens, the positions are
- * checked by the forward. */
-static void io_write(struct t3_seq *s)
+ * checked by the forward. false when the upload failed. */
+static bool io_write(struct t3_seq *s)
 {
     const int32_t v[IO_N] = {s->hist[s->n], s->kv.n_past, s->kv.n_past + 1, s->step};
-    if (s->be->host) memcpy(s->io->data, v, sizeof v);
-    else s->be->from_host(s->be, s->io->data, v, sizeof v);
+    if (!s->be->host) return s->be->from_host(s->be, s->io->data, v, sizeof v);
+    memcpy(s->io->data, v, sizeof v);
+    return true;
 }
 
 /* The decode step's input from the operands: the embedding of the last
@@ -1376,10 +1383,11 @@ cbx_status t3_seq_step(struct t3_seq *s, int32_t *token, char *err)
     if (rc != CBX_OK || s->done) return rc;
     struct arena *a = s->ar[WS_STEP];
     const struct backend *be = s->be;
-    io_write(s);
     err[0] = 0;
-    if (s->dev && !s->dev_synced && (s->gstate == GRAPH_RECORD || s->gstate == GRAPH_REPLAY)) dev_sync(s);
-    if (s->gstate == GRAPH_REPLAY) {
+    const bool sync = s->dev && !s->dev_synced && (s->gstate == GRAPH_RECORD || s->gstate == GRAPH_REPLAY);
+    if (!io_write(s) || (sync && !dev_sync(s))) {
+        rc = arena_fail(a, CBX_ERR_INTERNAL, "t3: uploading a step's operands to %s failed", be->name);
+    } else if (s->gstate == GRAPH_REPLAY) {
         if (s->kv.n_past + 1 > s->kv.capacity) {
             rc = arena_fail(a, CBX_ERR_INVALID_ARG, "t3: the cache of %d positions is full", s->kv.capacity);
         } else if ((rc = be->graph_run(be, s->graph, err)) == CBX_OK) {

@@ -229,7 +229,10 @@ void *test_host_bytes(const struct tensor *t)
     void *h = malloc(n ? n : 1);
     if (!h) return NULL;
     if (!t->be || t->be->host) memcpy(h, t->data, n);
-    else t->be->to_host(t->be, h, t->data, n);
+    else if (!t->be->to_host(t->be, h, t->data, n)) {
+        free(h);
+        return NULL;
+    }
     return h;
 }
 

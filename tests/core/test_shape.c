@@ -275,6 +275,38 @@ static void test_errors(struct arena *a, const char *bn)
     arena_reset(a);
 }
 
+/* A device whose copies fail (a stand-in: the cpu backend's kernels and
+ * memory, its transfers refused as a faulted GPU's are): op_from_host
+ * fails its arena, tensor_to_host returns an error, neither passes
+ * stale bytes on as a result. */
+static bool refuse(const struct backend *be, void *dst, const void *src, size_t n)
+{
+    (void)be, (void)dst, (void)src, (void)n;
+    return false;
+}
+
+static void test_failed_transfers(const struct backend *cpu)
+{
+    struct backend dev = *cpu;
+    dev.name = "faulted";
+    dev.host = false;
+    dev.to_host = refuse;
+    dev.from_host = refuse;
+    struct arena *a = arena_create(&dev, 0);
+    CHECK(a != NULL, "arena on the faulted device");
+    if (!a) return;
+    const float f[4] = {1, 2, 3, 4};
+    struct tensor *t = op_from_host(a, TYPE_F32, 1, (int64_t[]){4}, f);
+    printf("faulted device: upload gave %s, arena says \"%s\"\n", t ? "a tensor" : "NULL", arena_errmsg(a));
+    CHECK(!t && arena_status(a) == CBX_ERR_INTERNAL && strstr(arena_errmsg(a), "upload"),
+          "a failed upload fails its arena (%s)", arena_errmsg(a));
+    arena_reset(a);
+    struct tensor *z = op_fill(a, 1, (int64_t[]){4}, 7.0f); /* computed there, read back */
+    float g[4] = {0};
+    CHECK(z && tensor_to_host(z, g) == CBX_ERR_INTERNAL, "a failed download is an error, not a result");
+    arena_free(a);
+}
+
 int main(void)
 {
     struct backend *cpu = backend_cpu_create(2);
@@ -292,6 +324,7 @@ int main(void)
         test_copy_into(as[k], names[k]);
         test_errors(as[k], names[k]);
     }
+    test_failed_transfers(cpu);
     arena_free(ac);
     arena_free(ar);
     backend_cpu_free(cpu);

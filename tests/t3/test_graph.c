@@ -15,7 +15,14 @@
  * A third run decodes with the graphs and without host logits: on a
  * backend that draws on the device (op_sample) every replayed step then
  * ends in its draw there and only the id comes back; its tokens must be
- * the second run's. */
+ * the second run's.
+ *
+ * A fourth run makes the backend's transfers fail from the 10th on (a
+ * device that faults mid-utterance): the sequence must stop
+ * with an error, not decode on stale or NaN operands. A host backend's
+ * copies are memcpy, which cannot fail, and its steps take the host's
+ * path (no transfers): there the run is not made (the op-level case,
+ * core_shape, fakes a faulted device on the cpu). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +74,50 @@ static cbx_status decode(const struct t3_model *m, const struct backend *be, con
     *replays = s ? t3_seq_replays(s) : 0;
     t3_seq_free(s);
     return rc;
+}
+
+/* The transfers of the fourth run: the backend's own until the 10th */
+static const struct backend *real;
+static int n_transfers;
+static bool failing_to_host(const struct backend *be, void *dst, const void *src, size_t n)
+{
+    (void)be;
+    return ++n_transfers < 10 && real->to_host(real, dst, src, n);
+}
+static bool failing_from_host(const struct backend *be, void *dst, const void *src, size_t n)
+{
+    (void)be;
+    return ++n_transfers < 10 && real->from_host(real, dst, src, n);
+}
+
+static void transfer_failure(const struct t3_model *m, struct backend *be, const struct t3_cond *c,
+                             const int32_t *text, int64_t n_text, int full, const char *label)
+{
+    if (be->host) {
+        printf("%s on %s: no failed-transfer run (a host backend copies with memcpy)\n", label, be->name);
+        return;
+    }
+    struct backend saved = *be;
+    real = &saved;
+    n_transfers = 0;
+    be->to_host = failing_to_host;
+    be->from_host = failing_from_host;
+    struct trace t = {malloc(sizeof(float) * (size_t)(MAX_GEN + 1) * (size_t)(m->hp.speech_vocab * 2)),
+                      m->hp.speech_vocab, m->order == T3_ORDER_CFG ? 2 : 1, 0, 0};
+    char err[ERR_MAX] = "";
+    int32_t *tok = NULL;
+    int64_t n_tok = 0;
+    int replays = 0;
+    cbx_status rc = t.logits ? decode(m, be, c, text, n_text, &t, &tok, &n_tok, &replays, true, err)
+                             : CBX_ERR_NOMEM;
+    *be = saved;
+    printf("%s on %s, transfers failing from the 10th: %s after %d of %d steps (%d transfers): %s\n", label,
+           be->name, cbx_status_str(rc), t.n, full, n_transfers, err);
+    CHECK(rc == CBX_ERR_INTERNAL && err[0] && t.n < full,
+          "%s: a failed transfer stops the sequence with an error (%s after %d of %d steps)", label,
+          cbx_status_str(rc), t.n, full);
+    free(t.logits);
+    free(tok);
 }
 
 static void run_model(const char *dir, int wtype, const char *label, bool require)
@@ -143,6 +194,7 @@ static void run_model(const char *dir, int wtype, const char *label, bool requir
         CHECK(graphs && replays[0] == tr[0].n - 3,
               "%s: every step after the second replayed (%d of %d steps; the first two run as usual)", label,
               replays[0], tr[0].n);
+    transfer_failure(m, be, &c, text, n_text, tr[0].n, label);
 done:
     for (int i = 0; i < 3; i++) {
         free(tr[i].logits);

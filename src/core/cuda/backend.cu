@@ -136,10 +136,10 @@ static void dev_free(const struct backend *be, void *p)
     cudaFree(p);
 }
 
-/* Transfers have no arena to fail: a failure prints one line and poisons
+/* Transfers have no arena to fail: a failure prints one line, poisons
  * the destination (NaN bytes on the host), so no stale data passes for a
- * result. */
-static void transfer(const struct backend *be, void *dst, const void *src, size_t n,
+ * result, and returns false for the caller to stop on. */
+static bool transfer(const struct backend *be, void *dst, const void *src, size_t n,
                      cudaMemcpyKind kind)
 {
     const struct cuda_backend *cb = (const struct cuda_backend *)be;
@@ -147,13 +147,14 @@ static void transfer(const struct backend *be, void *dst, const void *src, size_
     if (e == cudaSuccess) e = cudaStreamSynchronize(cb->st);
     if (e == cudaSuccess) {
         if (cb->prof) prof_charge(cb->prof, kind == cudaMemcpyDeviceToHost ? "(to host)" : "(from host)");
-        return;
+        return true;
     }
     fprintf(stderr, "cuda: %s of %zu bytes failed: %s\n",
             kind == cudaMemcpyDeviceToHost ? "device->host copy" : "host->device copy", n,
             cudaGetErrorString(e));
     cudaGetLastError();
     if (kind == cudaMemcpyDeviceToHost) memset(dst, 0xff, n);
+    return false;
 }
 
 static bool copy_2d(const struct backend *be, void *dst, size_t dpitch, const void *src, size_t spitch,
@@ -168,14 +169,14 @@ static bool copy_2d(const struct backend *be, void *dst, size_t dpitch, const vo
     return false;
 }
 
-static void to_host(const struct backend *be, void *dst, const void *src, size_t n)
+static bool to_host(const struct backend *be, void *dst, const void *src, size_t n)
 {
-    transfer(be, dst, src, n, cudaMemcpyDeviceToHost);
+    return transfer(be, dst, src, n, cudaMemcpyDeviceToHost);
 }
 
-static void from_host(const struct backend *be, void *dst, const void *src, size_t n)
+static bool from_host(const struct backend *be, void *dst, const void *src, size_t n)
 {
-    transfer(be, dst, src, n, cudaMemcpyHostToDevice);
+    return transfer(be, dst, src, n, cudaMemcpyHostToDevice);
 }
 
 /* ---- weights (core/weights.h) -------------------------------------------
