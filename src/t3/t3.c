@@ -1386,7 +1386,7 @@ cbx_status t3_seq_step(struct t3_seq *s, int32_t *token, char *err)
     err[0] = 0;
     const bool sync = s->dev && !s->dev_synced && (s->gstate == GRAPH_RECORD || s->gstate == GRAPH_REPLAY);
     if (!io_write(s) || (sync && !dev_sync(s))) {
-        rc = arena_fail(a, CBX_ERR_INTERNAL, "t3: uploading a step's operands to %s failed", be->name);
+        rc = arena_fail(a, CBX_ERR_INTERNAL, "uploading a step's operands to %s failed", be->name);
     } else if (s->gstate == GRAPH_REPLAY) {
         if (s->kv.n_past + 1 > s->kv.capacity) {
             rc = arena_fail(a, CBX_ERR_INVALID_ARG, "t3: the cache of %d positions is full", s->kv.capacity);
