@@ -295,12 +295,10 @@ cbx_status kv_cache_restore_at(struct arena *a, struct kv_cache *kv, int p0, int
             struct tensor *c = s ? kv->v[il] : kv->k[il];
             for (int b = 0; b < kv->n_rows; b++) {
                 char *d = (char *)c->data + b * c->nb[0] + skip;
-                if (!direct) {
-                    for (int h = 0; h < kv->n_head; h++)
-                        if (!be->from_host(be, d + h * c->nb[1], in + h * run, run))
-                            return arena_fail(a, CBX_ERR_INTERNAL, "kv cache: restoring on %s failed", be->name);
-                } else if (!be->copy_2d(be, d, (size_t)c->nb[1], in, run, run, (size_t)kv->n_head))
-                    return arena_fail(a, CBX_ERR_INTERNAL, "kv cache: restoring on %s failed", be->name);
+                bool ok = direct ? be->copy_2d(be, d, (size_t)c->nb[1], in, run, run, (size_t)kv->n_head) : true;
+                for (int h = 0; !direct && ok && h < kv->n_head; h++)
+                    ok = be->from_host(be, d + h * c->nb[1], in + h * run, run);
+                if (!ok) return arena_fail(a, CBX_ERR_INTERNAL, "kv cache: restoring on %s failed", be->name);
             }
         }
     kv->n_past = p0 + n;
