@@ -134,6 +134,53 @@ static struct tensor *c_cast_to_f32(struct arena *a, int v)
     struct tensor *w = in_w(a, cast_from[v], 3, ND(6, 96));
     return op_cast(a, v < 2 ? op_transpose(a, w, 0, 1) : w, TYPE_F32);
 }
+/* F16 <-> F32 at the edges: a backend's casts give ref's bits (the cpu's
+ * by F16C instructions) over every F16 and at every rounding boundary;
+ * NaNs are left out, whose payload bits no backend keeps as ref does. v
+ * 0: every finite F16 to F32 (F32 results compare by value); v 1: every
+ * F16 but NaN, the infinities too, to F32 and back (F16 bytes compared);
+ * v 2: F32 values to F16 at every finite F16's rounding boundaries (its
+ * midpoint to the next, one F32 ulp either side), past the largest,
+ * through the subnormals, and seeded random bit patterns other than NaN,
+ * F16 bytes compared. */
+static struct tensor *c_cast_f16_edges(struct arena *a, int v)
+{
+    if (v < 2) {
+        uint16_t *h = malloc(65536 * sizeof *h);
+        if (!h) return NULL;
+        int64_t n = 0;
+        for (uint32_t b = 0; b < 65536; b++)
+            if ((b & 0x7c00u) != 0x7c00u || (v == 1 && !(b & 0x3ffu))) h[n++] = (uint16_t)b;
+        struct tensor *t = op_from_host(a, TYPE_F16, 1, &n, h);
+        free(h);
+        t = t ? op_cast(a, t, TYPE_F32) : NULL;
+        return v == 1 && t ? op_cast(a, t, TYPE_F16) : t;
+    }
+    const int64_t nh = 0x7c00, nr = 65536, n = 2 * 3 * nh + nr;
+    float *f = malloc((size_t)n * sizeof *f);
+    if (!f) return NULL;
+    int64_t k = 0;
+    for (int sign = 0; sign < 2; sign++)
+        for (uint32_t b = 0; b < (uint32_t)nh; b++) {
+            /* between b and b + 1 (0x7bff + 1: infinity, the overflow
+             * boundary 65520 as the midpoint) */
+            const double lo = fp16_to_f32((uint16_t)b),
+                         hi = b + 1 < (uint32_t)nh ? fp16_to_f32((uint16_t)(b + 1)) : 65536.0;
+            const float mid = (float)((lo + hi) / 2);
+            const float m[3] = {nextafterf(mid, 0.0f), mid, nextafterf(mid, INFINITY)};
+            for (int i = 0; i < 3; i++) f[k++] = sign ? -m[i] : m[i];
+        }
+    struct rng_stream rs;
+    rng_stream_init(&rs, "test", 77);
+    while (k < n) {
+        const uint32_t bits = (uint32_t)(rng_uniform(&rs) * 65536.0) << 16 | (uint32_t)(rng_uniform(&rs) * 65536.0);
+        memcpy(&f[k], &bits, 4);
+        k += f[k] == f[k]; /* not NaN */
+    }
+    struct tensor *t = op_from_host(a, TYPE_F32, 1, &n, f);
+    free(f);
+    return t ? op_cast(a, t, TYPE_F16) : NULL;
+}
 static struct tensor *c_cast_i32(struct arena *a, int v)
 {
     (void)v;
@@ -762,6 +809,9 @@ static const struct tcase cases[] = {
     {"cast q5_0->f32", c_cast_to_f32, 5, 0, 0},
     {"cast q5_1->f32", c_cast_to_f32, 6, 0, 0},
     {"cast i32->f32", c_cast_i32, 0, 0, 0},
+    {"cast f16->f32 every finite f16", c_cast_f16_edges, 0, 0, 0},
+    {"cast f16->f32->f16 every f16 but nan", c_cast_f16_edges, 1, 0, 0},
+    {"cast f32->f16 rounding boundaries", c_cast_f16_edges, 2, 0, 0},
     {"fill", c_fill, 0, 0, 0},
     {"randn [3,37]", c_randn, 0, 0, 0},
     {"randn [9,48000]", c_randn, 1, 2e-7, 0},
