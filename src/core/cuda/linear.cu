@@ -26,8 +26,6 @@
  * contiguous copy. */
 #include "cuda_common.h"
 
-#include <cuda_fp16.h>
-
 #define GEMV_ROWS 4
 #define GEMV_WARPS 8
 #define GEMV_UNROLL 8
@@ -39,14 +37,6 @@
 #define DEQUANT_CHUNK_BYTES ((size_t)64 << 20)
 
 /* ---- decode GEMV ---------------------------------------------------------- */
-
-/* F16 bits widened by the GPU's conversion instruction: exact, so the
- * value scalar_fp16_to_f32 gives (NaN payloads aside), without its
- * branches; for the staged quantised kernel's scales only (as
- * scalar_fp16_to_f32 itself on the device, every kernel's, S3Gen's flash
- * attention took 228 instead of 191 us a launch: CBX_CUDA_PROFILE,
- * Multilingual v2 Q4_0, one H100) */
-__device__ static inline float gemv_h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
 /* What op_linear_ex does after the product, in the store: the activation
  * (act >= 0, as op_unary evaluates it) and the residual res[r][o] (ld ldy)
@@ -378,7 +368,7 @@ __device__ static inline void gemv_q8_rounds(uint32_t *q32, int2 *m, const float
         }
 #pragma unroll
         for (int off = 1; off < G; off <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-        if (ok && part == 0) m[blk] = make_int2(__float_as_int(gemv_h2f(scalar_f32_to_fp16(d))), sum);
+        if (ok && part == 0) m[blk] = make_int2(__float_as_int(cu_h2f(cu_f2h(d))), sum);
     }
 }
 
@@ -745,7 +735,7 @@ __global__ static void __launch_bounds__(32 * GEMV_WARPS, GEMV_BLOCKS_SM)
              * from the word holding its first quant byte, shifted by 0 or
              * 2 bytes */
             const int off = (int)b * BS + 2, w0 = off >> 2, sft = (off & 3) * 8;
-            const float dw = gemv_h2f(((const uint16_t *)s32)[b * BS / 2]);
+            const float dw = cu_h2f(((const uint16_t *)s32)[b * BS / 2]);
             uint32_t wv[NW + 1], qw[NW];
 #pragma unroll
             for (int t = 0; t < NW; t++) wv[t] = s32[w0 + t];

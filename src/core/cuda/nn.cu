@@ -888,15 +888,27 @@ static bool rows_f4(const struct tv &x)
  * groups adjacent rows, so the warp reads consecutive rows) and a thread
  * D / AD_G of their dims: scores by shuffles in the group, an online
  * softmax over the block's chunks, then the block's max M, exp-sum l and
- * unnormalised sum o[D] in its shared memory. Block 0 of the cluster
- * reads the others' through distributed shared memory and rescales each
- * part by exp(M - max) in block order (double sums), then writes the row;
- * the cluster waits for it before the blocks exit. */
+ * unnormalised sum o[D], written into block 0's shared memory through
+ * distributed shared memory (once every block runs: a cluster barrier
+ * arrived at on entry, waited for there). After one cluster barrier the
+ * other blocks are done, and block 0 rescales each part by exp(M - max)
+ * in block order and writes the row. (One H100, Turbo Q4_0: block 0
+ * reading the parts from the others' memory, with a second barrier to
+ * keep them, spent a third of the kernel's stall samples in the two
+ * barriers.) */
 #define AD_KEYS 64
 #define AD_CLUSTER 8
 #define AD_G 8
 #define AD_GROUPS (ATT_THREADS / AD_G)
 #define AD_PER (AD_KEYS / AD_GROUPS)
+/* blocks of k_attn_decode a multiprocessor holds: its launch bounds'
+ * minimum where a thread's 8 dims are read as F32 or Q8_0 words (at most
+ * 168 registers, no spills). A first version of this kernel at about 220
+ * registers fitted two a multiprocessor, and the 32 clusters of a CFG
+ * pair's 16 heads no longer ran at once: Multilingual v2 Q4_0 T3 787 ->
+ * 725 tokens/s (one H100, while Turbo's 16 clusters gained) */
+#define AD_BLOCKS_SM 3
+#define AD_MIN_BLOCKS(DPT, MODE) ((DPT) == 8 && (MODE) != KV_ANY ? AD_BLOCKS_SM : 1)
 
 /* How a decode block reads a cached row's dims (kv_dims) */
 enum kv_read {
@@ -908,7 +920,7 @@ enum kv_read {
 };
 
 /* dims [d0, d0 + n) (n <= DPT) of row j of head (b, hk) -> f, for
- * KV_F32 and KV_ANY (KV_Q8_0 rows: kv_q8_words, then kv_q8_widen) */
+ * KV_F32 and KV_ANY (KV_Q8_0 rows: kv_q8_words, then kv_q8_elem) */
 template <int DPT>
 __device__ static inline void kv_dims(float *f, const struct tv &t, int64_t b, int64_t hk, int64_t j, int d0, int n,
                                       int mode)
@@ -932,7 +944,8 @@ __device__ static inline void kv_dims(float *f, const struct tv &t, int64_t b, i
 
 /* KV_Q8_0 rows as kv_dims reads them, in two steps: the raw 16-bit words
  * of dims [d0, d0 + DPT) of row j of head (b, hk) (the block's scale,
- * then the quants), then widened (d * q) as quant.c does */
+ * then the quants), then each element widened (d * q) as quant.c does
+ * where it is used (kv_q8_elem) */
 template <int DPT>
 __device__ static inline void kv_q8_words(uint16_t *w, const struct tv &t, int64_t b, int64_t hk, int64_t j, int d0)
 {
@@ -942,15 +955,12 @@ __device__ static inline void kv_q8_words(uint16_t *w, const struct tv &t, int64
     for (int u = 0; u < DPT / 2; u++) w[1 + u] = blk[1 + (d0 % QK) / 2 + u];
 }
 
-template <int DPT>
-__device__ static inline void kv_q8_widen(float *f, const uint16_t *w)
+/* element e of those words (kv_q8_words) as quant.c widens it, d the
+ * block's scale (cu_h2f(w[0])) */
+__device__ static inline float kv_q8_elem(const uint16_t *w, float d, int e)
 {
-    const float d = scalar_fp16_to_f32(w[0]);
-#pragma unroll
-    for (int u = 0; u < DPT / 2; u++) {
-        f[2 * u] = d * (float)(int8_t)(w[1 + u] & 0xff);
-        f[2 * u + 1] = d * (float)(int8_t)(w[1 + u] >> 8);
-    }
+    const uint16_t u = w[1 + e / 2];
+    return d * (float)(int8_t)(e & 1 ? u >> 8 : u & 0xff);
 }
 
 /* RoPE's inverse frequencies (computed on the host, as the other backends
@@ -1013,21 +1023,29 @@ struct ad_rope : ad_app {
     struct rope_tab invf;
 };
 
-/* dims [d0, d0 + n) of the new row (b, hk) of x (F32) as a cache of
- * `type` gives them back, stored at cache row dst (element stride es)
- * unless dst is NULL: F32 as is, F16 rounded as k_cpy does, Q8_0 (MODE
- * KV_Q8_0 only: n == DPT, DPT dividing QK) quantised by blocks of QK as
- * k_cpy_blocks does, a block's amax over its QK / DPT threads (adjacent
- * lanes of the group's mask gmask). With cs (ad_rope; n == DPT: the
- * cosines, then the sines, of the row's AD_G * DPT / 2 angles), the row
- * is first rotated as k_rope rotates it. */
-template <int DPT, int MODE>
-__device__ static inline void kv_new_dims(float *f, const struct tv &x, int64_t b, int64_t hk, int d0, int n,
-                                          int type, char *dst, int64_t es, unsigned gmask, const float *cs)
+/* dims [d0, d0 + n) of the new row (b, hk) of x (F32) -> f (0 beyond
+ * n), as loaded: kv_new_dims converts them */
+template <int DPT>
+__device__ static inline void kv_new_load(float *f, const struct tv &x, int64_t b, int64_t hk, int d0, int n)
 {
     const char *xr = x.p + b * x.nb[0] + hk * x.nb[1];
 #pragma unroll
     for (int e = 0; e < DPT; e++) f[e] = e < n ? *(const float *)(xr + (d0 + e) * x.nb[3]) : 0.0f;
+}
+
+/* f, dims [d0, d0 + n) of the new row (kv_new_load), as a cache of
+ * `type` gives them back, stored at cache row dst (element stride es)
+ * unless dst is NULL: F32 as is, F16 rounded as k_cpy does, Q8_0 (MODE
+ * KV_Q8_0 only: n == DPT, DPT dividing QK) quantised by blocks of QK as
+ * k_cpy_blocks does, a block's amax over its QK / DPT threads (adjacent
+ * lanes of the group's mask gmask), and its words as kv_q8_words reads
+ * them into w[0 .. DPT / 2] (Q8_0 only). With cs (ad_rope; n == DPT: the
+ * cosines, then the sines, of the row's AD_G * DPT / 2 angles), the row
+ * is first rotated as k_rope rotates it. */
+template <int DPT, int MODE>
+__device__ static inline void kv_new_dims(float *f, int d0, int n, int type, char *dst, int64_t es, unsigned gmask,
+                                          const float *cs, uint16_t *w)
+{
     constexpr int half = AD_G * DPT / 2;
     if (cs)
 #pragma unroll
@@ -1045,10 +1063,13 @@ __device__ static inline void kv_new_dims(float *f, const struct tv &x, int64_t 
         const uint16_t dh = scalar_f32_to_fp16(d);
         const float dd = scalar_fp16_to_f32(dh);
         char *blk = dst ? dst + (d0 / QK) * 34 : NULL;
+        w[0] = dh;
 #pragma unroll
         for (int e = 0; e < DPT; e++) {
             const int8_t qv = (int8_t)roundf(f[e] * id);
             f[e] = dd * (float)qv;
+            if (e & 1) w[1 + e / 2] |= (uint16_t)((uint8_t)qv << 8);
+            else w[1 + e / 2] = (uint8_t)qv;
             if (blk) blk[2 + d0 % QK + e] = (char)qv;
         }
         if (blk && d0 % QK == 0) {
@@ -1076,15 +1097,17 @@ __device__ static inline void kv_new_dims(float *f, const struct tv &x, int64_t 
  * reads the cache of rows.r[b] (k and v give type and row strides), its
  * length at + 1. */
 template <int DPT, int MODE, typename ROWS>
-__global__ static void __cluster_dims__(AD_CLUSTER, 1, 1) __launch_bounds__(ATT_THREADS)
+__global__ static void __cluster_dims__(AD_CLUSTER, 1, 1) __launch_bounds__(ATT_THREADS, AD_MIN_BLOCKS(DPT, MODE))
     k_attn_decode(float *out, struct tv q, struct tv k, struct tv v, struct tv bias, bool has_bias, float scale,
                   const int32_t *len, ROWS rows)
 {
     __shared__ float gm[AD_GROUPS], gl[AD_GROUPS], gw[AD_GROUPS];
     __shared__ float go[AD_GROUPS][AD_G * DPT + 1];
-    __shared__ float part_m, part_l, part_o[AD_G * DPT]; /* this block's part, read by block 0 */
+    /* block 0's: every block's part (max, exp-sum, sum), written there */
+    __shared__ float all_m[AD_CLUSTER], all_l[AD_CLUSTER], all_o[AD_CLUSTER][AD_G * DPT];
     cg::cluster_group cluster = cg::this_cluster();
     cu_pdl_next();
+    cluster.barrier_arrive(); /* this block runs: waited for before block 0's memory is written */
     cu_pdl_wait();
     const int64_t sp = blockIdx.x, h = blockIdx.y, b = blockIdx.z, Hq = q.ne[1];
     const int D = (int)q.ne[3], dpt = (D + AD_G - 1) / AD_G;
@@ -1134,59 +1157,73 @@ __global__ static void __cluster_dims__(AD_CLUSTER, 1, 1) __launch_bounds__(ATT_
      * max m, exp-sum l and sum od, rescaled as the max grows */
     for (int64_t c = sp; c < nact; c += AD_CLUSTER) {
         /* the chunk's loads at once (a warp's groups: adjacent rows): every
-         * key's raw words are in flight before any is widened, and the new
-         * row (append: converted and stored) comes after them, so no store
-         * or conversion sits between two keys' loads */
-        float kd[AD_PER][DPT], vd[AD_PER][DPT], s[AD_PER];
-        if constexpr (MODE == KV_Q8_0) {
-            uint16_t kw[AD_PER][DPT / 2 + 1] = {}, vw[AD_PER][DPT / 2 + 1] = {};
+         * key's raw words, then the new row's dims (append), are in flight
+         * before any is widened or converted, so no store, conversion or
+         * shuffle sits between two loads: one round trip to memory. Q8_0
+         * rows stay words (the new row's too: kv_new_dims), each element
+         * widened where the dot and the sum use it, so the registers hold
+         * a chunk's words, not its floats (AD_BLOCKS_SM) */
+        constexpr int NF = MODE == KV_Q8_0 ? 1 : AD_PER, NW = MODE == KV_Q8_0 ? AD_PER : 1;
+        float kd[NF][DPT], vd[NF][DPT], s[AD_PER];
+        uint16_t kw[NW][DPT / 2 + 1] = {}, vw[NW][DPT / 2 + 1] = {};
 #pragma unroll
-            for (int u = 0; u < AD_PER; u++) {
-                const int64_t j = c * AD_KEYS + gi + (int64_t)u * AD_GROUPS;
-                if (j < Tk && j != jn) {
+        for (int u = 0; u < AD_PER; u++) {
+            const int64_t j = c * AD_KEYS + gi + (int64_t)u * AD_GROUPS;
+            if (j < Tk && j != jn) {
+                if constexpr (MODE == KV_Q8_0) {
                     kv_q8_words<DPT>(kw[u], k, b, hk, j, d0);
                     kv_q8_words<DPT>(vw[u], v, b, hk, j, d0);
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < AD_PER; u++) {
-                kv_q8_widen<DPT>(kd[u], kw[u]);
-                kv_q8_widen<DPT>(vd[u], vw[u]);
-            }
-        } else {
-#pragma unroll
-            for (int u = 0; u < AD_PER; u++) {
-                const int64_t j = c * AD_KEYS + gi + (int64_t)u * AD_GROUPS;
-                if (j < Tk && j != jn) {
+                } else {
                     kv_dims<DPT>(kd[u], k, b, hk, j, d0, nd, MODE);
                     kv_dims<DPT>(vd[u], v, b, hk, j, d0, nd, MODE);
                 }
             }
         }
         if constexpr (ROWS::append) {
+            const int un = (int)((jn - c * AD_KEYS - gi) / AD_GROUPS); /* the new row's slot, if this group's */
+            if (jn >= c * AD_KEYS && jn < (c + 1) * AD_KEYS && (jn - c * AD_KEYS) % AD_GROUPS == gi) {
+                /* the group's 8 lanes take this branch together */
+                float nk[DPT], nv[DPT];
+                kv_new_load<DPT>(nk, rows.kn, b, hk, d0, nd);
+                kv_new_load<DPT>(nv, rows.vn, b, hk, d0, nd);
+                const bool put = h % (Hq / k.ne[1]) == 0;
+                const unsigned gmask = 0xffu << (threadIdx.x & 24);
+                uint16_t nkw[DPT / 2 + 1] = {}, nvw[DPT / 2 + 1] = {};
+                kv_new_dims<DPT, MODE>(nk, d0, nd, rows.type,
+                                       put ? k.p + b * k.nb[0] + hk * k.nb[1] + jn * k.nb[2] : NULL, k.nb[3], gmask,
+                                       ROWS::rope ? cs : NULL, nkw);
+                kv_new_dims<DPT, MODE>(nv, d0, nd, rows.type,
+                                       put ? v.p + b * v.nb[0] + hk * v.nb[1] + jn * v.nb[2] : NULL, v.nb[3], gmask,
+                                       NULL, nvw);
 #pragma unroll
-            for (int u = 0; u < AD_PER; u++) {
-                const int64_t j = c * AD_KEYS + gi + (int64_t)u * AD_GROUPS;
-                if (j == jn) { /* the group's 8 lanes take this branch together */
-                    const bool put = h % (Hq / k.ne[1]) == 0;
-                    const unsigned gmask = 0xffu << (threadIdx.x & 24);
-                    kv_new_dims<DPT, MODE>(kd[u], rows.kn, b, hk, d0, nd, rows.type,
-                                           put ? k.p + b * k.nb[0] + hk * k.nb[1] + j * k.nb[2] : NULL, k.nb[3],
-                                           gmask, ROWS::rope ? cs : NULL);
-                    kv_new_dims<DPT, MODE>(vd[u], rows.vn, b, hk, d0, nd, rows.type,
-                                           put ? v.p + b * v.nb[0] + hk * v.nb[1] + j * v.nb[2] : NULL, v.nb[3],
-                                           gmask, NULL);
-                }
+                for (int u = 0; u < AD_PER; u++)
+                    if (u == un) {
+                        if constexpr (MODE == KV_Q8_0) {
+#pragma unroll
+                            for (int e = 0; e <= DPT / 2; e++) {
+                                kw[u][e] = nkw[e];
+                                vw[u][e] = nvw[e];
+                            }
+                        } else {
+#pragma unroll
+                            for (int e = 0; e < DPT; e++) {
+                                kd[u][e] = nk[e];
+                                vd[u][e] = nv[e];
+                            }
+                        }
+                    }
             }
         }
         float mc = -INFINITY;
 #pragma unroll
         for (int u = 0; u < AD_PER; u++) {
             const int64_t j = c * AD_KEYS + gi + (int64_t)u * AD_GROUPS;
+            const float dk = MODE == KV_Q8_0 ? cu_h2f(kw[u < NW ? u : 0][0]) : 0.0f;
             float dot = 0;
 #pragma unroll
             for (int e = 0; e < DPT; e++)
-                if (e < nd && j < Tk) dot += qd[e] * kd[u][e];
+                if (e < nd && j < Tk)
+                    dot += qd[e] * (MODE == KV_Q8_0 ? kv_q8_elem(kw[u < NW ? u : 0], dk, e) : kd[u < NF ? u : 0][e]);
             for (int o = 1; o < AD_G; o <<= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
             s[u] = -INFINITY;
             if (j < Tk) {
@@ -1206,10 +1243,11 @@ __global__ static void __cluster_dims__(AD_CLUSTER, 1, 1) __launch_bounds__(ATT_
 #pragma unroll
         for (int u = 0; u < AD_PER; u++)
             if (s[u] != -INFINITY) {
-                const float p = expf(s[u] - m);
+                const float p = expf(s[u] - m), dv = MODE == KV_Q8_0 ? cu_h2f(vw[u < NW ? u : 0][0]) : 0.0f;
                 l += p;
 #pragma unroll
-                for (int e = 0; e < DPT; e++) od[e] += p * vd[u][e];
+                for (int e = 0; e < DPT; e++)
+                    od[e] += p * (MODE == KV_Q8_0 ? kv_q8_elem(vw[u < NW ? u : 0], dv, e) : vd[u < NF ? u : 0][e]);
             }
     }
     if (lane8 == 0) {
@@ -1227,46 +1265,36 @@ __global__ static void __cluster_dims__(AD_CLUSTER, 1, 1) __launch_bounds__(ATT_
     for (int g = 0; g < AD_GROUPS; g++) M = fmaxf(M, gm[g]);
     if (t < AD_GROUPS) gw[t] = gm[t] == -INFINITY ? 0.0f : expf(gm[t] - M);
     __syncthreads();
+    cluster.barrier_wait(); /* every block runs (barrier_arrive above) */
     for (int d = t; d < D; d += blockDim.x) {
         float acc = 0;
 #pragma unroll
         for (int g = 0; g < AD_GROUPS; g++)
             if (gm[g] != -INFINITY) acc += go[g][d] * gw[g];
-        part_o[d] = acc;
+        cluster.map_shared_rank(all_o[sp], 0)[d] = acc;
     }
     if (t == (int)blockDim.x - 1) {
         float L = 0;
 #pragma unroll
         for (int g = 0; g < AD_GROUPS; g++)
             if (gm[g] != -INFINITY) L += gl[g] * gw[g];
-        part_m = M;
-        part_l = L;
+        *cluster.map_shared_rank(&all_m[sp], 0) = M;
+        *cluster.map_shared_rank(&all_l[sp], 0) = L;
     }
-    cluster.sync(); /* every part is in its block's shared memory */
-    if (sp == 0) {
-        float wt[AD_CLUSTER], L = 0, Mx = -INFINITY;
+    cluster.sync(); /* every part is in block 0's shared memory; the others are done */
+    if (sp == 0 && t < D) { /* thread t: dim t (D <= ATT_THREADS); the parts combined in order */
+        float L = 0, Mx = -INFINITY;
 #pragma unroll
-        for (int i = 0; i < AD_CLUSTER; i++) Mx = fmaxf(Mx, *cluster.map_shared_rank(&part_m, i));
+        for (int i = 0; i < AD_CLUSTER; i++) Mx = fmaxf(Mx, all_m[i]);
+        float o = 0;
 #pragma unroll
         for (int i = 0; i < AD_CLUSTER; i++) {
-            const float mi = *cluster.map_shared_rank(&part_m, i);
-            wt[i] = mi == -INFINITY ? 0.0f : expf(mi - Mx);
-            L += *cluster.map_shared_rank(&part_l, i) * wt[i];
+            const float wt = all_m[i] == -INFINITY ? 0.0f : expf(all_m[i] - Mx);
+            L += all_l[i] * wt;
+            if (wt != 0.0f) o += all_o[i][t] * wt;
         }
-        float *y = out + row * D;
-        for (int d = t; d < D; d += blockDim.x) {
-            if (Mx == -INFINITY) { /* sees no key */
-                y[d] = 0;
-                continue;
-            }
-            float o = 0;
-#pragma unroll
-            for (int i = 0; i < AD_CLUSTER; i++)
-                if (wt[i] != 0.0f) o += cluster.map_shared_rank(part_o, i)[d] * wt[i];
-            y[d] = o / L;
-        }
+        out[row * D + t] = Mx == -INFINITY ? 0.0f : o / L; /* no key seen: zeros */
     }
-    cluster.sync(); /* block 0 has read every part */
 }
 
 /* How k_attn_decode reads the rows of k and v (kv_dims): F32 rows of
