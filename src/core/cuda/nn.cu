@@ -1033,15 +1033,15 @@ __device__ static inline void kv_new_load(float *f, const struct tv &x, int64_t 
     for (int e = 0; e < DPT; e++) f[e] = e < n ? *(const float *)(xr + (d0 + e) * x.nb[3]) : 0.0f;
 }
 
-/* f, dims [d0, d0 + n) of the new row (kv_new_load), as a cache of
- * `type` gives them back, stored at cache row dst (element stride es)
- * unless dst is NULL: F32 as is, F16 rounded as k_cpy does, Q8_0 (MODE
+/* f, dims [d0, d0 + n) of the new row (kv_new_load), stored at cache row
+ * dst (element stride es) unless dst is NULL, and given back as the cache
+ * holds them: F32 as is and F16 rounded as k_cpy does, in f; Q8_0 (MODE
  * KV_Q8_0 only: n == DPT, DPT dividing QK) quantised by blocks of QK as
  * k_cpy_blocks does, a block's amax over its QK / DPT threads (adjacent
- * lanes of the group's mask gmask), and its words as kv_q8_words reads
- * them into w[0 .. DPT / 2] (Q8_0 only). With cs (ad_rope; n == DPT: the
- * cosines, then the sines, of the row's AD_G * DPT / 2 angles), the row
- * is first rotated as k_rope rotates it. */
+ * lanes of the group's mask gmask), as the words kv_q8_words reads, in
+ * w[0 .. DPT / 2] (f is left rotated, not widened). With cs (ad_rope; n
+ * == DPT: the cosines, then the sines, of the row's AD_G * DPT / 2
+ * angles), the row is first rotated as k_rope rotates it. */
 template <int DPT, int MODE>
 __device__ static inline void kv_new_dims(float *f, int d0, int n, int type, char *dst, int64_t es, unsigned gmask,
                                           const float *cs, uint16_t *w)
@@ -1061,13 +1061,11 @@ __device__ static inline void kv_new_dims(float *f, int d0, int n, int type, cha
         const float d = amax / 127;
         const float id = d ? 1.0f / d : 0.0f;
         const uint16_t dh = scalar_f32_to_fp16(d);
-        const float dd = scalar_fp16_to_f32(dh);
         char *blk = dst ? dst + (d0 / QK) * 34 : NULL;
         w[0] = dh;
 #pragma unroll
         for (int e = 0; e < DPT; e++) {
             const int8_t qv = (int8_t)roundf(f[e] * id);
-            f[e] = dd * (float)qv;
             if (e & 1) w[1 + e / 2] |= (uint16_t)((uint8_t)qv << 8);
             else w[1 + e / 2] = (uint8_t)qv;
             if (blk) blk[2 + d0 % QK + e] = (char)qv;
