@@ -112,6 +112,16 @@ int64_t tensor_nrows(const struct tensor *t)
     return n;
 }
 
+int64_t tensor_row_offset(const struct tensor *t, int64_t r)
+{
+    int64_t off = 0;
+    for (int d = t->ndim - 2; d >= 0; d--) {
+        off += (r % t->ne[d]) * t->nb[d];
+        r /= t->ne[d];
+    }
+    return off;
+}
+
 size_t tensor_nbytes(const struct tensor *t)
 {
     if (t->ndim == 0) return dtype_traits(t->type)->size;

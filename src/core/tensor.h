@@ -84,6 +84,8 @@ void tensor_set_contiguous(struct tensor *t);
 int64_t tensor_nelements(const struct tensor *t);
 /* Rows = product of all but the innermost dimension (1 for ndim <= 1). */
 int64_t tensor_nrows(const struct tensor *t);
+/* Byte offset of row r (all dims but the innermost, row-major) of t. */
+int64_t tensor_row_offset(const struct tensor *t, int64_t r);
 /* Bytes of the contiguous layout of t's shape. */
 size_t tensor_nbytes(const struct tensor *t);
 bool tensor_is_contiguous(const struct tensor *t);

@@ -65,17 +65,7 @@ FLOAT_DOT(dot_bf16, LOAD_BF16, SCALAR_BF16)
 
 vec_dot_fn linear_dot_avx2(enum dtype t)
 {
-    switch (t) {
-    case TYPE_F32: return dot_f32;
-    case TYPE_F16: return dot_f16;
-    case TYPE_BF16: return dot_bf16;
-    case TYPE_Q4_0: return dot_q4_0;
-    case TYPE_Q4_1: return dot_q4_1;
-    case TYPE_Q5_0: return dot_q5_0;
-    case TYPE_Q5_1: return dot_q5_1;
-    case TYPE_Q8_0: return dot_q8_0;
-    default: return NULL;
-    }
+    LINEAR_DOT_BY_TYPE(t)
 }
 
 /* ---- dequantisation for the sgemm tiles --------------------------------- */

@@ -156,6 +156,21 @@ linear_dequant_fn linear_dequant_avx2(enum dtype t);
 vec_dot_fn linear_dot_avx2(enum dtype t);
 vec_dot_fn linear_dot_avx512(enum dtype t);
 
+/* The body of linear_dot_<level> in a level's file, whose kernels for
+ * every weight type are named dot_<type>. */
+#define LINEAR_DOT_BY_TYPE(t)                                                   \
+    switch (t) {                                                                \
+    case TYPE_F32: return dot_f32;                                              \
+    case TYPE_F16: return dot_f16;                                              \
+    case TYPE_BF16: return dot_bf16;                                            \
+    case TYPE_Q4_0: return dot_q4_0;                                            \
+    case TYPE_Q4_1: return dot_q4_1;                                            \
+    case TYPE_Q5_0: return dot_q5_0;                                            \
+    case TYPE_Q5_1: return dot_q5_1;                                            \
+    case TYPE_Q8_0: return dot_q8_0;                                            \
+    default: return NULL;                                                       \
+    }
+
 /* The kernel for t at level l, falling back to lower levels; NULL when t
  * is not a weight type. */
 vec_dot_fn linear_dot_kernel(enum dtype t, enum cpu_level l);

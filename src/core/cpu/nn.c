@@ -128,22 +128,11 @@ static const struct prims *prims_now(void)
 
 /* ---- helpers ------------------------------------------------------------ */
 
-/* Byte offset of row r (all dims but the innermost, row-major) of t. */
-static int64_t row_off(const struct tensor *t, int64_t r)
-{
-    int64_t off = 0;
-    for (int d = t->ndim - 2; d >= 0; d--) {
-        off += (r % t->ne[d]) * t->nb[d];
-        r /= t->ne[d];
-    }
-    return off;
-}
-
 /* Row r of x as contiguous floats: in place when its innermost stride is
  * 4 bytes, else gathered into y (the output row). */
 static const float *src_row(const struct tensor *x, int64_t r, float *y)
 {
-    const char *p = (const char *)x->data + row_off(x, r);
+    const char *p = (const char *)x->data + tensor_row_offset(x, r);
     int64_t n = x->ne[x->ndim - 1], s = x->nb[x->ndim - 1];
     if (s == (int64_t)sizeof(float)) return (const float *)p;
     for (int64_t i = 0; i < n; i++) y[i] = *(const float *)(p + i * s);
@@ -171,6 +160,14 @@ static const float *param_f32(struct arena *a, const struct tensor *v)
 
 /* rows per chunk so that a chunk holds about 16K elements */
 static int64_t row_grain(int64_t n) { return n >= 16384 ? 1 : 16384 / (n > 0 ? n : 1); }
+
+/* fn(c) over the rows of x on the arena's pool, unless the arena has
+ * failed (param_f32 fails it) */
+static void for_rows(struct arena *a, const struct tensor *x, tp_fn fn, void *c)
+{
+    if (arena_status(a) != CBX_OK) return;
+    tp_parallel_for(pool(a), tensor_nrows(x), row_grain(x->ne[x->ndim - 1]), fn, c);
+}
 
 /* ---- norms, affine, softmax ---------------------------------------------- */
 
@@ -208,8 +205,7 @@ static void cpu_layer_norm(struct arena *a, struct tensor *out, const struct ten
 {
     struct rows_ctx c = {.P = prims_now(), .x = x, .out = out, .g = param_f32(a, g),
                          .b = param_f32(a, b), .eps = eps};
-    if (arena_status(a) != CBX_OK) return;
-    tp_parallel_for(pool(a), tensor_nrows(x), row_grain(x->ne[x->ndim - 1]), layer_norm_rows, &c);
+    for_rows(a, x, layer_norm_rows, &c);
 }
 
 /* op_add_layer_norm: per row, s = x + r (float adds, as op_add) written
@@ -242,8 +238,7 @@ static void cpu_add_layer_norm(struct arena *a, struct tensor *sum, struct tenso
 {
     struct add_ln_ctx c = {.P = prims_now(), .x = x, .r = r, .sum = sum, .out = out,
                            .g = param_f32(a, g), .b = param_f32(a, b), .eps = eps};
-    if (arena_status(a) != CBX_OK) return;
-    tp_parallel_for(pool(a), tensor_nrows(x), row_grain(x->ne[x->ndim - 1]), add_layer_norm_rows, &c);
+    for_rows(a, x, add_layer_norm_rows, &c);
 }
 
 /* HF LlamaRMSNorm: x * rsqrt(mean(x^2) + eps), then weight * that. */
@@ -265,8 +260,7 @@ static void cpu_rms_norm(struct arena *a, struct tensor *out, const struct tenso
                          const struct tensor *g, float eps)
 {
     struct rows_ctx c = {.P = prims_now(), .x = x, .out = out, .g = param_f32(a, g), .eps = eps};
-    if (arena_status(a) != CBX_OK) return;
-    tp_parallel_for(pool(a), tensor_nrows(x), row_grain(x->ne[x->ndim - 1]), rms_norm_rows, &c);
+    for_rows(a, x, rms_norm_rows, &c);
 }
 
 /* One (batch, group) per index; x viewed as rows of T (one per channel). */
@@ -339,9 +333,7 @@ static void cpu_channel_affine(struct arena *a, struct tensor *out, const struct
 {
     struct rows_ctx c = {.P = prims_now(), .x = x, .out = out, .g = param_f32(a, scale),
                          .b = param_f32(a, shift), .dim = dim};
-    if (arena_status(a) != CBX_OK) return;
-    tp_parallel_for(pool(a), tensor_nrows(x), row_grain(x->ne[x->ndim - 1]),
-                    channel_affine_rows, &c);
+    for_rows(a, x, channel_affine_rows, &c);
 }
 
 static void softmax_rows(void *c, int64_t r0, int64_t r1, int ith)
@@ -365,7 +357,7 @@ static void softmax_rows(void *c, int64_t r0, int64_t r1, int ith)
 static void cpu_softmax(struct arena *a, struct tensor *out, const struct tensor *x, float scale)
 {
     struct rows_ctx c = {.P = prims_now(), .x = x, .out = out, .scale = scale};
-    tp_parallel_for(pool(a), tensor_nrows(x), row_grain(x->ne[x->ndim - 1]), softmax_rows, &c);
+    for_rows(a, x, softmax_rows, &c);
 }
 
 /* ---- attention ------------------------------------------------------------ */

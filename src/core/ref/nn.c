@@ -23,20 +23,9 @@ static float pget(const struct tensor *v, int64_t i)
     }
 }
 
-/* Byte offset of row r (all dims but the innermost, row-major) of t. */
-static int64_t row_off(const struct tensor *t, int64_t r)
-{
-    int64_t off = 0;
-    for (int d = t->ndim - 2; d >= 0; d--) {
-        off += (r % t->ne[d]) * t->nb[d];
-        r /= t->ne[d];
-    }
-    return off;
-}
-
 static float xget(const struct tensor *t, int64_t row, int64_t i)
 {
-    return *(const float *)((const char *)t->data + row_off(t, row) + i * t->nb[t->ndim - 1]);
+    return *(const float *)((const char *)t->data + tensor_row_offset(t, row) + i * t->nb[t->ndim - 1]);
 }
 
 /* out is contiguous: row r starts at r * D */
