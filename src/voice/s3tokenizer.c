@@ -306,34 +306,54 @@ int64_t s3tok_n_tokens(int64_t n)
     return n > N_FFT / 2 ? n_tokens_for(n / HOP) : 0;
 }
 
+/* The log-mel [128, F0] of wav16 [n] in a new arena of be (*ap, the
+ * caller's to free); NULL, with *rc and err set and no arena, when n is
+ * too short or the computation failed. */
+static struct tensor *mel_arena(const struct s3tokenizer *t, const struct backend *be, const float *wav16,
+                                int64_t n, struct arena **ap, cbx_status *rc, char *err)
+{
+    *ap = NULL;
+    if (n <= N_FFT / 2) { /* torch.stft's reflect padding needs more than 200 samples */
+        *rc = err_setf(err, CBX_ERR_INVALID_ARG, "s3tokenizer: %lld samples at 16 kHz, need more than %d",
+                       (long long)n, N_FFT / 2);
+        return NULL;
+    }
+    struct arena *a = arena_create(be, 0);
+    if (!a) {
+        *rc = err_setf(err, CBX_ERR_NOMEM, "s3tokenizer: out of memory");
+        return NULL;
+    }
+    struct tensor *m = log_mel(a, t, wav16, n);
+    if (!m) {
+        *rc = err_setf(err, arena_status(a) != CBX_OK ? arena_status(a) : CBX_ERR_INTERNAL,
+                       "s3tokenizer log-mel: %s", arena_errmsg(a));
+        arena_free(a);
+        return NULL;
+    }
+    *ap = a;
+    return m;
+}
+
 cbx_status s3tok_log_mel(const struct s3tokenizer *t, const struct backend *be,
                          const float *wav16, int64_t n, float **mel, int64_t *frames,
                          char *err)
 {
     *mel = NULL;
     *frames = 0;
-    if (n <= N_FFT / 2) /* torch.stft's reflect padding needs more than 200 samples */
-        return err_setf(err, CBX_ERR_INVALID_ARG,
-                        "s3tokenizer: %lld samples at 16 kHz, need more than %d",
-                        (long long)n, N_FFT / 2);
-    struct arena *a = arena_create(be, 0);
-    if (!a) return err_setf(err, CBX_ERR_NOMEM, "s3tokenizer: out of memory");
+    struct arena *a;
     cbx_status rc = CBX_OK;
-    struct tensor *m = log_mel(a, t, wav16, n);
-    float *res = m ? malloc(tensor_nbytes(m)) : NULL;
-    if (!m || !res) {
-        rc = m ? err_setf(err, CBX_ERR_NOMEM, "s3tokenizer: out of memory")
-               : err_setf(err, arena_status(a), "s3tokenizer log-mel: %s", arena_errmsg(a));
-        goto cleanup;
-    }
-    if ((rc = tensor_to_host(m, res)) != CBX_OK) {
+    struct tensor *m = mel_arena(t, be, wav16, n, &a, &rc, err);
+    if (!m) return rc;
+    float *res = malloc(tensor_nbytes(m));
+    if (!res) {
+        rc = err_setf(err, CBX_ERR_NOMEM, "s3tokenizer: out of memory");
+    } else if ((rc = tensor_to_host(m, res)) != CBX_OK) {
         err_setf(err, rc, "s3tokenizer log-mel: device read-back failed");
-        goto cleanup;
+    } else {
+        *mel = res;
+        *frames = m->ne[1];
+        res = NULL;
     }
-    *mel = res;
-    *frames = m->ne[1];
-    res = NULL;
-cleanup:
     free(res);
     arena_free(a);
     return rc;
@@ -443,23 +463,14 @@ cbx_status s3tok_tokenize(const struct s3tokenizer *t, const struct backend *be,
     if (max_len < 0)
         return err_setf(err, CBX_ERR_INVALID_ARG, "s3tokenizer: max_len %lld < 0",
                         (long long)max_len);
-    if (n <= N_FFT / 2) /* torch.stft's reflect padding needs more than 200 samples */
-        return err_setf(err, CBX_ERR_INVALID_ARG,
-                        "s3tokenizer: %lld samples at 16 kHz, need more than %d",
-                        (long long)n, N_FFT / 2);
-    struct arena *a = arena_create(be, 0);
-    if (!a) return err_setf(err, CBX_ERR_NOMEM, "s3tokenizer: out of memory");
-    cbx_status rc;
-    struct tensor *mel = log_mel(a, t, wav16, n);                   /* [128, F0] */
-    if (!mel) {
-        rc = err_setf(err, arena_status(a) != CBX_OK ? arena_status(a) : CBX_ERR_INTERNAL,
-                      "s3tokenizer log-mel: %s", arena_errmsg(a));
-    } else {
-        int64_t F0 = mel->ne[1], F = F0;
-        /* forward(max_len=P): mel[..., :4 * P], after the normalisation */
-        if (max_len > 0 && F > 4 * max_len) F = 4 * max_len;
-        rc = quantize(a, t, mel, NULL, F0, F, tokens, n_tokens, err);
-    }
+    struct arena *a;
+    cbx_status rc = CBX_OK;
+    struct tensor *mel = mel_arena(t, be, wav16, n, &a, &rc, err); /* [128, F0] */
+    if (!mel) return rc;
+    int64_t F0 = mel->ne[1], F = F0;
+    /* forward(max_len=P): mel[..., :4 * P], after the normalisation */
+    if (max_len > 0 && F > 4 * max_len) F = 4 * max_len;
+    rc = quantize(a, t, mel, NULL, F0, F, tokens, n_tokens, err);
     arena_free(a);
     return rc;
 }

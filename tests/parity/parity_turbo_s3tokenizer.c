@@ -143,6 +143,21 @@ int main(void)
     free(mel);
     free(t);
 
+    /* too short for torch.stft's reflect padding (200 samples or fewer):
+     * both entry points refuse it with one line and hand back nothing */
+    mel = NULL;
+    t = NULL;
+    rc = s3tok_log_mel(tok, cpu, wav.pcm, 200, &mel, &F, err);
+    CHECK(rc == CBX_ERR_INVALID_ARG && !mel && F == 0 && strstr(err, "200 samples at 16 kHz, need more than 200"),
+          "log-mel of 200 samples refused: %s", err);
+    rc = s3tok_tokenize(tok, cpu, wav.pcm, 200, 0, &t, &nt, err);
+    CHECK(rc == CBX_ERR_INVALID_ARG && !t && nt == 0 && strstr(err, "need more than 200"),
+          "tokens of 200 samples refused: %s", err);
+    rc = s3tok_tokenize(tok, cpu, wav.pcm, 201, 0, &t, &nt, err);
+    CHECK(rc == CBX_OK && t && nt == s3tok_n_tokens(201), "201 samples: %lld tokens (%s)", (long long)nt,
+          rc == CBX_OK ? "ok" : err);
+    free(t);
+
     /* reconciliation rule */
     CHECK(s3tok_reconcile_prompt(250, 500) == 250 && s3tok_reconcile_prompt(251, 500) == 250 &&
               s3tok_reconcile_prompt(250, 499) == 249 && s3tok_reconcile_prompt(10, 500) == 10,
