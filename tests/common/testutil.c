@@ -204,6 +204,12 @@ struct model *test_open_model(const char *path)
     return rc == CBX_OK ? md : NULL;
 }
 
+struct model *test_open_model_env(const char *env, const char *variant)
+{
+    const char *v = getenv(env);
+    return test_open_model(v && *v ? v : test_model_dir(variant));
+}
+
 bool test_load_t3_f32_q4(const struct model *md, struct t3_model *m, struct t3_model *mq)
 {
     char err[ERR_MAX] = "";

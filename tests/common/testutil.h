@@ -102,6 +102,10 @@ const char *test_model_dir(const char *variant);
  * counted as a check ("open PATH: message"); NULL when it fails. */
 struct model_dir *test_open_model_dir(const char *variant);
 struct model *test_open_model(const char *path);
+/* test_open_model of the path in environment variable env when set and
+ * not empty (another model to run a test on), else of
+ * test_model_dir(variant). */
+struct model *test_open_model_env(const char *env, const char *variant);
 /* The T3 (GPT-2) weights of md loaded twice, as f32 and as q4_0, each
  * counted as a check; true when both loaded. */
 struct t3_model;

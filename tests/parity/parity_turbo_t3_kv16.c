@@ -45,11 +45,7 @@ static struct npy load(const char *name) { return test_fixture("turbo", name); }
 
 int main(void)
 {
-    char dir[512];
-    const char *env = getenv("CBX_KV16_MODEL");
-    if (env && *env) snprintf(dir, sizeof dir, "%s", env);
-    else snprintf(dir, sizeof dir, "%s/models/turbo", CBX_BINARY_DIR);
-    struct model *md = test_open_model(dir);
+    struct model *md = test_open_model_env("CBX_KV16_MODEL", "turbo");
     struct t3_model m, mq;
     if (!md || !test_load_t3_f32_q4(md, &m, &mq)) return test_summary();
     CHECK(m.tfmr.kv_type == TYPE_F32, "f32 weights: cache %s, want f32", dtype_name(m.tfmr.kv_type));

@@ -161,11 +161,7 @@ static void save_restore(struct backend *be, const struct t3_model *mq, const st
 
 int main(void)
 {
-    char dir[512];
-    const char *env = getenv("CBX_KVQ8_MODEL");
-    if (env && *env) snprintf(dir, sizeof dir, "%s", env);
-    else snprintf(dir, sizeof dir, "%s/models/turbo", CBX_BINARY_DIR);
-    struct model *md = test_open_model(dir);
+    struct model *md = test_open_model_env("CBX_KVQ8_MODEL", "turbo");
     struct t3_model m, mq;
     if (!md || !test_load_t3_f32_q4(md, &m, &mq)) return test_summary();
     const enum dtype kv_default = mq.tfmr.kv_type;

@@ -107,6 +107,21 @@ static sf_count_t frames_of(const uint8_t *p, size_t n)
     return t;
 }
 
+/* what the encoder has ready (enc_take) appended to *all (na bytes, one
+ * spare byte kept); false when out of memory */
+static bool take_into(struct enc *e, uint8_t **all, size_t *na)
+{
+    const uint8_t *p;
+    size_t k;
+    enc_take(e, &p, &k);
+    uint8_t *grown = realloc(*all, *na + k + 1);
+    if (!grown) return false;
+    if (k) memcpy(grown + *na, p, k);
+    *all = grown;
+    *na += k;
+    return true;
+}
+
 static void test_encoders(void)
 {
     const size_t n = SR / 2;
@@ -125,22 +140,19 @@ static void test_encoders(void)
                   serve_format_name((enum serve_format)f), err);
             uint8_t *all = NULL;
             size_t na = 0;
-            for (size_t off = 0; off < n; off += 4000) {
+            bool mem = true;
+            for (size_t off = 0; off < n && mem; off += 4000) {
                 enc_write(&e, x + off, off + 4000 < n ? 4000 : n - off);
-                const uint8_t *p;
-                size_t k;
-                enc_take(&e, &p, &k);
-                all = realloc(all, na + k + 1);
-                if (k) memcpy(all + na, p, k);
-                na += k;
+                mem = take_into(&e, &all, &na);
             }
             CHECK(enc_close(&e) == 0, "enc_close");
-            const uint8_t *p;
-            size_t k;
-            enc_take(&e, &p, &k);
-            all = realloc(all, na + k + 1);
-            if (k) memcpy(all + na, p, k);
-            na += k;
+            mem = mem && take_into(&e, &all, &na);
+            CHECK(mem, "%s: out of memory", serve_format_name((enum serve_format)f));
+            if (!mem) {
+                free(all);
+                enc_free(&e);
+                continue;
+            }
             if (!streaming) memcpy(all, e.buf, na); /* whole: the final bytes, rewrites included */
             if (f == SERVE_PCM) {
                 const int16_t *s = (const int16_t *)(const void *)all;
