@@ -231,11 +231,9 @@ int main(int argc, char **argv)
     const int gguf = bench_model_is_gguf("bench_stream", model);
     struct backend *be = gguf < 0 ? NULL : bench_backend("bench_stream", bname, opt.threads);
     if (!be) return 1;
-    static const int types[] = {TYPE_F32, TYPE_Q8_0, TYPE_Q4_0};
-    for (size_t i = 0; i < (gguf ? 1 : sizeof types / sizeof types[0]); i++) {
-        const int wt = gguf ? -1 : types[i];
-        const char *tname = gguf ? "gguf" : dtype_name((enum dtype)wt);
-        if (!gguf && !bench_selected(&opt, tname)) continue;
+    int wt;
+    const char *tname;
+    for (size_t it = 0; bench_next_type(&opt, gguf, &it, &wt, &tname);) {
         char name[64];
         bench_type_on(be, tname, name, sizeof name);
         struct result r = {0};

@@ -246,6 +246,25 @@ int bench_model_is_gguf(const char *prog, const char *path)
     return g;
 }
 
+bool bench_next_type(const struct bench_opts *o, int gguf, size_t *i, int *wt, const char **tname)
+{
+    static const enum dtype types[] = {TYPE_F32, TYPE_Q8_0, TYPE_Q4_0};
+    if (gguf) {
+        *wt = -1;
+        *tname = "gguf";
+        return (*i)++ == 0;
+    }
+    for (; *i < sizeof types / sizeof types[0]; (*i)++) {
+        *wt = (int)types[*i];
+        *tname = dtype_name(types[*i]);
+        if (bench_selected(o, *tname)) {
+            (*i)++;
+            return true;
+        }
+    }
+    return false;
+}
+
 const char *bench_take_opt_or(int *argc, char **argv, const char *name, const char *def)
 {
     const char *v = bench_take_opt(argc, argv, name);

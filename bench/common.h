@@ -38,6 +38,11 @@ struct backend;
 struct backend *bench_backend(const char *prog, const char *name, int threads);
 /* A record's type: type on the cpu, "type@backend" on any other. */
 const char *bench_type_on(const struct backend *be, const char *type, char *buf, size_t n);
+/* The weight types a model bench runs in turn: a gguf's own once (*wt -1,
+ * *tname "gguf"), else F32, Q8_0 and Q4_0 (quantised at load) as o's
+ * --filter selects them. *i: the caller's position, 0 at first; false
+ * when there is no next one. */
+bool bench_next_type(const struct bench_opts *o, int gguf, size_t *i, int *wt, const char **tname);
 
 double bench_now(void); /* monotonic seconds */
 
