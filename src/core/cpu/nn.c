@@ -171,6 +171,10 @@ static void for_rows(struct arena *a, const struct tensor *x, tp_fn fn, void *c)
 
 /* ---- norms, affine, softmax ---------------------------------------------- */
 
+struct rows_ctx;
+/* out row r (y) from x's row r (xr, n elements) */
+typedef void (*row_fn)(const struct rows_ctx *k, int64_t r, float *y, const float *xr, int64_t n);
+
 struct rows_ctx {
     const struct prims *P;
     const struct tensor *x;
@@ -178,7 +182,20 @@ struct rows_ctx {
     const float *g, *b;
     float eps, scale;
     int dim, n_groups;
+    row_fn row; /* each_row's */
 };
+
+/* k->row over rows [r0, r1) of x into out (contiguous F32) */
+static void each_row(void *c, int64_t r0, int64_t r1, int ith)
+{
+    (void)ith;
+    const struct rows_ctx *k = c;
+    const int64_t n = k->x->ne[k->x->ndim - 1];
+    for (int64_t r = r0; r < r1; r++) {
+        float *y = (float *)k->out->data + r * n;
+        k->row(k, r, y, src_row(k->x, r, y), n);
+    }
+}
 
 /* y = LayerNorm(x) of one row of n (g, b may be NULL) */
 static void layer_norm_row(const struct prims *P, float *y, const float *x, int64_t n, float eps,
@@ -189,27 +206,22 @@ static void layer_norm_row(const struct prims *P, float *y, const float *x, int6
     P->norm(y, x, n, mean, 1.0f / sqrtf(var + eps), g, b);
 }
 
-static void layer_norm_rows(void *c, int64_t r0, int64_t r1, int ith)
+static void layer_norm_one(const struct rows_ctx *k, int64_t r, float *y, const float *xr, int64_t n)
 {
-    (void)ith;
-    const struct rows_ctx *k = c;
-    int64_t n = k->x->ne[k->x->ndim - 1];
-    for (int64_t r = r0; r < r1; r++) {
-        float *y = (float *)k->out->data + r * n;
-        layer_norm_row(k->P, y, src_row(k->x, r, y), n, k->eps, k->g, k->b);
-    }
+    (void)r;
+    layer_norm_row(k->P, y, xr, n, k->eps, k->g, k->b);
 }
 
 static void cpu_layer_norm(struct arena *a, struct tensor *out, const struct tensor *x,
                            const struct tensor *g, const struct tensor *b, float eps)
 {
     struct rows_ctx c = {.P = prims_now(), .x = x, .out = out, .g = param_f32(a, g),
-                         .b = param_f32(a, b), .eps = eps};
-    for_rows(a, x, layer_norm_rows, &c);
+                         .b = param_f32(a, b), .eps = eps, .row = layer_norm_one};
+    for_rows(a, x, each_row, &c);
 }
 
 /* op_add_layer_norm: per row, s = x + r (float adds, as op_add) written
- * to sum, then layer_norm_rows' arithmetic on s while it is in cache. */
+ * to sum, then layer_norm_row's arithmetic on s while it is in cache. */
 struct add_ln_ctx {
     const struct prims *P;
     const struct tensor *x, *r;
@@ -242,25 +254,18 @@ static void cpu_add_layer_norm(struct arena *a, struct tensor *sum, struct tenso
 }
 
 /* HF LlamaRMSNorm: x * rsqrt(mean(x^2) + eps), then weight * that. */
-static void rms_norm_rows(void *c, int64_t r0, int64_t r1, int ith)
+static void rms_norm_one(const struct rows_ctx *k, int64_t r, float *y, const float *xr, int64_t n)
 {
-    (void)ith;
-    const struct rows_ctx *k = c;
-    const struct prims *P = k->P;
-    int64_t n = k->x->ne[k->x->ndim - 1];
-    for (int64_t r = r0; r < r1; r++) {
-        float *y = (float *)k->out->data + r * n;
-        const float *x = src_row(k->x, r, y);
-        float var = P->sumsq_dev(x, n, 0.0f) / (float)n;
-        P->norm(y, x, n, 0.0f, 1.0f / sqrtf(var + k->eps), k->g, NULL);
-    }
+    (void)r;
+    float var = k->P->sumsq_dev(xr, n, 0.0f) / (float)n;
+    k->P->norm(y, xr, n, 0.0f, 1.0f / sqrtf(var + k->eps), k->g, NULL);
 }
 
 static void cpu_rms_norm(struct arena *a, struct tensor *out, const struct tensor *x,
                          const struct tensor *g, float eps)
 {
-    struct rows_ctx c = {.P = prims_now(), .x = x, .out = out, .g = param_f32(a, g), .eps = eps};
-    for_rows(a, x, rms_norm_rows, &c);
+    struct rows_ctx c = {.P = prims_now(), .x = x, .out = out, .g = param_f32(a, g), .eps = eps, .row = rms_norm_one};
+    for_rows(a, x, each_row, &c);
 }
 
 /* One (batch, group) per index; x viewed as rows of T (one per channel). */
@@ -305,25 +310,17 @@ static void cpu_group_norm(struct arena *a, struct tensor *out, const struct ten
     tp_parallel_for(pool(a), items, 1, group_norm_items, &c);
 }
 
-static void channel_affine_rows(void *c, int64_t r0, int64_t r1, int ith)
+static void channel_affine_one(const struct rows_ctx *k, int64_t r, float *y, const float *xr, int64_t n)
 {
-    (void)ith;
-    const struct rows_ctx *k = c;
-    const struct prims *P = k->P;
     const struct tensor *x = k->x;
-    int last = x->ndim - 1;
-    int64_t n = x->ne[last];
-    for (int64_t r = r0; r < r1; r++) {
-        float *y = (float *)k->out->data + r * n;
-        const float *xr = src_row(x, r, y);
-        if (k->dim == last) {
-            for (int64_t i = 0; i < n; i++) y[i] = xr[i] * k->g[i] + k->b[i];
-        } else {
-            int64_t ch = r;
-            for (int d = last - 1; d > k->dim; d--) ch /= x->ne[d];
-            ch %= x->ne[k->dim];
-            P->affine(y, xr, n, k->g[ch], k->b[ch]);
-        }
+    const int last = x->ndim - 1;
+    if (k->dim == last) {
+        for (int64_t i = 0; i < n; i++) y[i] = xr[i] * k->g[i] + k->b[i];
+    } else {
+        int64_t ch = r;
+        for (int d = last - 1; d > k->dim; d--) ch /= x->ne[d];
+        ch %= x->ne[k->dim];
+        k->P->affine(y, xr, n, k->g[ch], k->b[ch]);
     }
 }
 
@@ -332,32 +329,27 @@ static void cpu_channel_affine(struct arena *a, struct tensor *out, const struct
                                const struct tensor *shift)
 {
     struct rows_ctx c = {.P = prims_now(), .x = x, .out = out, .g = param_f32(a, scale),
-                         .b = param_f32(a, shift), .dim = dim};
-    for_rows(a, x, channel_affine_rows, &c);
+                         .b = param_f32(a, shift), .dim = dim, .row = channel_affine_one};
+    for_rows(a, x, each_row, &c);
 }
 
-static void softmax_rows(void *c, int64_t r0, int64_t r1, int ith)
+static void softmax_one(const struct rows_ctx *k, int64_t r, float *y, const float *xr, int64_t n)
 {
-    (void)ith;
-    const struct rows_ctx *k = c;
+    (void)r;
     const struct prims *P = k->P;
-    int64_t n = k->x->ne[k->x->ndim - 1];
-    for (int64_t r = r0; r < r1; r++) {
-        float *y = (float *)k->out->data + r * n;
-        int nan = 0;
-        float m = P->scale_max(y, src_row(k->x, r, y), n, k->scale, &nan);
-        if (nan || !isfinite(m)) { /* torch gives NaN (ops_nn.c, convention 2) */
-            for (int64_t i = 0; i < n; i++) y[i] = NAN;
-            continue;
-        }
-        P->scal(y, n, 1.0f / P->exp_sum(y, n, m));
+    int nan = 0;
+    float m = P->scale_max(y, xr, n, k->scale, &nan);
+    if (nan || !isfinite(m)) { /* torch gives NaN (ops_nn.c, convention 2) */
+        for (int64_t i = 0; i < n; i++) y[i] = NAN;
+        return;
     }
+    P->scal(y, n, 1.0f / P->exp_sum(y, n, m));
 }
 
 static void cpu_softmax(struct arena *a, struct tensor *out, const struct tensor *x, float scale)
 {
-    struct rows_ctx c = {.P = prims_now(), .x = x, .out = out, .scale = scale};
-    for_rows(a, x, softmax_rows, &c);
+    struct rows_ctx c = {.P = prims_now(), .x = x, .out = out, .scale = scale, .row = softmax_one};
+    for_rows(a, x, each_row, &c);
 }
 
 /* ---- attention ------------------------------------------------------------ */
