@@ -157,10 +157,11 @@ static void ref_snake(struct arena *a, struct tensor *out, const struct tensor *
         }
 }
 
-static void ref_reduce(struct arena *a, struct tensor *out, const struct tensor *x,
-                       enum redop op)
+/* Along the last dim with a double accumulator: reduction op into
+ * out[..., 0] (ref_reduce), or with cum every running sum into out
+ * (ref_cumsum: torch.cumsum on CPU accumulates in double). */
+static void along_last(struct tensor *out, const struct tensor *x, enum redop op, bool cum)
 {
-    (void)a;
     int64_t ne[4], xb[4], one[4], ob[4];
     elem_shape4(x, ne, xb);
     elem_shape4(out, one, ob);
@@ -172,28 +173,26 @@ static void ref_reduce(struct arena *a, struct tensor *out, const struct tensor 
                 for (int64_t i3 = 0; i3 < ne[3]; i3++) {
                     float v = *at(x, xb, i0, i1, i2, i3);
                     s += v;
-                    if (v > m || v != v) m = v != v || m != m ? NAN : v; /* NaN wins */
+                    if (cum) *at(out, ob, i0, i1, i2, i3) = (float)s;
+                    else if (v > m || v != v) m = v != v || m != m ? NAN : v; /* NaN wins */
                 }
-                float r = op == RED_MAX ? m : op == RED_SUM ? (float)s : (float)(s / (double)ne[3]);
-                *at(out, ob, i0, i1, i2, 0) = r;
+                if (!cum)
+                    *at(out, ob, i0, i1, i2, 0) =
+                        op == RED_MAX ? m : op == RED_SUM ? (float)s : (float)(s / (double)ne[3]);
             }
+}
+
+static void ref_reduce(struct arena *a, struct tensor *out, const struct tensor *x,
+                       enum redop op)
+{
+    (void)a;
+    along_last(out, x, op, false);
 }
 
 static void ref_cumsum(struct arena *a, struct tensor *out, const struct tensor *x)
 {
     (void)a;
-    int64_t ne[4], xb[4], one[4], ob[4];
-    elem_shape4(x, ne, xb);
-    elem_shape4(out, one, ob);
-    for (int64_t i0 = 0; i0 < ne[0]; i0++)
-        for (int64_t i1 = 0; i1 < ne[1]; i1++)
-            for (int64_t i2 = 0; i2 < ne[2]; i2++) {
-                double s = 0; /* torch.cumsum on CPU: double accumulator */
-                for (int64_t i3 = 0; i3 < ne[3]; i3++) {
-                    s += *at(x, xb, i0, i1, i2, i3);
-                    *at(out, ob, i0, i1, i2, i3) = (float)s;
-                }
-            }
+    along_last(out, x, RED_SUM, true);
 }
 
 static void ref_get_rows(struct arena *a, struct tensor *out, const struct tensor *table,
