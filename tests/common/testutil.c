@@ -221,6 +221,13 @@ bool test_load_t3_f32_q4(const struct model *md, struct t3_model *m, struct t3_m
     return rc == CBX_OK && rcq == CBX_OK;
 }
 
+void test_free_t3_f32_q4(struct model *md, struct t3_model *m, struct t3_model *mq)
+{
+    t3_free(mq);
+    t3_free(m);
+    model_close(md);
+}
+
 bool test_read_audio(const char *name, int rate, struct audio *a)
 {
     char err[ERR_MAX] = "";

@@ -110,6 +110,8 @@ struct model *test_open_model_env(const char *env, const char *variant);
  * counted as a check; true when both loaded. */
 struct t3_model;
 bool test_load_t3_f32_q4(const struct model *md, struct t3_model *m, struct t3_model *mq);
+/* Frees what test_load_t3_f32_q4 loaded and closes md. */
+void test_free_t3_f32_q4(struct model *md, struct t3_model *m, struct t3_model *mq);
 /* The T3 half of the model in dir (engine_load_params.t3_only) on backend
  * (a name, NULL for test_backend_name()) with weight type wtype (-1: as
  * stored), counted as a check under label; NULL when it did not load. */

@@ -240,8 +240,6 @@ int main(void)
     free(rp.logits);
     io_npy_free(&spk); io_npy_free(&prompt); io_npy_free(&text);
     backend_free(cpu);
-    t3_free(&mq);
-    t3_free(&m);
-    model_close(md);
+    test_free_t3_f32_q4(md, &m, &mq);
     return test_summary();
 }

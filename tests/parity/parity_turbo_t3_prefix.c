@@ -208,8 +208,6 @@ int main(void)
     io_npy_free(&want_gt); io_npy_free(&want_st);
     gpt2_bpe_free(tok);
     backend_free(cpu);
-    t3_free(&mq);
-    t3_free(&m);
-    model_close(md);
+    test_free_t3_f32_q4(md, &m, &mq);
     return test_summary();
 }
