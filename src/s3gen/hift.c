@@ -97,15 +97,8 @@ struct loader {
 static void to_f32(const struct tensor *t, float *dst)
 {
     int64_t inner = t->ne[t->ndim - 1], rows = tensor_nrows(t);
-    for (int64_t r = 0; r < rows; r++) {
-        const char *src = t->data;
-        int64_t rr = r;
-        for (int d = t->ndim - 2; d >= 0; d--) {
-            src += (rr % t->ne[d]) * t->nb[d];
-            rr /= t->ne[d];
-        }
-        dequantize_row(t->type, src, dst + r * inner, inner);
-    }
+    for (int64_t r = 0; r < rows; r++)
+        dequantize_row(t->type, (const char *)t->data + tensor_row_offset(t, r), dst + r * inner, inner);
 }
 
 /* Tensor as F32 in role (converted when stored otherwise), placed. */

@@ -38,15 +38,7 @@
 /* ---- helpers ------------------------------------------------------------ */
 
 /* Pointer to row r (index over all dims but the innermost) of t. */
-static char *row_ptr(const struct tensor *t, int64_t r)
-{
-    char *p = t->data;
-    for (int d = t->ndim - 2; d >= 0; d--) {
-        p += (r % t->ne[d]) * t->nb[d];
-        r /= t->ne[d];
-    }
-    return p;
-}
+static char *row_ptr(const struct tensor *t, int64_t r) { return (char *)t->data + tensor_row_offset(t, r); }
 
 /* w as contiguous F32: w itself when it already is, else a converted copy
  * in arena scratch (NULL after an arena failure). */

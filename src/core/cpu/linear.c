@@ -75,12 +75,7 @@ vec_dot_fn linear_dot_kernel(enum dtype t, enum cpu_level l)
 /* Address of row r of the leading dims of t (all dims but the last). */
 static const char *row_ptr(const struct tensor *t, int64_t r)
 {
-    const char *p = t->data;
-    for (int d = t->ndim - 2; d >= 0; d--) {
-        p += (r % t->ne[d]) * t->nb[d];
-        r /= t->ne[d];
-    }
-    return p;
+    return (const char *)t->data + tensor_row_offset(t, r);
 }
 
 /* Whether the rows of t (contiguous inside) sit at one fixed stride; *ld
