@@ -16,6 +16,19 @@
  *                    penalty 1.2, 200 ids seen); English's CFG pair of
  *                    8194 (cfg 0.5, temperature 0.8, min_p 0.05, penalty
  *                    1.2). No cpu figure: the host samples in t3/sampler.c.
+ *   kernel chain     CHAIN dependent op_adds of [1024] floats (each one a
+ *                    kernel reading the one before's output; "wide": of
+ *                    400 x 256 floats, a kernel of 400 blocks), launched
+ *                    directly and recorded once as a graph and replayed
+ *                    (as a decode step is): the floor of a kernel boundary
+ *                    in a step, the part of a step that is launch overhead
+ *                    whatever the kernels do (op_add's kernel is a plain
+ *                    launch). "mlp q4_0": CHAIN / 2 pairs of Turbo's MLP
+ *                    decode products, [1, 1024] @ [4096, 1024]^T then @
+ *                    [1024, 4096]^T, Q4_0 (programmatic dependent launches
+ *                    unless CBX_CUDA_PDL=0), what a real product costs in
+ *                    such a chain. Figure: microseconds a kernel; the
+ *                    graph's line has the direct launch as its baseline.
  *
  * Figure: microseconds per op call (launch included), the mean of 20 calls
  * issued back to back, then one synchronising download; median over --reps.
@@ -189,6 +202,61 @@ done:
     return st;
 }
 
+#define CHAIN 64
+
+/* microseconds a kernel of the chain (see the top), launched directly
+ * (graph false) or replayed from one recording; median -1 on failure */
+static struct bench_stats time_chain(const struct backend *be, bool graph, int64_t n, bool mlp)
+{
+    struct arena *in = arena_create(be, 0), *a = arena_create(be, 0);
+    struct bench_stats st = {-1, -1, -1};
+    struct backend_graph *g = NULL;
+    char err[ERR_MAX] = "";
+    double *t = malloc((size_t)opt.reps * sizeof *t);
+    if (!in || !a || !t) goto done;
+    struct tensor *x = mk(in, TYPE_F32, mlp ? 2 : 1, mlp ? (int64_t[]){1, n} : (int64_t[]){n}, 19);
+    struct tensor *c = mlp ? mk(in, TYPE_Q4_0, 2, (int64_t[]){4 * n, n}, 20) : mk(in, TYPE_F32, 1, (int64_t[]){n}, 20);
+    struct tensor *c2 = mlp ? mk(in, TYPE_Q4_0, 2, (int64_t[]){n, 4 * n}, 21) : NULL;
+    if (arena_status(in) != CBX_OK || (graph && !be->graph_begin)) {
+        fprintf(stderr, "bench_cuda_ops: kernel chain on %s: %s\n", be->name,
+                graph ? "no graphs" : arena_errmsg(in));
+        goto done;
+    }
+    float probe;
+    struct tensor *y = NULL;
+    for (int r = -1; r < opt.reps; r++) { /* rep -1: warm-up (and the recording) */
+        double t0 = bench_now();
+        if (!graph || r < 0) {
+            /* the graph's: a direct run first, so the arena has grown
+             * (no allocation may happen while recording) */
+            for (int pass = graph ? 0 : 1; pass < 2; pass++) {
+                if (pass && graph && be->graph_begin(be, err) != CBX_OK) goto fail;
+                arena_reset(a);
+                y = x;
+                for (int i = 0; i < CHAIN && y; i++)
+                    y = !mlp ? op_add(a, y, c) : i % 2 ? op_linear(a, y, c2, NULL) : op_linear(a, y, c, NULL);
+            }
+            if (graph && be->graph_end(be, &g, err) != CBX_OK) goto fail;
+        }
+        if (graph && be->graph_run(be, g, err) != CBX_OK) goto fail;
+        if (!y ||
+            tensor_to_host(op_cont(a, op_slice(a, op_reshape(a, y, 1, (int64_t[]){tensor_nelements(y)}), 0, 0, 1)),
+                           &probe) != CBX_OK)
+            goto fail;
+        if (r >= 0) t[r] = (bench_now() - t0) / CHAIN * 1e6;
+    }
+    st = bench_stats(t, opt.reps);
+    goto done;
+fail:
+    fprintf(stderr, "bench_cuda_ops: kernel chain on %s: %s\n", be->name, err[0] ? err : arena_errmsg(a));
+done:
+    if (g) be->graph_free(be, g);
+    free(t);
+    arena_free(a);
+    arena_free(in);
+    return st;
+}
+
 int main(int argc, char **argv)
 {
     if (!bench_parse(argc, argv, &opt, 10)) return 2;
@@ -217,6 +285,22 @@ int main(int argc, char **argv)
         bench_emit("cuda_ops", c->name, (const int64_t[]){1}, 1, opt.threads, opt.reps, "us/call",
                    g, base > 0 ? "cpu" : NULL, base);
         fprintf(stderr, "%-26s cuda %10.1f us   cpu %10.1f us\n", c->name, g.median, base);
+    }
+    static const struct { const char *name; int64_t n; } chains[] = {
+        {"kernel chain", 1024}, {"kernel chain wide", 400 * 256}, {"kernel chain mlp q4_0", 1024}};
+    for (size_t i = 0; i < sizeof chains / sizeof chains[0]; i++) {
+        if (!bench_selected(&opt, chains[i].name)) continue;
+        char dn[64], gn[64];
+        snprintf(dn, sizeof dn, "%s direct", chains[i].name);
+        snprintf(gn, sizeof gn, "%s graph", chains[i].name);
+        const bool mlp = i == 2;
+        struct bench_stats d = time_chain(cu, false, chains[i].n, mlp), g = time_chain(cu, true, chains[i].n, mlp);
+        const int64_t shape[2] = {CHAIN, chains[i].n};
+        if (d.median >= 0) bench_emit("cuda_ops", dn, shape, 2, opt.threads, opt.reps, "us/kernel", d, NULL, -1);
+        if (g.median >= 0)
+            bench_emit("cuda_ops", gn, shape, 2, opt.threads, opt.reps, "us/kernel", g, d.median > 0 ? "direct" : NULL,
+                       d.median);
+        fprintf(stderr, "%-26s direct %8.2f us   graph %8.2f us a kernel\n", chains[i].name, d.median, g.median);
     }
     backend_cpu_free(cpu);
     backend_cuda_free(cu);

@@ -17,6 +17,10 @@
 #                                                # (Turbo, English), its
 #                                                # kernels by name (profile
 #                                                # and ncu)
+#   bash scripts/device-test.sh overhead         # GPU utilisation while T3
+#                                                # decodes (nvidia-smi) and
+#                                                # the floor of a kernel
+#                                                # boundary (bench_cuda_ops)
 #   bash scripts/device-test.sh ab PATCH         # a change's speed: this tree
 #                                                # (A) against it less PATCH
 #                                                # (B), bench_e2e alternating
@@ -126,6 +130,49 @@ s3gen() {
     head -45 "$out/ncu_s3gen.txt"
 }
 
+# The CUDA issue's two decode figures. GPU utilisation while T3 decodes:
+# nvidia-smi sampled every 20 ms while `chatterbox tokens` decodes up to
+# 1500 tokens of Turbo Q4_0 three times (the counts in util_tokens.txt) (graphs on, as shipped), the samples of the decode
+# (after the first nonzero one) summarised. The floor of a kernel boundary
+# in a replayed step: bench_cuda_ops' kernel chain, with programmatic
+# dependent launch and without (CBX_CUDA_PDL=0).
+overhead() {
+    local m g smi
+    m="$(turbo_model)" || return 1
+    g=build-dev/models/turbo_q4_0.gguf
+    [ -f "$g" ] || ./build-dev/chatterbox convert "$m" -o "$g" --quant q4_0 --quiet || return 1
+    nvidia-smi --query-gpu=utilization.gpu,utilization.memory,clocks.sm --format=csv,noheader,nounits -lms 20 \
+        > "$out/util.csv" 2>&1 &
+    smi=$!
+    sleep 1
+    for _ in 1 2 3; do
+        ./build-dev/chatterbox tokens --model "$g" --backend cuda --text-ids "1 2 3 4 5 6 7 8" --max-tokens 1500 \
+            --quiet 2>> "$out/util_tokens.txt" | wc -w >> "$out/util_tokens.txt"
+    done
+    sleep 1
+    kill "$smi"
+    python3 - "$out/util.csv" <<'PY'
+import sys
+rows = [[float(x) for x in l.split(",")] for l in open(sys.argv[1]) if l.count(",") == 2]
+busy = [r for r in rows if r[0] > 0]
+if busy:
+    u = sorted(r[0] for r in busy)
+    print("gpu utilisation while busy: %d samples, median %.0f%%, p10 %.0f%%, p90 %.0f%%, memory median %.0f%%, "
+          "sm clock median %.0f MHz" % (len(u), u[len(u) // 2], u[len(u) // 10], u[len(u) * 9 // 10],
+                                       sorted(r[1] for r in busy)[len(busy) // 2],
+                                       sorted(r[2] for r in busy)[len(busy) // 2]))
+else:
+    print("gpu utilisation: no busy samples (%d in all)" % len(rows))
+PY
+    for p in 1 0; do
+        echo "CBX_CUDA_PDL=$p:"
+        CBX_CUDA_PDL=$p ./build-dev/bench/bench_cuda_ops --filter "kernel chain" --reps 20 >> "$out/bench.json" \
+            2> >(tee -a "$out/chain.txt")
+    done
+    CBX_CUDA_PDL=1 ./build-dev/bench/bench_cuda_ops --filter sample --reps 10 >> "$out/bench.json" \
+        2> >(tee -a "$out/chain.txt")
+}
+
 # A/B of a change: A is this tree, B this tree with PATCH (the change as
 # `git diff` writes it, carried in the tree) reversed; both built with the
 # CUDA backend under /tmp/ab, then bench_e2e on the GPU, B and A
@@ -185,6 +232,7 @@ bench) build && bench ;;
 bench-gpu) build && bench_gpu ;;
 profile) build && profile ;;
 s3gen) build && s3gen ;;
+overhead) build && overhead ;;
 ab) ab "${2:-}" ;;
-*) echo "usage: device-test.sh build|test [LABELS]|test-re REGEX|bench|bench-gpu|profile|s3gen|ab PATCH" >&2; exit 2 ;;
+*) echo "usage: device-test.sh build|test [LABELS]|test-re REGEX|bench|bench-gpu|profile|s3gen|overhead|ab PATCH" >&2; exit 2 ;;
 esac

@@ -49,6 +49,7 @@ static const struct scase cases[] = {
     {"llama greedy, cfg, ties", T3_ORDER_CFG, 8194, 2, 0.5, {0.8, 1, 1.0, 0.05, 1.2}, 3, 0.5f, 0},
     {"llama one row, no processors", T3_ORDER_CFG, 8194, 1, 0, {1.0, 0, 1.0, 0.0, 1.0}, 0.5f, 0, 0},
     {"llama -inf entries", T3_ORDER_CFG, 8194, 1, 0, {0.8, 0, 1.0, 0.05, 1.2}, 3, 0, 5},
+    {"turbo top-k 5: top-p's sort within a warp", T3_ORDER_TURBO, 6563, 1, 0, {0.8, 5, 0.99, 0.0, 1.2}, 1, 0, 0},
 };
 
 static void make_logits(const struct scase *c, int draw, float *raw)

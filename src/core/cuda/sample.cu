@@ -12,7 +12,7 @@
  * radix select on the order-preserving bit pattern (exactly the value
  * the host's radix select returns; for top_k 1 that is the row's largest
  * value, taken by one max reduction instead); top-p sorts the survivors
- * by (value, id) with a bitonic sort. */
+ * by (value, id) with a bitonic sort (bitonic_sort). */
 #include <limits.h>
 #include <math.h>
 
@@ -205,6 +205,54 @@ __device__ static void top_k(float *l, int V, int k, struct smp_shared *sh)
     __syncthreads();
 }
 
+/* bitonic_sort's passes of partners fewer than 32 apart, in registers:
+ * element i = threadIdx.x + SMP_THREADS m (each m in turn) and its
+ * partner i ^ j sit on lanes of one warp, so a compare-exchange is a
+ * shuffle. Stages k from k0 to k1 (doubling), of each its passes j from
+ * min(k / 2, 16) down to 1; a lane keeps the smaller of its key and its
+ * partner's where it is the lower of the pair ((i & j) == 0) and the stage
+ * sorts ascending ((i & k) == 0), or the upper and it sorts descending,
+ * else the larger: the pair the shared-memory pass would swap. Lanes past
+ * P hold ~0 (never stored); every lane of a warp runs every shuffle. */
+__device__ static void bitonic_lanes(unsigned long long *key, int P, int k0, int k1)
+{
+    for (int m = 0; m < (P + SMP_THREADS - 1) / SMP_THREADS; m++) {
+        const int i = (int)threadIdx.x + SMP_THREADS * m;
+        unsigned long long x = i < P ? key[i] : ~0ull;
+        for (int k = k0; k <= k1; k <<= 1)
+            for (int j = (k >> 1) < 16 ? k >> 1 : 16; j > 0; j >>= 1) {
+                const unsigned long long y = __shfl_xor_sync(0xffffffffu, x, j);
+                const bool keep_min = ((i & j) == 0) == ((i & k) == 0);
+                x = keep_min ? (y < x ? y : x) : (y > x ? y : x);
+            }
+        if (i < P) key[i] = x;
+    }
+    __syncthreads();
+}
+
+/* key[0, P) (P a power of two) sorted ascending by a bitonic network:
+ * passes of partners 32 or more apart in shared memory (a pair a thread,
+ * a block barrier each), the rest in registers (bitonic_lanes), so a sort
+ * of 1024 keys takes 21 barriers instead of 55. */
+__device__ static void bitonic_sort(unsigned long long *key, int P)
+{
+    bitonic_lanes(key, P, 2, P < 32 ? P : 32);
+    for (int k = 64; k <= P; k <<= 1) {
+        for (int j = k >> 1; j >= 32; j >>= 1) {
+            for (int p = threadIdx.x; p < P / 2; p += SMP_THREADS) {
+                const int i = (p & ~(j - 1)) << 1 | (p & (j - 1)), o = i | j; /* i: a 0 at bit j */
+                const unsigned long long x = key[i], y = key[o];
+                if ((x > y) == ((i & k) == 0)) {
+                    key[i] = y;
+                    key[o] = x;
+                }
+            }
+            __syncthreads();
+        }
+        bitonic_lanes(key, P, k, k);
+    }
+}
+
 /* sampler_top_p: the finite entries sorted ascending by (value, id) in
  * key[], softmax over them, entries whose cumulative probability is <=
  * cut become -inf (the largest always stays) */
@@ -226,20 +274,7 @@ __device__ static void top_p(float *l, int V, float cut, unsigned long long *key
     while (P < n) P <<= 1;
     for (int i = n + threadIdx.x; i < P; i += SMP_THREADS) key[i] = ~0ull;
     __syncthreads();
-    for (int k = 2; k <= P; k <<= 1)
-        for (int j = k >> 1; j > 0; j >>= 1) {
-            for (int i = threadIdx.x; i < P; i += SMP_THREADS) {
-                const int o = i ^ j;
-                if (o > i) {
-                    const unsigned long long x = key[i], y = key[o];
-                    if ((x > y) == ((i & k) == 0)) {
-                        key[i] = y;
-                        key[o] = x;
-                    }
-                }
-            }
-            __syncthreads();
-        }
+    bitonic_sort(key, P);
     const float mx = okey_value((unsigned)(key[n - 1] >> 32));
     int lo, hi;
     chunk(n, &lo, &hi);
@@ -285,6 +320,8 @@ __global__ static void k_sample(int32_t *out, const float *logits, int rows, int
     unsigned long long *key = smem;
     float *l = (float *)(smem + key_slots);
     float *ex = (float *)smem; /* the exponentials, over the keys once top-p is done with them */
+    cu_pdl_next();
+    cu_pdl_wait();
     for (int i = threadIdx.x; i < V; i += SMP_THREADS) {
         const float c = logits[i];
         l[i] = rows == 2 ? c + p.cfg_weight * (c - logits[V + i]) : c;
@@ -357,8 +394,8 @@ static void cuda_sample(struct arena *a, struct tensor *out, const struct tensor
         !cu_ok(a, cudaFuncSetAttribute(k_sample, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                "sample shared memory"))
         return;
-    k_sample<<<1, SMP_THREADS, smem, cuda_of(a)->st>>>((int32_t *)out->data, (const float *)logits->data, rows, V,
-                                                       (int32_t *)seen->data, (uint32_t *)rng->data, *p, slots);
+    cu_launch(cuda_of(a)->st, cuda_of(a)->pdl, k_sample, 1, SMP_THREADS, smem, (int32_t *)out->data,
+              (const float *)logits->data, rows, V, (int32_t *)seen->data, (uint32_t *)rng->data, *p, slots);
     cu_launched(a, "sample");
 }
 
