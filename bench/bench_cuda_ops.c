@@ -286,14 +286,14 @@ int main(int argc, char **argv)
                    g, base > 0 ? "cpu" : NULL, base);
         fprintf(stderr, "%-26s cuda %10.1f us   cpu %10.1f us\n", c->name, g.median, base);
     }
-    static const struct { const char *name; int64_t n; } chains[] = {
-        {"kernel chain", 1024}, {"kernel chain wide", 400 * 256}, {"kernel chain mlp q4_0", 1024}};
+    static const struct { const char *name; int64_t n; bool mlp; } chains[] = {
+        {"kernel chain", 1024, false}, {"kernel chain wide", 400 * 256, false}, {"kernel chain mlp q4_0", 1024, true}};
     for (size_t i = 0; i < sizeof chains / sizeof chains[0]; i++) {
         if (!bench_selected(&opt, chains[i].name)) continue;
         char dn[64], gn[64];
         snprintf(dn, sizeof dn, "%s direct", chains[i].name);
         snprintf(gn, sizeof gn, "%s graph", chains[i].name);
-        const bool mlp = i == 2;
+        const bool mlp = chains[i].mlp;
         struct bench_stats d = time_chain(cu, false, chains[i].n, mlp), g = time_chain(cu, true, chains[i].n, mlp);
         const int64_t shape[2] = {CHAIN, chains[i].n};
         if (d.median >= 0) bench_emit("cuda_ops", dn, shape, 2, opt.threads, opt.reps, "us/kernel", d, NULL, -1);

@@ -132,10 +132,12 @@ s3gen() {
 
 # The CUDA issue's two decode figures. GPU utilisation while T3 decodes:
 # nvidia-smi sampled every 20 ms while `chatterbox tokens` decodes up to
-# 1500 tokens of Turbo Q4_0 three times (the counts in util_tokens.txt) (graphs on, as shipped), the samples of the decode
-# (after the first nonzero one) summarised. The floor of a kernel boundary
-# in a replayed step: bench_cuda_ops' kernel chain, with programmatic
-# dependent launch and without (CBX_CUDA_PDL=0).
+# 1500 tokens of Turbo Q4_0 three times (graphs on, as shipped; the token
+# counts in util_tokens.txt), the samples with a kernel running
+# summarised. The cost of a kernel boundary in a replayed step:
+# bench_cuda_ops' kernel chains, with programmatic dependent launch and
+# without (CBX_CUDA_PDL=0; only the chain of decode products launches
+# that way), then the draw's cases.
 overhead() {
     local m g smi
     m="$(turbo_model)" || return 1
